@@ -1,0 +1,118 @@
+"""The messages that travel between stages; each has a JSON Schema in ``schemas/``.
+
+Every message carries the raw coordinates (topic, partition, offset) of the raw
+records it stands for, so the audit can prove nothing was lost or counted twice.
+Offline runs (``retro clean FILE``) use the file name as topic, partition 0 and
+the record number as offset.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+Lane = Literal["fast", "slow"]
+Level = Literal["TRACE", "DEBUG", "INFO", "NOTICE", "WARN", "ERROR", "FATAL"]
+Severity = Literal["info", "low", "medium", "high", "critical"]
+LogFormat = Literal["json", "docker", "logfmt", "log4j", "syslog", "delimited", "text"]
+
+
+class RawCoord(BaseModel):
+    """Where a raw record lives in ``retro.logs.raw`` (or file/record number offline)."""
+
+    model_config = ConfigDict(frozen=True)
+
+    topic: str
+    partition: int
+    offset: int
+
+    @property
+    def id(self) -> str:
+        return f"{self.topic}/{self.partition}/{self.offset}"
+
+    def as_tuple(self) -> tuple[str, int, int]:
+        return (self.topic, self.partition, self.offset)
+
+
+class NormalizedRecord(BaseModel):
+    """A cleaned log record: ``schemas/record.schema.json``."""
+
+    id: str  # "topic/partition/offset" of the raw record; stable across re-runs
+    raw: RawCoord
+    source: str  # the raw message key: file or stream name
+    format: LogFormat
+    timestamp: str | None = None  # UTC ISO-8601, e.g. 2026-01-02T03:04:05.678Z
+    timestamp_rule: str | None = None  # how a missing year/zone was filled, if it was
+    level: Level | None = None
+    service: str | None = None
+    message: str
+    attributes: dict[str, Any] = Field(default_factory=dict)
+    template_id: str
+    template: str
+    tokens: int
+    cost: float
+    lane: Lane
+    redactions: dict[str, int] = Field(default_factory=dict)
+
+
+class DeadLetter(BaseModel):
+    """A record no stage could use, with the reason and its raw bytes."""
+
+    id: str
+    raw: RawCoord
+    source: str
+    stage: Literal["clean", "batch"]
+    reason: str  # stable code, e.g. "undecodable", "too_large"
+    detail: str  # what to do about it, for a person
+    raw_base64: str
+
+
+class Review(BaseModel):
+    """A batch whose model answer could not be trusted; a person looks at it."""
+
+    id: str
+    lane: Lane
+    reason: str
+    detail: str
+    covered: dict[str, list[list[int]]]  # "topic/partition" -> inclusive offset ranges
+    record_ids: list[str]
+    model: str
+    prompt_version: str
+    output: str | None = None  # the raw model answer, if there was one
+
+
+class Evidence(BaseModel):
+    """What a fragment saw: a log template, how often, and a few redacted examples."""
+
+    template: str
+    count: int
+    examples: list[str] = Field(default_factory=list)
+
+
+class TimeWindow(BaseModel):
+    start: str | None = None  # earliest record timestamp (UTC ISO-8601)
+    end: str | None = None  # latest record timestamp
+
+
+class Fragment(BaseModel):
+    """One finding from one batch: ``schemas/fragment.schema.json``.
+
+    ``id`` is derived from the covered coordinates, lane, model and prompt version,
+    so re-running a batch after a crash yields the same id.
+    """
+
+    id: str
+    lane: Lane
+    window: TimeWindow
+    service: str
+    timestamp: str | None = None
+    event: str
+    cause: str
+    suggestion: str
+    severity: Severity
+    evidence: list[Evidence]
+    covered: dict[str, list[list[int]]]  # "topic/partition" -> inclusive offset ranges
+    record_count: int
+    model: str
+    prompt_version: str

