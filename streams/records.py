@@ -88,6 +88,7 @@ class Evidence(BaseModel):
     template: str
     count: int
     examples: list[str] = Field(default_factory=list)
+    covered: dict[str, list[list[int]]] = Field(default_factory=dict)  # records of this template
 
 
 class TimeWindow(BaseModel):
