@@ -1,0 +1,5 @@
+import sys
+
+from streams.cli import main
+
+sys.exit(main())

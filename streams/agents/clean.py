@@ -1,0 +1,38 @@
+"""The clean agent: raw bytes in, a normalized record (or a dead letter) out."""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+from streams.agents.common import ack_when_delivered, send
+from streams.clean.cleaner import Cleaner
+from streams.metrics import Metrics
+from streams.records import DeadLetter, RawCoord
+from streams.settings import Settings
+
+logger = logging.getLogger(__name__)
+
+
+def wire_clean(app: Any, settings: Settings, metrics: Metrics, topics: dict[str, Any]) -> None:
+    cleaner = Cleaner.from_settings(settings, metrics=metrics)
+    raw, fast, slow, dead = topics["raw"], topics["fast"], topics["slow"], topics["deadletter"]
+
+    @app.agent(raw, name="clean", concurrency=1)
+    async def clean_agent(stream: Any) -> None:
+        async for event in stream.noack().events():
+            message = event.message
+            coord = RawCoord(topic=message.topic, partition=message.partition,
+                             offset=message.offset)
+            source = message.key.decode("utf-8", "replace") if message.key else "unknown"
+            metrics.records_in.labels("clean").inc()
+            out = cleaner.clean(message.value or b"", coord, source)
+            if isinstance(out, DeadLetter):
+                target, lane = dead, "deadletter"
+                key = out.id.encode()
+            else:
+                target, lane = (fast if out.lane == "fast" else slow), out.lane
+                key = source.encode()
+            metrics.records_out.labels(lane).inc()
+            fut = await send(target, key=key, value=out.model_dump_json().encode())
+            ack_when_delivered(fut, event)

@@ -1,0 +1,57 @@
+"""The compactor agent: fragments merged into reports held in a changelogged table.
+
+Fragments are keyed by report id, so a report's fragments share one partition and
+the faust table (partitioned like the fragments topic) is local to the worker that
+owns it. After every change the report is published to the compacted
+``retro.reports`` topic, which is what every reader uses.
+"""
+
+from __future__ import annotations
+
+import logging
+from datetime import UTC, datetime
+from typing import Any
+
+from pydantic import ValidationError
+
+from streams.agents.common import send
+from streams.compactor import Report, merge
+from streams.metrics import Metrics
+from streams.records import Fragment
+from streams.settings import Settings
+
+logger = logging.getLogger(__name__)
+
+
+def wire_compactor(app: Any, settings: Settings, metrics: Metrics,
+                   topics: dict[str, Any]) -> Any:
+    # values are the report JSON text; faust json-encodes the string in the changelog
+    table = app.Table("retro-reports", default=None, partitions=settings.topics.partitions,
+                      key_type=str, value_type=str)
+    reports = topics["reports"]
+
+    @app.agent(topics["fragments"], name="compactor", concurrency=1)
+    async def compactor_agent(stream: Any) -> None:
+        async for event in stream.events():
+            message = event.message
+            try:
+                fragment = Fragment.model_validate_json(event.value)
+            except ValidationError as exc:
+                logger.error("unreadable fragment at %s[%s]@%s skipped: %s", message.topic,
+                             message.partition, message.offset, exc)
+                metrics.report_updates.labels("invalid").inc()
+                continue
+            report_id = (message.key or b"").decode() or "undated/all"
+            stored = table.get(report_id)
+            current = Report.from_json(stored) if stored else None
+            updated, result = merge(current, fragment, report_id=report_id,
+                                    now=datetime.now(UTC).isoformat().replace("+00:00", "Z"))
+            metrics.report_updates.labels(result).inc()
+            if result == "duplicate":
+                continue
+            body = updated.to_json()
+            table[report_id] = body
+            delivered = await send(reports, key=report_id.encode(), value=body.encode())
+            await delivered  # acked after this iteration, i.e. after delivery
+
+    return table

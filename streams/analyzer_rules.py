@@ -1,0 +1,586 @@
+"""The rule table of the offline ``rules`` analyzer: log signal -> incident signature.
+
+Rules are tried in order and the first match wins, so specific rules (one system's
+known failure modes) come before generic ones (timeouts, connection errors). A rule
+matches against a group's template and its examples; a named group ``subject`` in
+the pattern (e.g. the service that has no instances) is quoted in the event.
+Patterns were tuned on the loghub samples, the Kafka broker incident and the Nezha
+TrainTicket logs under ``shared/data``.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from typing import Literal
+
+Severity = Literal["info", "low", "medium", "high", "critical"]
+
+
+@dataclass(frozen=True, slots=True)
+class Rule:
+    """One incident signature; ``name`` is the stable key fragments are grouped by."""
+
+    name: str
+    pattern: re.Pattern[str]
+    event: str
+    cause: str
+    suggestion: str
+    severity: Severity
+
+
+def _rule(
+    name: str, regex: str, event: str, cause: str, suggestion: str, severity: Severity
+) -> Rule:
+    return Rule(name, re.compile(regex, re.IGNORECASE), event, cause, suggestion, severity)
+
+
+def build_rules() -> tuple[Rule, ...]:
+    """Compile the table; called lazily by the analyzer, never at import time."""
+    return (
+        # --- resources: these outrank everything else they co-occur with ---------
+        _rule(
+            "memory-exhausted",
+            r"OutOfMemory|Out of memory|GC overhead limit exceeded|Java heap space"
+            r"|Cannot allocate memory|oom-killer|Killed process \d+|\bMemoryError\b",
+            "Memory exhausted",
+            "the process ran out of heap or system memory (OOM / GC overhead)",
+            "Capture a heap dump or memory profile, raise the heap or container memory limit, "
+            "and look for a leak or an unbounded cache/batch",
+            "critical",
+        ),
+        _rule(
+            "disk-full",
+            r"No space left on device|disk (?:is )?full|Disk quota exceeded"
+            r"|insufficient (?:disk )?space|not enough (?:disk )?space",
+            "Disk full",
+            "writes failed because a file system or quota is full",
+            "Free space (logs, old segments, tmp), check retention settings and add capacity; "
+            "alert on disk usage before it reaches 100%",
+            "critical",
+        ),
+        # --- Kafka brokers ----------------------------------------------------------
+        _rule(
+            "kafka-not-leader",
+            r"NotLeaderForPartition|not the leader for (?:that|this) (?:topic-)?partition"
+            r"|NOT_LEADER",
+            "Partition leadership moved",
+            "replica fetchers or clients sent requests to a broker that is no longer the "
+            "leader of the partition: leadership changed after a broker restart, a "
+            "controller failover or a ZooKeeper session expiry",
+            "Correlate with controller election and ZooKeeper session logs of the same "
+            "minute; check the broker that lost leadership for restarts, long GC pauses or "
+            "network trouble; confirm under-replicated partitions return to 0 and run a "
+            "preferred leader election if leadership stays unbalanced",
+            "high",
+        ),
+        _rule(
+            "kafka-isr-shrink",
+            r"Shrinking ISR|ISR shrink|under-?replicated partition",
+            "ISR shrink: replicas fell out of sync",
+            "followers stopped keeping up with the leader and were removed from the in-sync "
+            "replica set, so durability (min.insync.replicas) is at risk",
+            "Check the lagging broker (disk, network, GC, replica.lag.time.max.ms) and watch "
+            "UnderReplicatedPartitions until it is back to 0",
+            "high",
+        ),
+        _rule(
+            "kafka-replica-fetcher",
+            r"ReplicaFetcher\w*.{0,80}(?:Error in fetch|Error for partition|exception)"
+            r"|Error in fetch",
+            "Replica fetcher cannot fetch from the leader",
+            "follower replica fetcher threads failed to fetch from the partition leader "
+            "(the connection to the leader broker dropped or it stopped answering)",
+            "Check that the leader broker is up and reachable on its replication listener; "
+            "look for broker restarts or network partitions at the same time",
+            "high",
+        ),
+        _rule(
+            "kafka-zk-session",
+            r"re-registering broker|SessionExpireListener|zookeeper session (?:has )?expired",
+            "Broker ZooKeeper session expired; broker re-registered",
+            "the broker lost its ZooKeeper session (long GC pause, network hiccup or an "
+            "overloaded ZooKeeper) and had to re-register, which triggers leader changes",
+            "Look for GC pauses and network errors before the expiry; consider a larger "
+            "zookeeper.session.timeout.ms and check ZooKeeper latency",
+            "medium",
+        ),
+        _rule(
+            "kafka-controller-election",
+            r"New leader is \d+|LeaderChangeListener|ZookeeperLeaderElector|controller election"
+            r"|became the controller",
+            "Kafka controller election",
+            "a new controller was elected; it reassigns partition leadership, which makes "
+            "followers truncate and re-fetch",
+            "Find out why the previous controller lost its ZooKeeper session; repeated "
+            "elections point to an unstable broker or a too-short session timeout",
+            "medium",
+        ),
+        _rule(
+            "kafka-log-truncation",
+            r"Truncating log \S+ to offset",
+            "Follower logs truncated after a leadership change",
+            "followers truncated their logs to the new leader's high watermark; records "
+            "above it that were never fully replicated are discarded",
+            "Make sure producers use acks=all with min.insync.replicas >= 2 if losing these "
+            "records matters; correlate with the leadership change",
+            "low",
+        ),
+        _rule(
+            "kafka-coordinator-move",
+            r"Unloading group metadata|on follower transition|Loading offsets and group metadata",
+            "Consumer group coordinators moved",
+            "leadership of __consumer_offsets partitions moved, so group coordinators "
+            "unloaded and reloaded group metadata and consumers will rebalance",
+            "Expect consumer rebalances now; if they repeat, stabilise partition leadership first",
+            "low",
+        ),
+        _rule(
+            "kafka-isr-expand",
+            r"Expanding ISR",
+            "ISR expanded: replicas back in sync",
+            "followers caught up with their leaders and rejoined the in-sync replica set "
+            "(the recovery side of an earlier shrink or leadership change)",
+            "No action if under-replicated partitions are back to 0; keep an eye on the "
+            "broker that fell behind",
+            "info",
+        ),
+        # --- ZooKeeper --------------------------------------------------------------
+        _rule(
+            "zk-election-unreachable",
+            r"Cannot open channel to .{0,40}election address",
+            "ZooKeeper peers unreachable on the election port",
+            "quorum members cannot connect to each other's leader-election port, so the "
+            "ensemble cannot form or keep a quorum",
+            "Check that every server is up, that the election ports (3888) are open between "
+            "peers and that server.N entries in zoo.cfg match the hosts",
+            "high",
+        ),
+        _rule(
+            "zk-quorum-connection",
+            r"Connection broken for id|Interrupting SendWorker|Send worker leaving thread"
+            r"|Interrupted while waiting for message on queue|GOODBYE",
+            "ZooKeeper quorum connections dropping",
+            "connections between ZooKeeper peers broke and their send/receive workers "
+            "stopped, typically because a peer restarted or the network flapped",
+            "Check peer restarts and network stability between ensemble members; frequent "
+            "drops lead to repeated leader elections",
+            "medium",
+        ),
+        _rule(
+            "zk-election",
+            r"(?-i:\bLOOKING\b)|Notification time out|n\.leader|LEADER ELECTION TOOK",
+            "ZooKeeper leader election in progress",
+            "ensemble members are in LOOKING state exchanging election notifications; the "
+            "ensemble does not serve writes until a leader is elected",
+            "If elections repeat or take long, check peer connectivity and initLimit/syncLimit",
+            "medium",
+        ),
+        _rule(
+            "zk-session-expiry",
+            r"Expiring session .{0,40}timeout of|SessionExpiredException",
+            "ZooKeeper client sessions expiring",
+            "clients stopped heartbeating within their negotiated session timeout, so their "
+            "sessions (and ephemeral nodes) were expired",
+            "Check client-side GC pauses and network, and whether the session timeout is too "
+            "short for the client's workload",
+            "medium",
+        ),
+        _rule(
+            "zk-old-client",
+            r"Connection request from old client",
+            "Old ZooKeeper clients connecting",
+            "clients with an old protocol version connect; they are dropped if the server "
+            "goes read-only",
+            "Upgrade the listed clients",
+            "low",
+        ),
+        _rule(
+            "zk-not-serving",
+            r"ZooKeeperServer not running|causing shutdown while sock still open",
+            "ZooKeeper server not serving clients",
+            "the server was not running (no quorum or shutting down) when clients connected",
+            "Restore the quorum first; then check why the server shut down",
+            "high",
+        ),
+        # --- HDFS / Hadoop / YARN ------------------------------------------------------
+        _rule(
+            "hdfs-block-pipeline",
+            r"PacketResponder.{0,80}(?:exception|interrupt|error)|Exception in receiveBlock"
+            r"|writeBlock .{0,80}received exception|DataXceiver.{0,80}(?:exception|error)",
+            "HDFS block write pipeline failures",
+            "DataNode PacketResponder/DataXceiver threads failed while writing a block "
+            "through the replication pipeline",
+            "Check the DataNodes in the pipeline for disk errors, network timeouts and "
+            "xceiver limits; HDFS re-replicates affected blocks",
+            "high",
+        ),
+        _rule(
+            "hdfs-serve-block",
+            r"exception while serving blk",
+            "DataNode failed to serve blocks",
+            "DataNodes hit exceptions while streaming blocks to readers (clients went away "
+            "or the block file could not be read)",
+            "Check the DataNode disks and client timeouts; repeated failures for one block "
+            "point to a bad replica",
+            "medium",
+        ),
+        _rule(
+            "hdfs-bad-block",
+            r"(?:Missing|Corrupt) block|blk_\S+ .{0,80}(?:does not exist|not found|is not valid)",
+            "Missing or corrupt HDFS blocks",
+            "block replicas are missing or failed verification",
+            "Run hdfs fsck on the affected paths and check the DataNode disks",
+            "high",
+        ),
+        _rule(
+            "yarn-rm-unreachable",
+            r"ERROR IN CONTACTING RM|contacting (?:the )?(?:RM|ResourceManager)",
+            "Application master cannot reach the ResourceManager",
+            "the MapReduce application master failed its heartbeats to the YARN ResourceManager",
+            "Check that the ResourceManager is up and reachable (address, port 8030, "
+            "failover state)",
+            "high",
+        ),
+        _rule(
+            "hdfs-lease-renewal",
+            r"Failed to renew lease",
+            "HDFS client lease renewal failing",
+            "the DFS client could not renew its file lease with the NameNode; open files "
+            "will be recovered by the NameNode if this continues",
+            "Check NameNode availability and the network path from the client",
+            "high",
+        ),
+        _rule(
+            "slow-io",
+            r"\bSlow \w+ (?:read|write|took)|took \S+ms \(threshold=",
+            "Slow I/O operations",
+            "I/O operations took longer than their warning threshold",
+            "Check disk and network latency on the hosts involved",
+            "low",
+        ),
+        _rule(
+            "address-change",
+            r"Address change detected",
+            "Service address changed",
+            "a remote service's resolved address changed (DNS or IP change, failover)",
+            "Confirm the change was intended and clients reconnected to the new address",
+            "low",
+        ),
+        # --- BlueGene/L kernel and hardware ------------------------------------------
+        _rule(
+            "kernel-fatal-interrupt",
+            r"TLB error interrupt|data storage interrupt|instruction storage interrupt"
+            r"|program interrupt|kernel panic|Kernel (?:oops|BUG)|instruction address:"
+            r"|data address:|(?:syndrome|configuration|state) register:|interrupt caused by"
+            r"|\.{3,} *(?:<\*>|0x[0-9a-f]+|\d+)|cache block touch|special purpose registers"
+            r"|\blr:\S+ cr:|\bdbcr\d*=|\bfpr\d+=|\br\d+=\S+ r\d+=",
+            "Kernel fatal interrupts",
+            "compute node kernels took fatal interrupts (TLB/storage/program), killing the "
+            "running job on those nodes",
+            "Drain the affected nodes, run hardware diagnostics and check whether one node "
+            "card or one program is responsible",
+            "high",
+        ),
+        _rule(
+            "hardware-memory-errors",
+            r"parity error|ddr errors?|\bECC\b|CE sym|correctable error|detected and corrected"
+            r"|machine check (?:error|event|interrupt)|machine check exception(?! polling)"
+            r"|warning for (?:torus|tree) \S+ wire",
+            "Hardware errors (memory, cache, interconnect)",
+            "memory, cache or torus/tree link errors were detected (corrected ones still "
+            "indicate failing DIMMs, caches or cables)",
+            "Track the error counts per node; replace hardware whose corrected-error rate "
+            "keeps climbing",
+            "medium",
+        ),
+        _rule(
+            "job-launch-failure",
+            r"invalid or missing program image|Error loading \S+|LOGIN chdir\(.{0,80}\) failed",
+            "Job launch failures",
+            "jobs could not start: the program image or working directory is missing, "
+            "unreadable or of the wrong format",
+            "Check the job's executable path, permissions and architecture, and that the "
+            "file system holding it is mounted on the I/O nodes",
+            "high",
+        ),
+        _rule(
+            "node-runtime-failure",
+            r"\brts\b.{0,40}(?:panic|terminated|internal error|bad message header|failed)"
+            r"|Error receiving packet on tree network",
+            "Compute node runtime failures",
+            "the node runtime (rts) panicked, hit internal errors or got corrupt packets on "
+            "the tree/torus network, terminating the node's kernel",
+            "Drain the node, check its link cables and node card, and rerun diagnostics",
+            "high",
+        ),
+        _rule(
+            "job-control-failure",
+            r"ciod: (?:Error|failed)",
+            "Job control daemon errors",
+            "the I/O node control daemon (ciod) failed to talk to compute nodes or to read "
+            "job files",
+            "Check the I/O node, its network link to the compute block and the job files",
+            "high",
+        ),
+        _rule(
+            "node-card-degraded",
+            r"Node ?card (?:is not fully functional|status:)"
+            r"|assembly information for node card|PrepareForService shutting down",
+            "Node cards degraded or taken out of service",
+            "node cards report alerts or missing assembly data and were shut down for service",
+            "Schedule hardware service for the listed node cards and keep jobs off them",
+            "medium",
+        ),
+        _rule(
+            "mount-failure",
+            r"mount FAILED|mount failed|failed to mount",
+            "File system mount failures",
+            "a network file system (e.g. Lustre) could not be mounted",
+            "Check the file system servers and the network to them before rescheduling jobs",
+            "high",
+        ),
+        _rule(
+            "core-dumps",
+            r"generating core|core files? for program|core dump",
+            "Processes dumping core",
+            "processes crashed and wrote core files",
+            "Collect a core file and the program's stack trace; check whether one program "
+            "or one node is responsible",
+            "medium",
+        ),
+        _rule(
+            "assertion-failure",
+            r"hit ASSERT|assertion failed|Assertion .{0,80} failed",
+            "Assertion failures",
+            "a program hit an internal assertion, i.e. a state its authors thought impossible",
+            "Report to the component owners with the source file and line from the message",
+            "high",
+        ),
+        _rule(
+            "alignment-exceptions",
+            r"alignment exceptions",
+            "Unaligned memory access exceptions",
+            "programs performed unaligned floating point or integer accesses that the kernel "
+            "had to fix up (slow, and sometimes a sign of memory corruption)",
+            "Rebuild the offending program with alignment fixes; ignore if counts are stable",
+            "low",
+        ),
+        # --- Train ticket microservices (Nezha) --------------------------------------
+        _rule(
+            "service-no-instances",
+            r"No instances available for (?P<subject>[\w.-]+)",
+            "No instances available for a downstream service",
+            "service discovery found no running instance of the called service, so every "
+            "request to it fails immediately (service down, crash-looping or deregistered)",
+            "Check the pods of the named service (kubectl get pods/describe), its readiness "
+            "probe and its registration; then retry the failed requests",
+            "high",
+        ),
+        _rule(
+            "order-not-found",
+            r"Order not found|Order (?:does )?not exist",
+            "Order lookups fail: order not found",
+            "requests reference order ids the order service cannot find (stale ids, an "
+            "earlier write that failed, or reads against the wrong store)",
+            "Trace one failing order id across services to find where it was lost; check "
+            "whether an earlier create/modify call failed",
+            "medium",
+        ),
+        _rule(
+            "order-state-conflict",
+            r"Order Status Wrong|Not allowed to Pay|status (?:is )?(?:wrong|invalid)",
+            "Order state conflicts",
+            "operations (pay, collect, execute) were attempted on orders in a state that "
+            "does not allow them",
+            "Check for retries or duplicate submissions and for a service that failed to "
+            "update the order status",
+            "medium",
+        ),
+        _rule(
+            "price-exception",
+            r"catch (?P<subject>\w+) exception",
+            "Exceptions caught while handling requests",
+            "a service caught exceptions from a dependency while answering queries",
+            "Look at the dependency named in the message (price/station/train service) for "
+            "errors at the same time",
+            "medium",
+        ),
+        _rule(
+            "empty-dependency-result",
+            r"\w*Result is null|returned null|Request Failed",
+            "Downstream calls returned no result",
+            "a service received an empty or failed response from a dependency",
+            "Check the dependency's health and its logs for the same trace ids",
+            "medium",
+        ),
+        _rule(
+            "empty-inventory",
+            r"Left ticket info is empty|\[No content\]|no (?:seats?|tickets?) (?:left|available)",
+            "Seat inventory queries return no data",
+            "ticket/seat inventory lookups returned nothing for the requested trains",
+            "Check the seat and order data for these trains; often expected for sold-out or "
+            "unseeded trains",
+            "low",
+        ),
+        # --- web servers and OpenStack ------------------------------------------------
+        _rule(
+            "modjk-error-state",
+            r"workerEnv in error state|Can't find child \S+ in scoreboard|mod_jk child init",
+            "mod_jk workers in error state",
+            "Apache mod_jk connector workers went into an error state (the backend servlet "
+            "container is not reachable or the scoreboard is inconsistent)",
+            "Check the Tomcat/AJP backends behind mod_jk and restart the affected workers",
+            "medium",
+        ),
+        _rule(
+            "forbidden-requests",
+            r"Directory index forbidden|client denied by server configuration",
+            "Requests denied by server configuration",
+            "clients asked for paths the web server is configured to deny",
+            "Usually scanners; block the clients if the volume is high, otherwise no action",
+            "low",
+        ),
+        _rule(
+            "api-http-exception",
+            r"HTTP exception thrown: (?P<subject>[^.\n]{1,60})",
+            "API requests rejected with HTTP exceptions",
+            "the API rejected requests it could not serve (e.g. events for unknown instances)",
+            "Check which callers send these requests; harmless if they are late events for "
+            "deleted instances",
+            "low",
+        ),
+        _rule(
+            "power-state-mismatch",
+            r"While synchronizing instance power states, found \S+ instances in the database "
+            r"and \S+ instances on the hypervisor",
+            "Instance count mismatch between database and hypervisor",
+            "the compute node found a different number of instances in the database than on "
+            "the hypervisor (orphaned or untracked VMs)",
+            "Reconcile the instances on the host with the database; look for failed deletes",
+            "medium",
+        ),
+        _rule(
+            "instance-failure",
+            r"\[instance: [^\]]+\].{0,120}(?:fail|error|exception)",
+            "Instance operations failing",
+            "compute operations on instances failed",
+            "Check nova-compute and the hypervisor logs for the instance ids",
+            "high",
+        ),
+        _rule(
+            "instance-lifecycle",
+            r"\[instance: [^\]]+\]",
+            "Instance lifecycle activity",
+            "instances were spawned, paused, resumed or terminated on the compute node",
+            "No action; use as context for other incidents on the same host",
+            "info",
+        ),
+        _rule(
+            "image-cache",
+            r"base (?:or swap )?files?|image \S+ at \(.{0,200}\): (?:checking|in use)",
+            "Image cache housekeeping",
+            "the compute node's image cache manager scanned base images (unknown ones are "
+            "flagged for removal)",
+            "No action unless disk is short; unknown base files are removed after the aging period",
+            "low",
+        ),
+        # --- security ----------------------------------------------------------------
+        _rule(
+            "auth-failure",
+            r"authentication failure|Authentication failed|Failed password|Invalid user"
+            r"|check pass; user unknown|POSSIBLE BREAK-IN",
+            "Authentication failures",
+            "repeated failed logins (a brute-force attempt when they come from few hosts)",
+            "Block the offending hosts (fail2ban), disable password login for root and "
+            "check that no login succeeded from them",
+            "high",
+        ),
+        _rule(
+            "permission-denied",
+            r"Permission denied|Access denied|AccessDenied|not authori[sz]ed|EACCES",
+            "Permission denied",
+            "operations were refused for lack of permissions",
+            "Check file ownership/modes or the credentials and roles of the caller",
+            "medium",
+        ),
+        _rule(
+            "abnormal-exit",
+            r"exited abnormally|terminated abnormally|segfault|Segmentation fault"
+            r"|killed by signal",
+            "Processes exiting abnormally",
+            "processes crashed or exited with a failure status",
+            "Check the process's own logs and exit codes; enable core dumps if it repeats",
+            "medium",
+        ),
+        # --- generic network ------------------------------------------------------------
+        _rule(
+            "dns-failure",
+            r"UnknownHostException|Name or service not known|Temporary failure in name"
+            r"|could not resolve|NXDOMAIN",
+            "DNS resolution failures",
+            "host names could not be resolved",
+            "Check the DNS servers and the host names in the configuration",
+            "high",
+        ),
+        _rule(
+            "tls-failure",
+            r"SSLHandshakeException|certificate (?:verify failed|has expired|expired)"
+            r"|handshake failure|PKIX path",
+            "TLS handshake failures",
+            "TLS connections failed (untrusted or expired certificate, protocol mismatch)",
+            "Check certificate validity and trust stores on both ends",
+            "high",
+        ),
+        _rule(
+            "connection-refused",
+            r"Connection refused|ConnectException|Retrying connect to server|Failed to connect"
+            r"|could not connect|Unable to connect|No route to host",
+            "Connection failures",
+            "connections to a remote service were refused or could not be established (the "
+            "service is down, not listening, or unreachable)",
+            "Check that the target service is running and listening on the expected "
+            "host/port, and firewalls between the two",
+            "high",
+        ),
+        _rule(
+            "connection-dropped",
+            r"Connection reset|reset by peer|Broken pipe|disconnected|Link has been severed"
+            r"|Transport endpoint is not connected|connection abort|EOFException"
+            r"|end of stream",
+            "Connections dropped",
+            "established connections were closed unexpectedly by the peer or the network",
+            "Check the peer for restarts and the network for drops; make clients reconnect "
+            "with backoff",
+            "medium",
+        ),
+        _rule(
+            "timeout",
+            r"timed out|TimeoutException|SocketTimeout|deadline exceeded"
+            r"|time-?out (?:exceeded|expired|occurred)|Read timeout|Gateway Time-?out",
+            "Timeouts",
+            "calls did not complete in time (slow or overloaded dependency, or network loss)",
+            "Find the slow dependency from the timing out calls; check its latency and load "
+            "before raising timeouts",
+            "medium",
+        ),
+        _rule(
+            "http-5xx",
+            r"(?:status[:=]?[ \t]*|HTTP/\d(?:\.\d)?\"?[ \t]+|\bcode[:=][ \t]*)5\d\d\b"
+            r"|\b5\d\d (?:Internal Server Error|Bad Gateway|Service Unavailable)",
+            "HTTP 5xx server errors",
+            "the server answered requests with 5xx status codes",
+            "Look at the failing endpoints' server-side errors at the same time",
+            "high",
+        ),
+        _rule(
+            "http-4xx",
+            r"(?:status[:=]?[ \t]*|HTTP/\d(?:\.\d)?\"?[ \t]+|\bcode[:=][ \t]*)4\d\d\b"
+            r"|\b4\d\d (?:Bad Request|Unauthorized|Forbidden|Not Found)",
+            "HTTP 4xx client errors",
+            "requests were rejected with 4xx status codes (bad input, missing resources or "
+            "authorisation)",
+            "Check which clients and paths get 4xx; fix the callers or the routes",
+            "low",
+        ),
+    )

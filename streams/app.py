@@ -1,0 +1,147 @@
+"""The composition root: one faust app built from one Settings object.
+
+``build_app(settings, roles=...)`` declares the topics, builds the pure stages from
+settings and wires the agents. ``retro worker`` calls it; tests call it too.
+Roles let clean, batch and compactor scale as separate deployments: each role set
+is its own consumer group (``retro-stream`` for all roles, ``retro-stream-batch``...).
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass, field
+from typing import Any
+
+import faust
+from aiokafka.admin import AIOKafkaAdminClient
+from aiokafka.structs import TopicPartition
+
+from streams.agents.batch import wire_batch
+from streams.agents.clean import wire_clean
+from streams.agents.compactor import wire_compactor
+from streams.gateway.factory import GatewaySet, build_gateways
+from streams.kafka import (
+    aiokafka_kwargs,
+    faust_credentials,
+    partitions_of,
+    resolve_bootstrap,
+    stop_consumer,
+)
+from streams.lane import LaneProcessor
+from streams.metrics import Metrics
+from streams.report_store import ReportFollower
+from streams.settings import Settings
+from streams.web import wire_web
+
+logger = logging.getLogger(__name__)
+
+ROLES = ("clean", "batch", "compactor")
+
+
+@dataclass
+class Worker:
+    """The faust app plus the objects tests and the CLI want to reach."""
+
+    app: Any
+    settings: Settings
+    metrics: Metrics
+    roles: tuple[str, ...]
+    gateways: GatewaySet | None = None
+    processors: dict[str, LaneProcessor] = field(default_factory=dict)
+    follower: ReportFollower | None = None
+
+
+def group_id(settings: Settings, roles: tuple[str, ...]) -> str:
+    if set(roles) == set(ROLES):
+        return settings.app_id
+    return f"{settings.app_id}-{'-'.join(r for r in ROLES if r in roles)}"
+
+
+def build_app(settings: Settings, *, roles: tuple[str, ...] = ROLES,
+              metrics: Metrics | None = None, web: bool = True) -> Worker:
+    unknown = set(roles) - set(ROLES)
+    if unknown:
+        raise ValueError(f"unknown agent roles {sorted(unknown)}; choose from {ROLES}")
+    metrics = metrics or Metrics()
+    gid = group_id(settings, roles)
+    datadir = (settings.state_dir / "worker" / gid).resolve()
+    datadir.mkdir(parents=True, exist_ok=True)
+    app = faust.App(
+        gid,
+        broker=f"kafka://{resolve_bootstrap(settings)}",
+        broker_credentials=faust_credentials(settings),
+        store="memory://",  # tables are rebuilt from their changelog topics on start
+        datadir=str(datadir),
+        topic_partitions=settings.topics.partitions,
+        topic_replication_factor=settings.topics.replication,
+        consumer_auto_offset_reset="earliest",
+        producer_acks=-1,
+        broker_commit_interval=1.0,
+        web_enabled=web,
+        web_port=settings.web_port,
+        web_bind=settings.web_host,
+        web_host=settings.web_host,
+        autodiscover=False,
+    )
+    t = settings.topics
+    topics = {name: app.topic(getattr(t, name), key_serializer="raw", value_serializer="raw",
+                              partitions=t.partitions)
+              for name in ("raw", "fast", "slow", "deadletter", "fragments", "review", "reports")}
+    worker = Worker(app=app, settings=settings, metrics=metrics, roles=tuple(roles))
+    if "clean" in roles:
+        wire_clean(app, settings, metrics, topics)
+    if "batch" in roles:
+        worker.gateways = build_gateways(settings, metrics=metrics)
+        worker.processors = wire_batch(
+            app, settings, metrics, topics,
+            {"fast": worker.gateways.fast, "slow": worker.gateways.slow},
+            worker.gateways.window_counter(settings.model.name))
+    if "compactor" in roles:
+        wire_compactor(app, settings, metrics, topics)
+    if web:
+        worker.follower = ReportFollower(settings)
+        wire_web(app, metrics, worker.follower)
+    _wire_lag(app, settings, metrics, gid, topics, roles)
+    return worker
+
+
+def _wire_lag(app: Any, settings: Settings, metrics: Metrics, gid: str,
+              topics: dict[str, Any], roles: tuple[str, ...]) -> None:
+    """Publish consumer lag per input topic/partition for Grafana and alerts."""
+    inputs = {"clean": ["raw"], "batch": ["fast", "slow"], "compactor": ["fragments"]}
+    names = [getattr(settings.topics, n) for r in roles for n in inputs[r]]
+
+    @app.timer(interval=15.0)
+    async def measure_lag() -> None:
+        try:
+            lag = await consumer_lag(settings, gid, names)
+        except Exception as exc:  # metrics must never take the worker down
+            logger.warning("measuring consumer lag failed: %r", exc)
+            return
+        for (topic, partition), value in lag.items():
+            metrics.consumer_lag.labels(topic, str(partition)).set(value)
+
+
+async def consumer_lag(settings: Settings, gid: str, topics: list[str]) -> dict[tuple[str, int], int]:
+    """End offset minus committed offset for each partition of ``topics``."""
+    from aiokafka import AIOKafkaConsumer
+
+    admin = AIOKafkaAdminClient(**aiokafka_kwargs(settings))
+    consumer = AIOKafkaConsumer(**aiokafka_kwargs(settings), group_id=None,
+                                enable_auto_commit=False)
+    await admin.start()
+    await consumer.start()
+    try:
+        committed = await admin.list_consumer_group_offsets(gid)
+        tps = [TopicPartition(topic, p) for topic in topics
+               for p in await partitions_of(consumer, topic)]
+        ends = await consumer.end_offsets(tps) if tps else {}
+        lag = {}
+        for tp in tps:
+            meta = committed.get(tp)
+            done = meta.offset if meta is not None and meta.offset >= 0 else 0
+            lag[(tp.topic, tp.partition)] = max(0, ends[tp] - done)
+        return lag
+    finally:
+        await stop_consumer(consumer)
+        await admin.close()

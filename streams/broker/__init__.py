@@ -1,0 +1,1 @@
+"""The local single-node Apache Kafka broker (KRaft) behind `retro broker start`."""

@@ -1,0 +1,193 @@
+"""One raw record in, one NormalizedRecord or DeadLetter out: the clean stage's core.
+
+Order matters and is fixed: size, decode, parse, then redact message and attributes
+*before* templating, token counting and cost see them, so no secret reaches a
+template, a cache key or a prompt. Nothing in here raises on bad input: every
+failure becomes a dead letter with a stable reason and a sentence saying what to do.
+"""
+
+from __future__ import annotations
+
+import base64
+import logging
+from collections.abc import Callable
+from datetime import datetime
+from typing import TYPE_CHECKING
+
+from streams.clean.cost import choose_lane, cost_score
+from streams.clean.formats import FormatParser, Parsed
+from streams.clean.redact import Redactor
+from streams.clean.templates import TemplateMiner
+from streams.clean.timestamps import iso_utc
+from streams.clean.tokens import TokenCounter
+from streams.errors import DecodeError, RecordError, RecordTooLarge
+from streams.records import DeadLetter, NormalizedRecord, RawCoord
+
+if TYPE_CHECKING:
+    from streams.metrics import Metrics
+    from streams.settings import Settings
+
+logger = logging.getLogger(__name__)
+
+MAX_REPLACED_SHARE = 0.01  # repair invalid UTF-8 only when at most 1% of characters are hit
+MAX_NUL_SHARE = 0.01  # more NUL bytes than this: binary, not text
+MAX_CONTROL_SHARE = 0.10  # more C0 control bytes than this: binary
+# C0 controls except tab, LF, VT, FF, CR and ESC (ANSI colours are text)
+_CONTROL = bytes(b for b in range(32) if b not in (9, 10, 11, 12, 13, 27)) + b"\x7f"
+_REPLACEMENT_UTF8 = "\ufffd".encode()
+
+
+class Cleaner:
+    """Turns raw record bytes into a routed NormalizedRecord, or a DeadLetter.
+
+    Holds a template miner, which learns as it goes: use one Cleaner per worker
+    (or partition), not one per record.
+    """
+
+    def __init__(
+        self,
+        *,
+        max_record_bytes: int,
+        slow_cost_threshold: float,
+        encoding: str,
+        default_year: int | None,
+        default_timezone: str,
+        redactor: Redactor | None = None,
+        token_counter: TokenCounter | None = None,
+        template_miner: TemplateMiner | None = None,
+        metrics: Metrics | None = None,
+        clock: Callable[[], datetime] | None = None,
+    ) -> None:
+        if max_record_bytes < 1:
+            raise ValueError(f"max_record_bytes must be >= 1, got {max_record_bytes}")
+        self.max_record_bytes = max_record_bytes
+        self.slow_cost_threshold = slow_cost_threshold
+        self.parser = FormatParser(
+            default_year=default_year, default_timezone=default_timezone, clock=clock
+        )
+        self.redactor = redactor or Redactor()
+        self.tokens = token_counter or TokenCounter(encoding)
+        self.templates = template_miner or TemplateMiner()
+        self.metrics = metrics
+
+    @classmethod
+    def from_settings(cls, settings: Settings, metrics: Metrics | None = None) -> Cleaner:
+        """The one convenience constructor: settings.clean mapped onto keyword arguments."""
+        c = settings.clean
+        return cls(
+            max_record_bytes=c.max_record_bytes,
+            slow_cost_threshold=c.slow_cost_threshold,
+            encoding=c.encoding,
+            default_year=c.default_year,
+            default_timezone=c.default_timezone,
+            metrics=metrics,
+        )
+
+    def clean(self, raw: bytes, coord: RawCoord, source: str) -> NormalizedRecord | DeadLetter:
+        """Clean one record; never raises on bad input."""
+        try:
+            text, repaired = self.decode(raw)
+        except RecordError as exc:
+            return self._dead(raw, coord, source, exc.reason, str(exc))
+        try:
+            parsed = self.parser.parse(text)
+        except Exception as exc:  # a parser bug must not stop the stream
+            logger.warning("parser failed on %s: %s", coord.id, exc, exc_info=True)
+            detail = (
+                f"the {type(exc).__name__} parser error was: {exc}. This is a parser bug: "
+                "report the record (raw_base64) so its format can be supported"
+            )
+            return self._dead(raw, coord, source, "parse_error", detail)
+        if repaired:
+            parsed.attributes["utf8_replaced"] = repaired
+        try:
+            return self._finish(parsed, text, coord, source)
+        except Exception as exc:  # redactor, miner or model validation: same rule
+            logger.warning("cleaning failed on %s: %s", coord.id, exc, exc_info=True)
+            detail = (
+                f"cleaning failed after parsing ({type(exc).__name__}: {exc}); this is a "
+                "bug in the clean stage: report the record (raw_base64)"
+            )
+            return self._dead(raw, coord, source, "clean_error", detail)
+
+    def decode(self, raw: bytes) -> tuple[str, int]:
+        """UTF-8 text and the number of replaced characters (0 unless repaired).
+
+        Raises RecordTooLarge, or DecodeError with reason ``binary`` or ``undecodable``.
+        """
+        size = len(raw)
+        if size > self.max_record_bytes:
+            raise RecordTooLarge(
+                f"record is over the {self.max_record_bytes}-byte limit ({size} bytes kept); "
+                "raise RETRO_CLEAN__MAX_RECORD_BYTES or split such records at the source"
+            )
+        nul = raw.count(0)
+        control = size - len(raw.translate(None, _CONTROL))
+        if nul > size * MAX_NUL_SHARE or control > size * MAX_CONTROL_SHARE:
+            raise DecodeError(
+                f"record looks binary ({nul} NUL and {control} control bytes in {size}); "
+                "send text logs only (UTF-16 or compressed data must be converted first)",
+                reason="binary",
+            )
+        try:
+            return raw.decode("utf-8"), 0
+        except UnicodeDecodeError:
+            pass
+        text = raw.decode("utf-8", errors="replace")
+        replaced = text.count("\ufffd") - raw.count(_REPLACEMENT_UTF8)
+        if replaced > len(text) * MAX_REPLACED_SHARE:
+            raise DecodeError(
+                f"{replaced} of {len(text)} characters are not valid UTF-8 (the limit is "
+                f"{MAX_REPLACED_SHARE:.0%}); re-encode the source as UTF-8, e.g. "
+                "`iconv -f latin1 -t utf-8`",
+                reason="undecodable",
+            )
+        return text, replaced
+
+    def _finish(self, parsed: Parsed, text: str, coord: RawCoord, source: str) -> NormalizedRecord:
+        message, counts = self.redactor.redact(parsed.message)
+        attributes, attr_counts = self.redactor.redact_mapping(parsed.attributes)
+        for kind, n in attr_counts.items():
+            counts[kind] = counts.get(kind, 0) + n
+        redacted_text, _ = self.redactor.redact(text)  # counted once, via its parts
+        template_id, template = self.templates.match(message.partition("\n")[0])
+        score = cost_score(redacted_text)
+        record = NormalizedRecord(
+            id=coord.id,
+            raw=coord,
+            source=source,
+            format=parsed.format,
+            timestamp=iso_utc(parsed.timestamp) if parsed.timestamp else None,
+            timestamp_rule=parsed.timestamp_rule if parsed.timestamp else None,
+            level=parsed.level,
+            service=parsed.service or source,
+            message=message,
+            attributes=attributes,
+            template_id=template_id,
+            template=template,
+            tokens=self.tokens.count(message),
+            cost=round(score, 4),
+            lane=choose_lane(score, self.slow_cost_threshold),
+            redactions=counts,
+        )
+        if self.metrics is not None:
+            self.metrics.records_by_format.labels(format=record.format).inc()
+            for kind, n in counts.items():
+                self.metrics.redactions.labels(kind=kind).inc(n)
+        return record
+
+    def _dead(
+        self, raw: bytes, coord: RawCoord, source: str, reason: str, detail: str
+    ) -> DeadLetter:
+        if self.metrics is not None:
+            self.metrics.deadletters.labels(stage="clean", reason=reason).inc()
+        logger.info("dead letter %s from %s: %s", coord.id, source, reason)
+        return DeadLetter(
+            id=coord.id,
+            raw=coord,
+            source=source,
+            stage="clean",
+            reason=reason,
+            detail=detail,
+            raw_base64=base64.b64encode(raw).decode("ascii"),
+        )

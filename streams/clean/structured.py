@@ -1,0 +1,191 @@
+"""Structured records: JSON lines, Docker json-file wrappers and logfmt.
+
+They share one field vocabulary (``ts``/``time``/``@timestamp``, ``level``/``severity``,
+``msg``/``message``, ``service``/``app``/``logger``); whatever is not one of those
+stays in ``attributes`` untouched.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from datetime import datetime
+from typing import TYPE_CHECKING, Any
+
+from streams.clean.levels import normalize_level
+from streams.clean.parsed import Parsed
+from streams.clean.timestamps import from_number, match_leading
+from streams.records import LogFormat
+
+if TYPE_CHECKING:
+    from streams.clean.formats import FormatParser
+
+_TS_KEYS = ("@timestamp", "timestamp", "ts", "time", "datetime", "date", "asctime", "@t", "t")
+_LEVEL_KEYS = (
+    "level",
+    "severity",
+    "lvl",
+    "loglevel",
+    "log.level",
+    "levelname",
+    "@l",
+    "severity_text",
+)
+_MSG_KEYS = ("message", "msg", "@m", "@mt", "event", "text", "log")
+_SERVICE_KEYS = (
+    "service",
+    "service.name",
+    "service_name",
+    "app",
+    "application",
+    "app_name",
+    "component",
+    "logger",
+    "logger_name",
+    "log.logger",
+)
+_LOGFMT_PAIR = re.compile(r"([A-Za-z_][\w.\-/@]*)=(?:\"((?:[^\"\\]|\\.)*)\"|(\S*))")
+_LOGFMT_ESCAPE = re.compile(r"\\(.)")
+_DOCKER_KEYS = frozenset(("log", "stream", "time", "attrs"))
+
+
+def _lookup(obj: dict[str, Any], key: str) -> tuple[bool, Any, str | None]:
+    """(found, value, top-level key to drop): "log.level" also reads obj["log"]["level"]."""
+    if key in obj:
+        return True, obj[key], key
+    if "." in key:
+        outer, inner = key.split(".", 1)
+        nested = obj.get(outer)
+        if isinstance(nested, dict) and inner in nested:
+            return True, nested[inner], None
+    return False, None, None
+
+
+class StructuredParser:
+    """JSON, Docker and logfmt parsing; text inside them goes back to the format parser."""
+
+    def __init__(self, formats: FormatParser) -> None:
+        self._formats = formats
+
+    def json_or_docker(self, text: str) -> Parsed | None:
+        try:
+            obj = json.loads(text)
+        except ValueError:
+            return None
+        if not isinstance(obj, dict):
+            return None
+        log = obj.get("log")
+        if (
+            isinstance(log, str)
+            and ("stream" in obj or "time" in obj)
+            and obj.keys() <= _DOCKER_KEYS
+        ):
+            return self._docker(obj, log)
+        return self.fields("json", obj, text)
+
+    def logfmt(self, line: str) -> Parsed | None:
+        pairs: dict[str, Any] = {}
+        pos = 0
+        for m in _LOGFMT_PAIR.finditer(line):
+            if line[pos : m.start()].strip():  # prose between pairs: not logfmt
+                break
+            quoted = m[2]
+            pairs[m[1]] = _LOGFMT_ESCAPE.sub(r"\1", quoted) if quoted is not None else m[3]
+            pos = m.end()
+        if len(pairs) < 2 or not line.startswith(next(iter(pairs))):
+            return None
+        parsed = self.fields("logfmt", pairs, line)
+        rest = line[pos:].strip()
+        if rest:
+            parsed.attributes["_rest"] = rest
+        return parsed
+
+    def fields(self, fmt: LogFormat, obj: dict[str, Any], text: str) -> Parsed:
+        """Map a flat key/value record (JSON object or logfmt pairs) to a Parsed."""
+        attrs = dict(obj)
+        parsed = Parsed(fmt, "")
+        for key in _TS_KEYS:
+            found, value, drop = _lookup(obj, key)
+            if found and self._set_time(parsed, value):
+                if drop:
+                    attrs.pop(drop, None)
+                break
+        for key in _LEVEL_KEYS:
+            found, value, drop = _lookup(obj, key)
+            level = normalize_level(value) if found else None
+            if level is not None:
+                parsed.level = level
+                if drop:
+                    attrs.pop(drop, None)
+                break
+        for key in _SERVICE_KEYS:
+            found, value, drop = _lookup(obj, key)
+            if found and isinstance(value, str) and value:
+                parsed.service = value
+                if drop:
+                    attrs.pop(drop, None)
+                break
+            if found and isinstance(value, dict) and isinstance(value.get("name"), str):
+                parsed.service = value["name"]  # ECS: {"service": {"name": ...}}
+                if len(value) == 1 and drop:
+                    attrs.pop(drop, None)
+                break
+        for key in _MSG_KEYS:
+            value = obj.get(key)
+            if isinstance(value, str):
+                parsed.message = value
+                attrs.pop(key, None)
+                break
+        else:
+            parsed.message = text  # no message field: the record itself is the message
+        parsed.attributes = attrs
+        return parsed
+
+    def _set_time(self, parsed: Parsed, value: Any) -> bool:
+        if isinstance(value, bool):
+            return False
+        if isinstance(value, int | float):
+            parsed.timestamp = from_number(float(value))
+            return parsed.timestamp is not None
+        if not isinstance(value, str) or not value:
+            return False
+        if value.isdigit():
+            parsed.timestamp = from_number(float(value))
+            return parsed.timestamp is not None
+        stamp = match_leading(value.strip())
+        if stamp is None:
+            return False
+        parsed.stamp = stamp
+        parsed.timestamp, parsed.timestamp_rule = self._formats.times.resolve(stamp)
+        return parsed.timestamp is not None
+
+    def _docker(self, obj: dict[str, Any], log: str) -> Parsed:
+        """Docker json-file: the inner ``log`` is parsed as any record; ``time`` is exact UTC."""
+        inner_text = log.rstrip("\r\n")
+        inner = self._formats.parse(inner_text)
+        outer: datetime | None = None
+        time_value = obj.get("time")
+        if isinstance(time_value, str):
+            stamp = match_leading(time_value)
+            if stamp is not None and stamp.offset is not None:
+                outer, _ = self._formats.times.resolve(stamp)
+        inner_format = inner.format
+        parsed = inner
+        parsed.format = "docker"
+        stamp = inner.stamp
+        if outer is not None and (inner.timestamp is None or inner.timestamp_rule):
+            if stamp is not None:
+                ts, rule = self._formats.times.on_wrapper_date(stamp, outer)
+                if inner.timestamp is None or abs(ts - outer).total_seconds() < 86400:
+                    parsed.timestamp, parsed.timestamp_rule = ts, rule
+                    parsed.attributes.pop("time_of_day", None)
+            else:
+                parsed.timestamp, parsed.timestamp_rule = outer, None
+        attributes: dict[str, Any] = {"inner_format": inner_format}
+        if "stream" in obj:
+            attributes["stream"] = obj["stream"]
+        if "attrs" in obj:
+            attributes["docker_attrs"] = obj["attrs"]
+        attributes.update(parsed.attributes)
+        parsed.attributes = attributes
+        return parsed

@@ -1,0 +1,306 @@
+"""Leading-timestamp recognition and the rules that complete partial timestamps.
+
+Logs rarely say everything: syslog has no year, most app logs have no zone, some
+only a time of day. Rather than guess silently, :class:`TimeResolver` fills the
+gap with a stated rule (``year-assumed:2026``, ``zone-assumed:UTC``) that travels
+with the record as ``timestamp_rule``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import re
+from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import UTC, date, datetime, timedelta, timezone, tzinfo
+from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
+
+from streams.errors import ConfigError
+
+MONTHS = {
+    m: i
+    for i, m in enumerate(
+        ("jan", "feb", "mar", "apr", "may", "jun", "jul", "aug", "sep", "oct", "nov", "dec"),
+        start=1,
+    )
+}
+_MON = r"(?:Jan|Feb|Mar|Apr|May|Jun|Jul|Aug|Sep|Oct|Nov|Dec)"
+_DAY = r"(?:Mon|Tue|Wed|Thu|Fri|Sat|Sun)"
+_FRAC = r"(?:(?P<fsep>[.,:])(?P<frac>\d{1,9}))?"
+_ZONE = r"(?:\s?(?P<zone>Z|[+-]\d{2}:?\d{2})(?![\d:])|\s(?P<zname>UTC|GMT)\b)?"
+_HMS = r"(?P<H>\d{1,2}):(?P<M>\d{2}):(?P<S>\d{2})"
+
+# Digit-first layouts, tried in order. Each has named groups y/mo/d (date) and H/M/S.
+_ISO = re.compile(
+    r"(?P<y>\d{4})(?P<sep>[-/.])(?P<mo>\d{1,2})(?P=sep)(?P<d>\d{1,2})"
+    r"(?:[T _-](?P<H>\d{1,2})[:.](?P<M>\d{2})[:.](?P<S>\d{2})" + _FRAC + r")?" + _ZONE
+)
+_COMPACT = re.compile(  # 20171223-22:15:29:606 and unpadded 20171223-23:7:6:86 (HealthApp)
+    r"(?P<y>\d{4})(?P<mo>\d{2})(?P<d>\d{2})[-T ](?P<H>\d{1,2}):(?P<M>\d{1,2}):(?P<S>\d{1,2})(?!\d)"
+    + _FRAC
+    + _ZONE
+)
+_BASIC = re.compile(  # ISO 8601 basic: 20171223T221529Z
+    r"(?P<y>\d{4})(?P<mo>\d{2})(?P<d>\d{2})T?(?P<H>\d{2})(?P<M>\d{2})(?P<S>\d{2})(?!\d)"
+    + _FRAC
+    + _ZONE
+)
+_YYMMDD = re.compile(
+    r"(?P<yy>\d{2})(?P<mo>\d{2})(?P<d>\d{2}) (?P<H>\d{2})(?P<M>\d{2})(?P<S>\d{2})(?!\d)"
+)
+_DMY = re.compile(
+    r"(?P<d>\d{1,2})[/ -](?P<mon>" + _MON + r")[/ -](?P<y>\d{4})[: ]" + _HMS + _FRAC + _ZONE
+)
+_TOD = re.compile(_HMS + r"(?:[.,](?P<frac>\d{1,9}))?(?![\d:])")
+_EPOCH = re.compile(r"(?P<epoch>1\d{9})(?:\.(?P<frac>\d{1,9}))?(?![\d.])")
+# Letter-first layouts.
+_CTIME = re.compile(  # Sun Dec 04 04:47:44 2005 (Apache, asctime)
+    _DAY
+    + r" (?P<mon>"
+    + _MON
+    + r") +(?P<d>\d{1,2}) "
+    + _HMS
+    + _FRAC
+    + r"(?: (?P<zname>UTC|GMT|[A-Z]{3}))? (?P<y>\d{4})"
+)
+_RFC2822 = re.compile(  # Sun, 04 Dec 2005 04:47:44 +0000
+    _DAY + r", (?P<d>\d{1,2}) (?P<mon>" + _MON + r") (?P<y>\d{4}) " + _HMS + _FRAC + _ZONE
+)
+_SYSLOG = re.compile(  # Jun 14 15:16:01 (RFC 3164: no year, no zone)
+    r"(?P<mon>" + _MON + r") +(?P<d>\d{1,2})(?: (?P<y>\d{4}))? " + _HMS + _FRAC + r"(?= |$)"
+)
+MAX_OFFSET = timedelta(hours=18)  # what datetime.timezone accepts, with margin
+_DIGIT_LAYOUTS = (_ISO, _COMPACT, _BASIC, _YYMMDD, _DMY, _TOD)
+_LETTER_LAYOUTS = (_SYSLOG, _CTIME, _RFC2822)
+
+
+@dataclass(frozen=True, slots=True)
+class Stamp:
+    """The fields a leading timestamp stated; ``None`` means the text did not say."""
+
+    year: int | None
+    month: int | None
+    day: int | None
+    hour: int
+    minute: int
+    second: int
+    microsecond: int
+    offset: timedelta | None  # stated UTC offset
+    end: int  # index just after the timestamp in the text
+
+
+def _micro(frac: str | None, sep: str | None = ".") -> int:
+    """Microseconds of a fraction; after a colon it is a millisecond count (HealthApp)."""
+    if not frac:
+        return 0
+    if sep == ":" and len(frac) <= 3:
+        return int(frac) * 1000
+    return int((frac + "000000")[:6])
+
+
+def _offset(zone: str | None, zname: str | None) -> timedelta | None:
+    if zone:
+        if zone == "Z":
+            return timedelta(0)
+        sign = -1 if zone[0] == "-" else 1
+        digits = zone[1:].replace(":", "")
+        return sign * timedelta(hours=int(digits[:2]), minutes=int(digits[2:]))
+    if zname in ("UTC", "GMT"):
+        return timedelta(0)
+    return None
+
+
+def _stamp(m: re.Match[str]) -> Stamp | None:
+    g = m.groupdict()
+    if g.get("H") is None:  # a bare date: midnight
+        hour = minute = second = 0
+    else:
+        hour, minute, second = int(g["H"]), int(g["M"]), int(g["S"])
+    if g.get("yy") is not None:
+        yy = int(g["yy"])
+        year: int | None = 2000 + yy if yy < 70 else 1900 + yy
+    else:
+        year = int(g["y"]) if g.get("y") else None
+    if g.get("mon"):
+        month: int | None = MONTHS[g["mon"].lower()]
+    else:
+        month = int(g["mo"]) if g.get("mo") else None
+    day = int(g["d"]) if g.get("d") else None
+    if hour > 23 or minute > 59 or second > 60 or (month is not None and not 1 <= month <= 12):
+        return None
+    if day is not None and not 1 <= day <= 31:
+        return None
+    offset = _offset(g.get("zone"), g.get("zname"))
+    if offset is not None and abs(offset) > MAX_OFFSET:
+        return None
+    return Stamp(
+        year,
+        month,
+        day,
+        hour,
+        minute,
+        min(second, 59),
+        _micro(g.get("frac"), g.get("fsep")),
+        offset,
+        m.end(),
+    )
+
+
+def match_leading(text: str, pos: int = 0) -> Stamp | None:
+    """The timestamp starting at ``text[pos]`` in any known layout, else ``None``."""
+    if pos >= len(text):
+        return None
+    first = text[pos]
+    layouts = _DIGIT_LAYOUTS if first.isdigit() else _LETTER_LAYOUTS if first.isalpha() else ()
+    for layout in layouts:
+        m = layout.match(text, pos)
+        if m is not None:
+            stamp = _stamp(m)
+            if stamp is not None:
+                return stamp
+    return None
+
+
+def match_epoch(text: str, pos: int = 0) -> tuple[datetime, int] | None:
+    """A 10-digit Unix time in seconds at ``text[pos]`` (BGL), as UTC, and its end."""
+    m = _EPOCH.match(text, pos)
+    if m is None:
+        return None
+    seconds = int(m["epoch"])
+    return datetime.fromtimestamp(seconds, UTC).replace(microsecond=_micro(m["frac"])), m.end()
+
+
+def from_number(value: float) -> datetime | None:
+    """A Unix time in s, ms, µs or ns (JSON ``ts`` fields), picked by magnitude."""
+    if value != value or value <= 0:  # NaN or not a time
+        return None
+    if value >= 1e17:
+        seconds = value / 1e9
+    elif value >= 1e14:
+        seconds = value / 1e6
+    elif value >= 1e11:
+        seconds = value / 1e3
+    else:
+        seconds = value
+    try:
+        return datetime.fromtimestamp(seconds, UTC)
+    except (OverflowError, OSError, ValueError):
+        return None
+
+
+def load_zone(name: str) -> tzinfo:
+    """The zone for timestamps that name none; a clear error for a typo."""
+    if name.upper() in ("UTC", "Z", "GMT"):
+        return UTC
+    try:
+        return ZoneInfo(name)
+    except (ZoneInfoNotFoundError, ValueError) as exc:
+        raise ConfigError(
+            f"unknown time zone {name!r} for RETRO_CLEAN__DEFAULT_TIMEZONE; "
+            "use an IANA name such as UTC or Europe/Paris"
+        ) from exc
+
+
+def iso_utc(dt: datetime) -> str:
+    """Fixed-width UTC ISO-8601 with milliseconds, so strings sort like times."""
+    dt = dt.astimezone(UTC)
+    return (  # not strftime: %Y does not zero-pad years before 1000 on every platform
+        f"{dt.year:04d}-{dt.month:02d}-{dt.day:02d}T{dt.hour:02d}:{dt.minute:02d}:"
+        f"{dt.second:02d}.{dt.microsecond // 1000:03d}Z"
+    )
+
+
+class TimeResolver:
+    """Turns a :class:`Stamp` into an aware UTC datetime plus the rule that completed it."""
+
+    def __init__(
+        self,
+        *,
+        default_year: int | None,
+        default_timezone: str,
+        clock: Callable[[], datetime] | None = None,
+    ) -> None:
+        self._default_year = default_year
+        self._zone = load_zone(default_timezone)
+        self._zone_name = "UTC" if self._zone is UTC else default_timezone
+        self._clock = clock or (lambda: datetime.now(UTC))
+
+    def resolve(self, stamp: Stamp) -> tuple[datetime | None, str | None]:
+        """UTC datetime and rule; ``(None, None)`` if the stamp names no date (time of day)."""
+        if stamp.month is None or stamp.day is None:
+            return None, None
+        tz = self._zone if stamp.offset is None else timezone(stamp.offset)
+        year = stamp.year
+        if year is None:
+            year = self._default_year if self._default_year is not None else self._clock().year
+        local = self._build(year, stamp)
+        if local is None:
+            return None, None
+        try:
+            dt = local.replace(tzinfo=tz).astimezone(UTC)
+        except OverflowError:  # year 1 or 9999 pushed out of range by the offset
+            return None, None
+        # "This year" must not put a record in the future: Dec 31 read on Jan 1.
+        if (
+            stamp.year is None
+            and self._default_year is None
+            and dt > self._clock() + timedelta(days=1)
+        ):
+            earlier = self._build(local.year - 1, stamp)
+            if earlier is not None:
+                local, dt = earlier, earlier.replace(tzinfo=tz).astimezone(UTC)
+        rules: list[str] = []
+        if stamp.year is None:
+            rules.append(f"year-assumed:{local.year}")
+        if stamp.offset is None:
+            rules.append(f"zone-assumed:{self._zone_name}")
+        return dt, ",".join(rules) or None
+
+    @staticmethod
+    def _build(year: int, stamp: Stamp) -> datetime | None:
+        # Feb 29 without a year: walk back to the last leap year rather than drop the time.
+        assert stamp.month is not None and stamp.day is not None
+        for y in range(year, year - (8 if stamp.year is None else 1), -1):
+            try:
+                return datetime(
+                    y,
+                    stamp.month,
+                    stamp.day,
+                    stamp.hour,
+                    stamp.minute,
+                    stamp.second,
+                    stamp.microsecond,
+                )
+            except ValueError:
+                continue
+        return None
+
+    def on_wrapper_date(self, stamp: Stamp, wrapper: datetime) -> tuple[datetime, str]:
+        """Complete an inner time (of day, or zone-less) from a wrapper's exact UTC time.
+
+        The wrapper (Docker ``time``) is exact; the inner clock has the app's precision
+        and local zone. The zone is the quarter-hour offset between both clocks, and
+        the date is the one that puts the inner time nearest the wrapper's.
+        """
+        inner_tod = timedelta(
+            hours=stamp.hour,
+            minutes=stamp.minute,
+            seconds=stamp.second,
+            microseconds=stamp.microsecond,
+        )
+        outer_tod = wrapper - wrapper.replace(hour=0, minute=0, second=0, microsecond=0)
+        quarters = round((inner_tod - outer_tod) / timedelta(minutes=15)) % 96
+        if quarters > 56:  # offsets run from -12:00 to +14:00
+            quarters -= 96
+        offset = timedelta(minutes=15 * quarters)
+        local_day = (wrapper + offset).date()
+        if stamp.month is not None and stamp.day is not None and stamp.year is not None:
+            with contextlib.suppress(ValueError):
+                local_day = date(stamp.year, stamp.month, stamp.day)
+        candidate = datetime.combine(local_day, datetime.min.time(), UTC) + inner_tod - offset
+        for shift in (timedelta(days=-1), timedelta(days=1)):
+            if abs(candidate + shift - wrapper) < abs(candidate - wrapper):
+                candidate += shift
+        has_date = stamp.year is not None and stamp.month is not None
+        rule = "zone-from-wrapper" if has_date else "date-from-wrapper"
+        return candidate, rule

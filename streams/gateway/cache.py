@@ -1,0 +1,136 @@
+"""Caches of validated model answers, keyed by batch content, model and prompt.
+
+The value is the answer JSON text, not fragments: a hit is validated again
+against the batch at hand, so the analysis of content already seen (same
+templates, same prompt version, same model) is reused while the fragments'
+coverage is that of the new records. A cache failure is a miss, never an error
+for the batch.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable
+from typing import Any, Protocol
+
+from cachetools import TTLCache
+
+from streams.errors import ConfigError
+
+logger = logging.getLogger(__name__)
+
+
+class AnswerCache(Protocol):
+    """Where the gateway keeps answers; both methods swallow their own I/O errors."""
+
+    async def get(self, key: str) -> str | None: ...
+
+    async def set(self, key: str, value: str) -> None: ...
+
+    async def close(self) -> None: ...
+
+
+class MemoryCache:
+    """An in-process LRU cache whose entries expire after ``ttl_seconds``."""
+
+    __slots__ = ("_data", "max_size", "ttl_seconds")
+
+    def __init__(
+        self,
+        *,
+        ttl_seconds: float,
+        max_size: int,
+        timer: Callable[[], float] = time.monotonic,
+    ) -> None:
+        if ttl_seconds <= 0:
+            raise ValueError(f"cache ttl_seconds must be positive, got {ttl_seconds}")
+        if max_size < 1:
+            raise ValueError(f"cache max_size must be at least 1, got {max_size}")
+        self.ttl_seconds = ttl_seconds
+        self.max_size = max_size
+        self._data: TTLCache = TTLCache(maxsize=max_size, ttl=ttl_seconds, timer=timer)
+
+    def __len__(self) -> int:
+        return len(self._data)
+
+    def __repr__(self) -> str:
+        return f"MemoryCache(size={len(self._data)}, max_size={self.max_size})"
+
+    async def get(self, key: str) -> str | None:
+        return self._data.get(key)
+
+    async def set(self, key: str, value: str) -> None:
+        self._data[key] = value
+
+    async def close(self) -> None:
+        self._data.clear()
+
+
+class RedisCache:
+    """A cache shared by every worker, for when ``RETRO_MODEL__REDIS_URL`` is set."""
+
+    __slots__ = ("_client", "_errors", "_url", "prefix", "ttl_seconds")
+
+    def __init__(self, url: str, ttl_seconds: float, *, prefix: str = "retro:answer:") -> None:
+        if ttl_seconds <= 0:
+            raise ValueError(f"cache ttl_seconds must be positive, got {ttl_seconds}")
+        redis_asyncio = _import_redis()
+        self._url = url
+        self.ttl_seconds = ttl_seconds
+        self.prefix = prefix
+        self._client: Any = None
+        self._errors: tuple[type[BaseException], ...] = (
+            redis_asyncio.RedisError,
+            OSError,
+        )
+
+    def __repr__(self) -> str:
+        # the URL may carry a password: never print it
+        return f"RedisCache(prefix={self.prefix!r}, ttl_seconds={self.ttl_seconds})"
+
+    def _redis(self) -> Any:
+        if self._client is None:
+            self._client = _import_redis().from_url(self._url, decode_responses=True)
+        return self._client
+
+    async def get(self, key: str) -> str | None:
+        try:
+            value = await self._redis().get(self.prefix + key)
+        except self._errors as exc:
+            logger.warning("answer cache read failed, treating as a miss: %s", exc)
+            return None
+        return value if isinstance(value, str) or value is None else str(value)
+
+    async def set(self, key: str, value: str) -> None:
+        try:
+            await self._redis().set(self.prefix + key, value, ex=max(1, int(self.ttl_seconds)))
+        except self._errors as exc:
+            logger.warning("answer cache write failed, answer not cached: %s", exc)
+
+    async def close(self) -> None:
+        if self._client is not None:
+            client, self._client = self._client, None
+            if hasattr(client, "aclose"):  # redis>=5
+                await client.aclose()
+            else:
+                await client.close()
+
+
+def build_cache(*, redis_url: str | None, ttl_seconds: float, max_size: int) -> AnswerCache:
+    """Redis when a URL is configured, else the in-process cache."""
+    if redis_url:
+        return RedisCache(redis_url, ttl_seconds)
+    return MemoryCache(ttl_seconds=ttl_seconds, max_size=max_size)
+
+
+def _import_redis() -> Any:
+    try:
+        import redis.asyncio as redis_asyncio
+    except ImportError as exc:
+        raise ConfigError(
+            "RETRO_MODEL__REDIS_URL is set but the redis client is not installed; "
+            "run `pip install retro-stream[redis]` or unset the URL to use the memory cache",
+            reason="config",
+        ) from exc
+    return redis_asyncio

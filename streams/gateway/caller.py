@@ -1,0 +1,200 @@
+"""One model request within the provider's limits, retried while it is worth it.
+
+The transport policy, apart from what a batch means: AIMD slot (fresh work at
+priority 0, retries at 1), then the RPM and TPM buckets, then the call under a
+timeout. A 429 shrinks concurrency and blocks the buckets for its Retry-After;
+429s and transient errors retry with jittered exponential backoff while attempts
+and the global retry budget last. Everything else is handed back to the gateway.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import random
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+from streams.errors import (
+    ContextTooLong,
+    ModelError,
+    PermanentModelError,
+    RateLimited,
+    TransientModelError,
+)
+from streams.gateway.aimd import AIMDLimiter
+from streams.gateway.backends import ChatBackend, ChatResult
+from streams.gateway.buckets import TokenBucket
+from streams.gateway.retry import RetryBudget, backoff_delay
+from streams.gateway.telemetry import LaneMetrics, call_status
+
+logger = logging.getLogger(__name__)
+
+Sleep = Callable[[float], Awaitable[None]]
+
+
+class Calibration(Protocol):
+    """What the gateway needs of ``streams.clean.tokens.TokenCalibration``."""
+
+    def observe(self, model: str, estimated: int, reported: int) -> None: ...
+
+    def adjust(self, model: str, estimated: int) -> int: ...
+
+
+@dataclass(frozen=True)
+class CallFailure:
+    """Why a request ended without an answer."""
+
+    reason: str  # review reason
+    detail: str
+    split: bool = False  # True: the batch may succeed in smaller pieces
+
+
+class ModelCaller:
+    """Sends requests for one lane; shares limiter, buckets and budget with its peers."""
+
+    def __init__(
+        self,
+        *,
+        backend: ChatBackend,
+        model: str,
+        timeout_seconds: float,
+        limiter: AIMDLimiter,
+        rpm: TokenBucket,
+        tpm: TokenBucket,
+        retry_budget: RetryBudget,
+        max_attempts: int,
+        backoff_base: float,
+        calibration: Calibration | None,
+        telemetry: LaneMetrics,
+        sleep: Sleep,
+        rng: random.Random,
+    ) -> None:
+        if max_attempts < 1:
+            raise ValueError(f"max_attempts must be at least 1, got {max_attempts}")
+        if timeout_seconds <= 0:
+            raise ValueError(f"timeout_seconds must be positive, got {timeout_seconds}")
+        self.backend = backend
+        self.model = model
+        self.timeout_seconds = timeout_seconds
+        self.limiter = limiter
+        self.rpm = rpm
+        self.tpm = tpm
+        self.retry_budget = retry_budget
+        self.max_attempts = max_attempts
+        self.backoff_base = backoff_base
+        self.calibration = calibration
+        self.telemetry = telemetry
+        self._sleep = sleep
+        self._rng = rng
+
+    async def request(
+        self,
+        messages: list[dict[str, Any]],
+        *,
+        prompt_tokens: int,
+        max_tokens: int,
+        observe: int | None,
+    ) -> tuple[ChatResult | CallFailure, int]:
+        """(an answer or why there is none, backend calls made).
+
+        ``observe``: the batch's raw token estimate, fed to calibration with the
+        prompt tokens the provider reports (None when the prompt is not the batch's).
+        """
+        self.retry_budget.on_request()
+        lane = self.telemetry.lane
+        calls = 0
+        attempt = 0
+        while True:
+            attempt += 1
+            retry_after: float | None = None
+            try:
+                calls += 1
+                result = await self._call(
+                    messages, prompt_tokens, max_tokens, priority=0 if attempt == 1 else 1
+                )
+            except RateLimited as exc:
+                failure: ModelError = exc
+                retry_after = exc.retry_after
+                self._on_rate_limited(retry_after)
+            except TransientModelError as exc:
+                failure = exc
+            except ContextTooLong as exc:
+                return CallFailure("context_length", str(exc), split=True), calls
+            except PermanentModelError as exc:
+                return CallFailure(exc.reason, str(exc)), calls
+            else:
+                self._on_success(result, observe)
+                return result, calls
+            last = f"last: {failure.reason}: {failure}"
+            if attempt >= self.max_attempts:
+                return CallFailure("model_unavailable", f"{attempt} attempts failed; {last}"), calls
+            if not self.retry_budget.try_spend():
+                self.telemetry.budget_exhausted()
+                detail = f"the global retry budget is empty (many failures at once); {last}"
+                return CallFailure("retry_budget_exhausted", detail), calls
+            delay = backoff_delay(attempt, base=self.backoff_base, rng=self._rng)
+            if retry_after is not None:
+                delay = max(delay, retry_after)
+            self.telemetry.retry(failure.reason)
+            logger.info(
+                "%s lane: attempt %d failed (%s), retry in %.2fs", lane, attempt, failure, delay
+            )
+            await self._sleep(delay)
+
+    async def _call(
+        self, messages: list[dict[str, Any]], prompt_tokens: int, max_tokens: int, *, priority: int
+    ) -> ChatResult:
+        async with self.limiter.slot(priority):
+            self._gauges(held=0)
+            try:
+                await self.rpm.acquire(1)
+                # a repair prompt may estimate above the capacity the gateway checked
+                await self.tpm.acquire(min(prompt_tokens + max_tokens, self.tpm.capacity))
+                return await self._timed(messages, max_tokens)
+            finally:
+                self._gauges(held=1)  # the slot is released right after this
+
+    async def _timed(self, messages: list[dict[str, Any]], max_tokens: int) -> ChatResult:
+        loop = asyncio.get_running_loop()
+        started = loop.time()
+        try:
+            async with asyncio.timeout(self.timeout_seconds):
+                result = await self.backend.chat(
+                    model=self.model,
+                    messages=messages,
+                    max_tokens=max_tokens,
+                    timeout=self.timeout_seconds,
+                )
+        except TimeoutError as exc:
+            self.telemetry.call("timeout", loop.time() - started)
+            raise TransientModelError(
+                f"no answer within {self.timeout_seconds:g}s; raise the lane's "
+                "timeout_seconds if the model is just slow",
+                reason="timeout",
+            ) from exc
+        except ModelError as exc:
+            self.telemetry.call(call_status(exc), loop.time() - started)
+            raise
+        status = "truncated" if result.finish_reason == "length" else "ok"
+        self.telemetry.call(status, loop.time() - started)
+        return result
+
+    def _on_success(self, result: ChatResult, observe: int | None) -> None:
+        self.limiter.on_success()
+        if self.calibration is not None and observe is not None and result.prompt_tokens > 0:
+            self.calibration.observe(self.model, observe, result.prompt_tokens)
+        self.telemetry.tokens(result.prompt_tokens, result.completion_tokens)
+        self._gauges(held=0)
+
+    def _on_rate_limited(self, retry_after: float | None) -> None:
+        self.limiter.on_rate_limited()
+        if retry_after:
+            self.rpm.penalize(retry_after)
+            self.tpm.penalize(retry_after)
+        self.telemetry.rate_limited()
+        self._gauges(held=0)
+
+    def _gauges(self, *, held: int) -> None:
+        self.telemetry.concurrency(self.limiter.limit, self.limiter.in_flight - held)

@@ -1,0 +1,114 @@
+"""Build both lanes' gateways from settings, sharing what one provider account shares.
+
+The RPM/TPM buckets, retry budget, cache, backend and token calibration are shared
+by the fast and slow lane (they are limits of one model account); each lane gets its
+own AIMD limiter capped by its ``max_concurrency``, timeout and prompt detail.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from streams.clean.tokens import TokenCalibration, TokenCounter
+from streams.gateway.aimd import AIMDLimiter
+from streams.gateway.backends import ChatBackend, build_backend
+from streams.gateway.buckets import TokenBucket
+from streams.gateway.cache import AnswerCache, build_cache
+from streams.gateway.gateway import Gateway
+from streams.gateway.retry import RetryBudget
+from streams.metrics import Metrics
+from streams.settings import Settings
+
+
+class CalibratedCounter:
+    """A token counter whose counts follow what the provider reports for this model."""
+
+    def __init__(self, counter: TokenCounter, calibration: TokenCalibration, model: str) -> None:
+        self.counter = counter
+        self.calibration = calibration
+        self.model = model
+
+    def count(self, text: str) -> int:
+        return self.calibration.adjust(self.model, self.counter.count(text))
+
+    def truncate(self, text: str, max_tokens: int) -> tuple[str, bool]:
+        factor = self.calibration.factor(self.model)
+        return self.counter.truncate(text, max(1, int(max_tokens / factor)))
+
+
+@dataclass
+class GatewaySet:
+    fast: Gateway
+    slow: Gateway
+    backend: ChatBackend
+    cache: AnswerCache
+    calibration: TokenCalibration
+    counter: TokenCounter
+
+    def lane(self, name: str) -> Gateway:
+        return self.fast if name == "fast" else self.slow
+
+    def window_counter(self, model: str) -> CalibratedCounter:
+        return CalibratedCounter(self.counter, self.calibration, model)
+
+    async def close(self) -> None:
+        await self.backend.close()
+        await self.cache.close()
+
+
+def build_gateways(
+    settings: Settings,
+    *,
+    metrics: Metrics | None = None,
+    counter: TokenCounter | None = None,
+    backend: ChatBackend | None = None,
+) -> GatewaySet:
+    m = settings.model
+    counter = counter or TokenCounter(settings.clean.encoding)
+    backend = backend or build_backend(m, counter)
+    calibration = TokenCalibration()
+    cache = build_cache(
+        redis_url=m.redis_url, ttl_seconds=m.cache_ttl_seconds, max_size=m.cache_size
+    )
+    rpm = TokenBucket(rate_per_minute=m.rpm, setting="RETRO_MODEL__RPM")
+    tpm = TokenBucket(rate_per_minute=m.tpm, setting="RETRO_MODEL__TPM")
+    budget = RetryBudget(ratio=m.retry_budget_ratio, minimum=m.retry_budget_min)
+
+    def gateway(lane: str) -> Gateway:
+        ls = settings.lane(lane)  # type: ignore[arg-type]
+        maximum = max(1, min(m.aimd_max, ls.max_concurrency))
+        limiter = AIMDLimiter(
+            start=min(m.aimd_start, maximum),
+            increase=m.aimd_increase,
+            decrease_factor=m.aimd_decrease_factor,
+            maximum=maximum,
+            pause_seconds=m.aimd_pause_seconds,
+        )
+        return Gateway(
+            backend=backend,
+            lane=lane,
+            model=m.name,
+            prompt_version=m.prompt_version,  # type: ignore[arg-type]
+            detail=ls.prompt_detail,
+            context_window=ls.context_window,
+            output_reserve=ls.output_reserve,
+            timeout_seconds=ls.timeout_seconds,
+            limiter=limiter,
+            rpm=rpm,
+            tpm=tpm,
+            retry_budget=budget,
+            cache=cache,
+            max_attempts=m.max_attempts,
+            backoff_base=m.backoff_base_seconds,
+            calibration=calibration,
+            metrics=metrics,
+        )
+
+    return GatewaySet(
+        fast=gateway("fast"),
+        slow=gateway("slow"),
+        backend=backend,
+        cache=cache,
+        calibration=calibration,
+        counter=counter,
+    )

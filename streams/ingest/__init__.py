@@ -1,0 +1,1 @@
+"""Ingest: files or stdin -> logical records (multi-line joined) -> the raw topic."""

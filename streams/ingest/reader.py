@@ -1,0 +1,161 @@
+"""Split a byte stream into logical records: one log event each, multi-line joined.
+
+A line *starts* a record when it opens with something a log event opens with: a
+timestamp (bare or in brackets), a syslog header, a JSON object, a level word, a
+``key=`` pair. Other lines continue the record before them: Java stack traces
+(``\\tat ...``, ``Caused by: ...``, ``... 12 more``), indented lines, exception
+messages. Bytes stay bytes: decoding (and dead-lettering what does not decode) is
+the cleaner's job, so nothing is lost here.
+"""
+
+from __future__ import annotations
+
+import gzip
+import io
+import logging
+import re
+import sys
+from collections.abc import Iterator
+from typing import BinaryIO
+
+logger = logging.getLogger(__name__)
+
+GZIP_MAGIC = b"\x1f\x8b"
+READ_CHUNK = 1 << 20  # read very long lines in 1 MiB pieces
+
+_MON = rb"(?:Jan|Feb|Mar|Apr|May|Jun|Jul|Aug|Sep|Oct|Nov|Dec)"
+_LEVEL = (
+    rb"(?:TRACE|DEBUG|INFO|NOTICE|WARN|WARNING|ERROR|ERR|SEVERE|FATAL|CRITICAL|CRIT|ALERT"
+    rb"|EMERG|PANIC|FINE|FINER|FINEST)"
+)
+_STAMP = (
+    b"(?:"
+    + b"|".join(
+        (
+            rb"\d{4}[-/.]\d{1,2}[-/.]\d{1,2}",  # 2015-10-18, 2005.06.03, 2017/05/16
+            rb"\d{8}(?:[-T ]\d{1,2}:\d{1,2}|T?\d{4})",  # 20171223-22:15, 20171223T2215
+            rb"\d{6} \d{6}(?!\d)",  # 081109 203615 (HDFS)
+            rb"\d{1,2}:\d{2}:\d{2}",  # 17:26:48.079 (time of day)
+            rb"\d{1,2}[/ -]" + _MON + rb"[/ -]\d{4}",  # 04/Dec/2005
+            rb"(?:Mon|Tue|Wed|Thu|Fri|Sat|Sun),? (?:\d{1,2} )?" + _MON,  # Sun Dec 04, Sun, 04 Dec
+            _MON + rb" +\d{1,2} (?:\d{4} )?\d{2}:\d{2}:\d{2}",  # Jun 14 15:16:01 (syslog)
+        )
+    )
+    + b")"
+)
+_START = re.compile(
+    rb"(?:"
+    + _STAMP
+    + rb"|\["
+    + _STAMP  # [2016-12-19 20:39:48,918], [Sun Dec 04 ...]
+    + rb"|<\d{1,3}>"  # syslog PRI
+    + rb"|\{"  # JSON object
+    + rb"|\[?"
+    + _LEVEL
+    + rb"\b"  # INFO ..., [ERROR] ...
+    + rb"|[IWEF]\d{4} \d{2}:"  # glog
+    + rb"|[A-Za-z_][\w.\-]*=\S"  # logfmt key=value
+    + rb"|\S{1,200} (?:\d{4}-\d{2}-\d{2}[ T]\d{2}:|1\d{9} \d{4}\.\d{2}\.\d{2} )"  # token + stamp
+    + rb")"
+)
+# Lines that continue a record even where a generic line would not (stack traces).
+_STRONG_CONTINUATION = re.compile(rb"(?:[ \t]|Caused by:|Suppressed:|\.\.\. \d+ (?:more|common))")
+# Generic (non-start, non-trace) lines join the record before them while they stay a
+# minority: at most this many per start line seen, plus a small allowance. Past that
+# the source looks like bare text and every line is its own record.
+WEAK_PER_START = 4
+WEAK_ALLOWANCE = 8
+
+
+def open_source(path: str) -> BinaryIO:
+    """Open a file ("-" = stdin) for binary reading; gzip is detected by its magic bytes."""
+    if path == "-":
+        try:
+            stream: BinaryIO = open(sys.stdin.fileno(), "rb", closefd=False)  # noqa: SIM115
+        except (AttributeError, OSError, io.UnsupportedOperation):
+            stream = sys.stdin.buffer
+    else:
+        stream = open(path, "rb")  # noqa: SIM115
+    peek = getattr(stream, "peek", None)
+    head = peek(2)[:2] if peek is not None else b""
+    if head == GZIP_MAGIC:
+        return gzip.GzipFile(fileobj=stream, mode="rb")  # type: ignore[return-value]
+    return stream
+
+
+def is_record_start(line: bytes) -> bool:
+    """Whether a (non-empty, unindented) line opens a new log event."""
+    return _START.match(line) is not None
+
+
+def _lines(stream: BinaryIO, cap: int | None) -> Iterator[tuple[int, bytes]]:
+    """(1-based line number, line without EOL); lines longer than ``cap`` are cut at it."""
+    line_no = 0
+    while True:
+        piece = stream.readline(READ_CHUNK)
+        if not piece:
+            return
+        line_no += 1
+        if not piece.endswith(b"\n"):
+            parts = [piece]
+            size = len(piece)
+            while True:  # a very long line: keep at most cap + 1 bytes of it
+                more = stream.readline(READ_CHUNK)
+                if not more:
+                    break
+                if cap is None or size <= cap:
+                    parts.append(more)
+                size += len(more)
+                if more.endswith(b"\n"):
+                    break
+            piece = b"".join(parts)
+            if cap is not None and size > cap + 1:
+                logger.debug("line %s is %s bytes; kept the first %s", line_no, size, cap + 1)
+                piece = piece[: cap + 1]
+        yield line_no, piece.rstrip(b"\r\n")
+
+
+def iter_records(
+    stream: BinaryIO, *, max_record_bytes: int | None = None
+) -> Iterator[tuple[int, bytes]]:
+    """Yield ``(first line number, record bytes)`` for each logical record.
+
+    Empty lines are skipped; CRLF and a missing final newline are fine. With
+    ``max_record_bytes``, a record keeps at most that many bytes plus one: enough for
+    the cleaner to dead-letter it as too large without holding gigabytes in memory.
+    """
+    starts = 0
+    weak_joined = 0
+    record: list[bytes] = []
+    size = 0
+    first_line = 0
+    for line_no, line in _lines(stream, max_record_bytes):
+        if not line.strip():
+            continue
+        joins = False
+        if record and starts:
+            if _STRONG_CONTINUATION.match(line):
+                joins = True
+            elif (
+                _START.match(line) is None
+                and weak_joined < WEAK_ALLOWANCE + WEAK_PER_START * starts
+            ):
+                joins = True
+                weak_joined += 1
+        if joins:
+            if max_record_bytes is None or size <= max_record_bytes:
+                record.append(line)
+                size += len(line) + 1
+            continue
+        if record:
+            yield first_line, _join(record, max_record_bytes)
+        if _START.match(line) is not None:
+            starts += 1
+        record, size, first_line = [line], len(line), line_no
+    if record:
+        yield first_line, _join(record, max_record_bytes)
+
+
+def _join(lines: list[bytes], cap: int | None) -> bytes:
+    data = b"\n".join(lines)
+    return data if cap is None or len(data) <= cap + 1 else data[: cap + 1]

@@ -1,0 +1,35 @@
+"""Run the faust worker for `retro worker` (topics first, then the agents)."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+
+from streams.app import build_app
+from streams.settings import Settings
+from streams.topics import ensure_topics
+
+logger = logging.getLogger(__name__)
+
+
+def run_worker(settings: Settings, *, roles: tuple[str, ...]) -> int:
+    from faust import Worker
+
+    asyncio.run(ensure_topics(settings))
+    worker = build_app(settings, roles=roles)
+    faust_worker = Worker(worker.app, loglevel=settings.log_level.lower(), quiet=True,
+                          redirect_stdouts=False)
+
+    async def _close_gateways() -> None:
+        if worker.gateways is not None:
+            for processor in worker.processors.values():
+                # unflushed window records stay unacked and are re-read after restart
+                await processor.wait_in_flight(timeout=30.0)
+            await worker.gateways.close()
+
+    @worker.app.on_before_shutdown.connect
+    async def _on_shutdown(app: object, **kwargs: object) -> None:
+        await _close_gateways()
+
+    faust_worker.execute_from_commandline()
+    return 0

