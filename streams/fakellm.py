@@ -24,7 +24,7 @@ import random
 import time
 from collections import deque
 from collections.abc import Awaitable, Callable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 from aiohttp import web
@@ -118,6 +118,7 @@ class FakeLLMStats:
     context_errors: int = 0
     truncated: int = 0
     bad_requests: int = 0
+    cancelled: int = 0  # the client hung up before the answer (not a stall)
     prompt_tokens: int = 0  # served in 200 answers
     completion_tokens: int = 0
     in_flight: int = 0
@@ -199,11 +200,15 @@ class FakeProvider:
         self.records.append(record)
         try:
             response = await self._chat(request, record)
+        except asyncio.CancelledError:  # the client hung up (handler_cancellation)
+            if "outcome" not in record:
+                self._count(record, "cancelled")
+            raise
         finally:
             stats.in_flight -= 1
             record["finished_at"] = self._clock()
-        outcome = record.setdefault("outcome", "bad_request")
-        setattr(stats, _STAT_OF[outcome], getattr(stats, _STAT_OF[outcome]) + 1)
+        if "outcome" not in record:
+            self._count(record, "bad_request")
         record["status"] = response.status
         response.headers.update(self._limit_headers())
         response.headers["x-request-id"] = f"req-fake-{record['seq']}"
@@ -225,7 +230,7 @@ class FakeProvider:
         prompt_tokens = record["prompt_tokens"] = self.prompt_tokens(messages)
         requested = prompt_tokens + (max_tokens or 0)
         if requested > cfg.context:
-            record["outcome"] = "context_length_exceeded"
+            self._count(record, "context_length_exceeded")
             message = (
                 f"This model's maximum context length is {cfg.context} tokens. However, you "
                 f"requested {requested} tokens ({prompt_tokens} in the messages, "
@@ -234,17 +239,17 @@ class FakeProvider:
             )
             return _error(400, message, code="context_length_exceeded")
         if (limited := self._admit(requested)) is not None:
-            record["outcome"] = "rate_limited"
+            self._count(record, "rate_limited")
             return limited
         # one draw per fault, always all four, so a run is reproducible from the seed
         error, stall, malformed, wrong = (self._rng.random() for _ in range(4))
         if error < cfg.error_rate:
-            record["outcome"] = "error_5xx"
+            self._count(record, "error_5xx")
             await self._sleep(cfg.base_latency)
             message = "The server had an error while processing your request."
             return _error(self._rng.choice((500, 502, 503)), message, "server_error")
         if stall < cfg.timeout_rate:
-            record["outcome"] = "timeout"  # counted even if the client hangs up first
+            self._count(record, "timeout")  # counted now: the client may hang up first
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self._closing.wait(), timeout=cfg.stall_seconds)
             return _error(504, "The upstream model timed out.", "server_error", "timeout")
@@ -290,7 +295,7 @@ class FakeProvider:
         )
         record.update(completion_tokens=completion_tokens, latency=latency)
         await self._sleep(latency)
-        record["outcome"] = outcome
+        self._count(record, outcome)
         self.stats.prompt_tokens += prompt_tokens
         self.stats.completion_tokens += completion_tokens
         choice = {
@@ -315,6 +320,11 @@ class FakeProvider:
         }
         headers = {"openai-processing-ms": str(int(latency * 1000))}
         return web.json_response(completion, headers=headers)
+
+    def _count(self, record: dict[str, Any], outcome: str) -> None:
+        record["outcome"] = outcome
+        name = _STAT_OF[outcome]
+        setattr(self.stats, name, getattr(self.stats, name) + 1)
 
     def prompt_tokens(self, messages: list[dict[str, Any]]) -> int:
         """Tokens of every message's content plus the chat format's per-message overhead."""
@@ -442,6 +452,7 @@ _STAT_OF = {
     "timeout": "timeouts",
     "context_length_exceeded": "context_errors",
     "bad_request": "bad_requests",
+    "cancelled": "cancelled",
 }
 
 
@@ -518,20 +529,33 @@ async def serve(config: FakeLLMConfig, host: str = "127.0.0.1", port: int = 8000
         await runner.cleanup()
 
 
-@dataclass
 class FakeLLMServer:
-    """``async with FakeLLMServer(config) as server:`` on 127.0.0.1 and a free port."""
+    """``async with FakeLLMServer(config) as server:`` on 127.0.0.1 and a free port.
 
-    config: FakeLLMConfig = field(default_factory=FakeLLMConfig)
-    clock: Clock | None = None
-    sleep: Sleep | None = None
-    host: str = "127.0.0.1"
-    port: int = 0
-    _runner: web.AppRunner | None = field(default=None, init=False, repr=False)
-    _provider: FakeProvider | None = field(default=None, init=False, repr=False)
+    ``server.config`` is the live config: change its fields (or assign a new one)
+    while the server runs, e.g. to switch faults on and off.
+    """
+
+    def __init__(
+        self,
+        config: FakeLLMConfig | None = None,
+        *,
+        clock: Clock | None = None,
+        sleep: Sleep | None = None,
+        host: str = "127.0.0.1",
+        port: int = 0,
+    ) -> None:
+        self._config = config or FakeLLMConfig()
+        self._clock, self._sleep = clock, sleep
+        self.host, self.port = host, port
+        self._runner: web.AppRunner | None = None
+        self._provider: FakeProvider | None = None
+
+    def __repr__(self) -> str:
+        return f"FakeLLMServer(base_url={self.base_url!r}, model={self._config.model!r})"
 
     async def __aenter__(self) -> FakeLLMServer:
-        app = make_app(self.config, clock=self.clock, sleep=self.sleep)
+        app = make_app(self._config, clock=self._clock, sleep=self._sleep)
         self._provider = app[PROVIDER_KEY]
         self._runner = web.AppRunner(app, handler_cancellation=True, shutdown_timeout=5.0)
         await self._runner.setup()
@@ -547,6 +571,16 @@ class FakeLLMServer:
             self._runner = None
 
     @property
+    def config(self) -> FakeLLMConfig:
+        return self._config
+
+    @config.setter
+    def config(self, config: FakeLLMConfig) -> None:
+        self._config = config
+        if self._provider is not None:
+            self._provider.config = config
+
+    @property
     def base_url(self) -> str:
         return f"http://{self.host}:{self.port}/v1"
 
@@ -558,6 +592,7 @@ class FakeLLMServer:
 
     @property
     def requests(self) -> list[dict[str, Any]]:
+        """What the server received, oldest first (bounded by ``config.max_recorded``)."""
         return list(self.provider.records)
 
     @property

@@ -20,7 +20,7 @@ DATA = Path(__file__).resolve().parents[1] / ".." / "shared" / "data"
 
 NPE_TRACE = (
     "Failed to process request /orders/42\n"
-    "java.lang.NullPointerException: Cannot invoke \"Order.getId()\" because \"order\" is null\n"
+    'java.lang.NullPointerException: Cannot invoke "Order.getId()" because "order" is null\n'
     "\tat com.acme.orders.OrderService.load(OrderService.java:87)\n"
     "\tat com.acme.orders.OrderController.get(OrderController.java:31)\n"
     "\tat sun.reflect.GeneratedMethodAccessor12.invoke(Unknown Source)"
@@ -100,9 +100,7 @@ _group = st.fixed_dictionaries(
 
 @settings(max_examples=150, deadline=None)
 @given(groups=st.lists(_group, max_size=25), detail=st.sampled_from(["brief", "detailed"]))
-def test_every_ref_lands_in_exactly_one_fragment(
-    groups: list[dict[str, Any]], detail: str
-) -> None:
+def test_every_ref_lands_in_exactly_one_fragment(groups: list[dict[str, Any]], detail: str) -> None:
     raw = payload(*[dict(g, ref=f"g{i + 1}") for i, g in enumerate(groups)], detail=detail)
     answer = analyze(copy.deepcopy(raw))
 
@@ -396,3 +394,29 @@ def test_trainticket_logs_yield_business_and_discovery_incidents() -> None:
     assert events["No instances available for a downstream service (ts-seat-service)"] == "high"
     assert "Order lookups fail: order not found" in events
     assert "Order state conflicts" in events
+
+
+def test_literal_prefilter_never_hides_a_match() -> None:
+    """The analyzer skips a rule's regex when none of its required literals occurs."""
+    from streams.analyzer import _rules
+
+    pieces = [
+        NPE_TRACE,
+        KAFKA_NOT_LEADER,
+        "r24=0x0ffea4c8 r25=0x00000003",
+        "auxiliary processor.........................0",
+        "LOOKING",
+        "Connection request from old client /10.0.0.1:2181; will be dropped",
+    ]
+    for path in _real_files():
+        for group_ in real_payload(path, "x")["groups"][:150]:
+            pieces += [group_["template"], *group_["examples"][:1]]
+    checked = 0
+    for rule, needles in _rules():
+        if needles is None:
+            continue
+        for piece in pieces:
+            if rule.pattern.search(piece):
+                checked += 1
+                assert any(n in piece.lower() for n in needles), (rule.name, piece[:120])
+    assert checked > 5

@@ -130,10 +130,10 @@ class Cleaner:
                 reason="binary",
             )
         try:
-            return raw.decode("utf-8"), 0
+            return raw.decode("utf-8").removeprefix("\ufeff"), 0
         except UnicodeDecodeError:
             pass
-        text = raw.decode("utf-8", errors="replace")
+        text = raw.decode("utf-8", errors="replace").removeprefix("\ufeff")
         replaced = text.count("\ufffd") - raw.count(_REPLACEMENT_UTF8)
         if replaced > len(text) * MAX_REPLACED_SHARE:
             raise DecodeError(

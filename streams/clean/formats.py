@@ -184,7 +184,7 @@ class FormatParser:
                 if m["level"]:
                     pos = self._after_level(line, pos, parsed, m["thread0"], m["logger0"])
         message = line[pos:].lstrip()
-        if parsed.service is None:
+        if parsed.service is None and parsed.format == "log4j":
             t = _TRAILING_LOGGER.search(message)
             if t is not None:  # kafka: "msg (kafka.server.ReplicaFetcherThread)"
                 parsed.service = t["name"]

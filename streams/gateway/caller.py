@@ -46,9 +46,11 @@ class Calibration(Protocol):
 class CallFailure:
     """Why a request ended without an answer."""
 
-    reason: str  # review reason
+    reason: str  # the review reason if the batch cannot be split (further)
     detail: str
     split: bool = False  # True: the batch may succeed in smaller pieces
+    output: str | None = None  # the model's answer, if there was one
+    split_reason: str | None = None  # the splits metric label, when it differs from reason
 
 
 class ModelCaller:

@@ -87,7 +87,8 @@ async def produce(
             key = (source or source_name(path)).encode()
             header_file = path.encode()
             with open_source(path) as stream:
-                for line_no, record in iter_records(stream):
+                for line_no, record in iter_records(
+                        stream, max_record_bytes=settings.clean.max_record_bytes):
                     await pacer.wait()
                     fut = await producer.send(
                         settings.topics.raw, value=record, key=key,

@@ -21,6 +21,7 @@ from typing import BinaryIO
 logger = logging.getLogger(__name__)
 
 GZIP_MAGIC = b"\x1f\x8b"
+UTF8_BOM = b"\xef\xbb\xbf"
 READ_CHUNK = 1 << 20  # read very long lines in 1 MiB pieces
 
 _MON = rb"(?:Jan|Feb|Mar|Apr|May|Jun|Jul|Aug|Sep|Oct|Nov|Dec)"
@@ -112,6 +113,8 @@ def _lines(stream: BinaryIO, cap: int | None) -> Iterator[tuple[int, bytes]]:
             if cap is not None and size > cap + 1:
                 logger.debug("line %s is %s bytes; kept the first %s", line_no, size, cap + 1)
                 piece = piece[: cap + 1]
+        if line_no == 1 and piece.startswith(UTF8_BOM):
+            piece = piece[len(UTF8_BOM) :]  # an encoding mark, not part of the first record
         yield line_no, piece.rstrip(b"\r\n")
 
 

@@ -55,6 +55,12 @@ def test_a_normal_record(cleaner: Cleaner) -> None:
     assert out.lane == "fast"
 
 
+def test_a_leading_byte_order_mark_is_dropped(cleaner: Cleaner) -> None:
+    out = cleaner.clean(b'\xef\xbb\xbf{"level": "info", "msg": "hi"}', COORD, "s")
+    assert isinstance(out, NormalizedRecord)
+    assert (out.format, out.message) == ("json", "hi")
+
+
 def test_service_falls_back_to_the_source(cleaner: Cleaner) -> None:
     out = cleaner.clean(b"plain words and nothing else", COORD, "my-source")
     assert isinstance(out, NormalizedRecord)

@@ -94,14 +94,22 @@ def test_docker_time_of_day_takes_date_and_zone_from_the_wrapper() -> None:
 
 def test_docker_wrapper_across_midnight_picks_the_nearest_date() -> None:
     line = json.dumps(
-        {"log": "00:00:00.500 INFO x.Y done\n", "stream": "stdout", "time": "2023-01-28T16:00:00.6Z"}
+        {
+            "log": "00:00:00.500 INFO x.Y done\n",
+            "stream": "stdout",
+            "time": "2023-01-28T16:00:00.6Z",
+        }
     )
     assert ts(parse(line)) == "2023-01-28T16:00:00.500Z"  # 00:00 on the 29th at UTC+8
 
 
 def test_docker_inner_json() -> None:
     line = json.dumps(
-        {"log": '{"level":"error","msg":"inner"}\n', "stream": "stderr", "time": "2023-01-29T09:26:48Z"}
+        {
+            "log": '{"level":"error","msg":"inner"}\n',
+            "stream": "stderr",
+            "time": "2023-01-29T09:26:48Z",
+        }
     )
     p = parse(line)
     assert (p.format, p.level, p.message) == ("docker", "ERROR", "inner")
@@ -259,7 +267,11 @@ def test_rfc3164_with_pri_and_unusual_tag() -> None:
     assert (p.format, p.level, p.service) == ("syslog", "FATAL", "su")  # severity 2: crit
     assert p.attributes == {"host": "mymachine", "facility": 4}
     p = parse("Jun 19 04:09:11 combo syslogd 1.4.1: restart.")
-    assert (p.format, p.attributes, p.message) == ("syslog", {"host": "combo"}, "syslogd 1.4.1: restart.")
+    assert (p.format, p.attributes, p.message) == (
+        "syslog",
+        {"host": "combo"},
+        "syslogd 1.4.1: restart.",
+    )
 
 
 def test_rfc5424_with_structured_data() -> None:
@@ -304,10 +316,17 @@ def test_comma_and_tab_delimited() -> None:
 
 
 def test_apache_error_log() -> None:
-    p = parse("[Sun Dec 04 04:47:44 2005] [notice] workerEnv.init() ok /etc/httpd/conf/w.properties")
+    p = parse(
+        "[Sun Dec 04 04:47:44 2005] [notice] workerEnv.init() ok /etc/httpd/conf/w.properties"
+    )
     assert (p.format, ts(p), p.level) == ("text", "2005-12-04T04:47:44.000Z", "NOTICE")
     assert p.message == "workerEnv.init() ok /etc/httpd/conf/w.properties"
     assert p.service is None
+
+
+def test_a_trailing_file_name_in_parentheses_is_not_a_logger_outside_log4j() -> None:
+    p = parse("[Sun Dec 04 04:47:44 2005] [error] File does not exist (index.html)")
+    assert (p.service, p.message) == (None, "File does not exist (index.html)")
 
 
 def test_apache_24_module_level() -> None:
@@ -331,8 +350,13 @@ def test_hdfs() -> None:
 
 @pytest.mark.parametrize(
     ("label", "level", "expected"),
-    [("-", "INFO", "INFO"), ("KERNDTLB", "FATAL", "FATAL"), ("-", "SEVERE", "ERROR"),
-     ("-", "FAILURE", "FATAL"), ("-", "WARNING", "WARN")],
+    [
+        ("-", "INFO", "INFO"),
+        ("KERNDTLB", "FATAL", "FATAL"),
+        ("-", "SEVERE", "ERROR"),
+        ("-", "FAILURE", "FATAL"),
+        ("-", "WARNING", "WARN"),
+    ],
 )
 def test_bgl_uses_the_epoch_as_utc(label: str, level: str, expected: str) -> None:
     p = parse(
@@ -441,12 +465,31 @@ def test_iso_utc_is_fixed_width() -> None:
 @pytest.mark.parametrize(
     ("raw", "level"),
     [
-        ("warning", "WARN"), ("WARN", "WARN"), ("err", "ERROR"), ("Error", "ERROR"),
-        ("severe", "ERROR"), ("crit", "FATAL"), ("critical", "FATAL"), ("alert", "FATAL"),
-        ("emerg", "FATAL"), ("fatal", "FATAL"), ("panic", "FATAL"), ("FAILURE", "FATAL"),
-        ("notice", "NOTICE"), ("trace", "TRACE"), ("debug", "DEBUG"), ("info", "INFO"),
-        (3, "ERROR"), (6, "INFO"), ("4", "WARN"), (30, "INFO"), (60, "FATAL"),
-        ("bogus", None), (True, None), (None, None), (99, None),
+        ("warning", "WARN"),
+        ("WARN", "WARN"),
+        ("err", "ERROR"),
+        ("Error", "ERROR"),
+        ("severe", "ERROR"),
+        ("crit", "FATAL"),
+        ("critical", "FATAL"),
+        ("alert", "FATAL"),
+        ("emerg", "FATAL"),
+        ("fatal", "FATAL"),
+        ("panic", "FATAL"),
+        ("FAILURE", "FATAL"),
+        ("notice", "NOTICE"),
+        ("trace", "TRACE"),
+        ("debug", "DEBUG"),
+        ("info", "INFO"),
+        (3, "ERROR"),
+        (6, "INFO"),
+        ("4", "WARN"),
+        (30, "INFO"),
+        (60, "FATAL"),
+        ("bogus", None),
+        (True, None),
+        (None, None),
+        (99, None),
     ],
 )
 def test_normalize_level(raw: object, level: str | None) -> None:
@@ -455,6 +498,13 @@ def test_normalize_level(raw: object, level: str | None) -> None:
 
 def test_syslog_severities() -> None:
     assert [syslog_severity(i) for i in range(8)] == [
-        "FATAL", "FATAL", "FATAL", "ERROR", "WARN", "NOTICE", "INFO", "DEBUG",
+        "FATAL",
+        "FATAL",
+        "FATAL",
+        "ERROR",
+        "WARN",
+        "NOTICE",
+        "INFO",
+        "DEBUG",
     ]
     assert syslog_severity(8) is None

@@ -301,7 +301,9 @@ async def test_429_then_success_retries_once_and_halves_the_limit() -> None:
     assert limiter.priorities == [0, 1]  # the retry queued behind fresh work
     assert t.slept and t.slept[0] >= 2.0  # Retry-After honoured
     assert t.now >= 2.0
-    assert gateway.rpm.available < 600  # the penalty emptied the bucket
+    # the Retry-After emptied and blocked both buckets, for every caller
+    assert gateway.rpm.available < 1
+    assert gateway.tpm.available < gateway.tpm.capacity / 2
     assert sample(metrics, "retro_model_rate_limited_total", lane="fast") == 1
     assert sample(metrics, "retro_model_retries_total", lane="fast", reason="rate_limited") == 1
     assert sample(metrics, "retro_model_requests_total", lane="fast", status="rate_limited") == 1
@@ -351,7 +353,7 @@ async def test_a_backend_that_hangs_is_cut_off_by_the_gateway_timeout() -> None:
 
     backend = Hanging()
     gateway = make_gateway(backend)
-    gateway.timeout_seconds = 0.05
+    gateway.caller.timeout_seconds = 0.05
     outcome = await gateway.analyze(make_batch(6))
     assert outcome.calls == 2 and not outcome.reviews and outcome.fragments
 
@@ -370,6 +372,14 @@ async def test_an_empty_retry_budget_sends_to_review_without_more_calls() -> Non
     assert [r.reason for r in second.reviews] == ["retry_budget_exhausted"]
     assert len(backend.calls) == 3
     assert sample(metrics, "retro_model_retry_budget_exhausted_total", lane="fast") == 2
+
+
+async def test_fresh_requests_earn_the_retries_they_may_spend() -> None:
+    budget = RetryBudget(ratio=1.0, minimum=0, capacity=5)
+    backend = ScriptedBackend(["500", "ok"])
+    outcome = await make_gateway(backend, budget=budget).analyze(make_batch(6))
+    assert outcome.calls == 2 and not outcome.reviews  # the fresh request paid for its retry
+    assert budget.balance == 0
 
 
 async def test_a_permanent_rejection_goes_to_review_without_retry() -> None:
