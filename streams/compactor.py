@@ -274,7 +274,7 @@ def _absorb(inc: Incident | None, key: str, fragment: Fragment, new: Coverage) -
         inc = Incident(key=key, event=event, cause=cause, severity=fragment.severity)
     inc.event = min(inc.event, event, key=_text_order)
     inc.cause = min(inc.cause, cause, key=_text_order)
-    inc.severity = fragment.severity
+    inc.severity = max(inc.severity, fragment.severity, key=SEVERITY_WEIGHT.__getitem__)
     inc.services = sorted({*inc.services, fragment.service})
     inc.lanes = sorted({*inc.lanes, fragment.lane})
     times = [fragment.timestamp, fragment.window.start, fragment.window.end]

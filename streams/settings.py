@@ -53,14 +53,18 @@ class LaneSettings(BaseModel):
     prompt_detail: Literal["brief", "detailed"] = "brief"
 
 
-def _slow_lane() -> LaneSettings:
-    return LaneSettings(
-        input_budget=1500,
-        max_records=50,
-        timeout_seconds=120.0,
-        max_concurrency=3,
-        prompt_detail="detailed",
-    )
+class SlowLaneSettings(LaneSettings):
+    """The slow lane: smaller batches, longer timeout, fewer calls, a detailed prompt.
+
+    A subclass (not a factory) so that overriding one RETRO_SLOW__* variable keeps
+    the other slow-lane defaults instead of falling back to the fast lane's.
+    """
+
+    input_budget: int = 1500
+    max_records: int = 50
+    timeout_seconds: float = 120.0
+    max_concurrency: int = 3
+    prompt_detail: Literal["brief", "detailed"] = "detailed"
 
 
 class ModelSettings(BaseModel):
@@ -123,7 +127,7 @@ class Settings(BaseSettings):
     topics: TopicSettings = TopicSettings()
     clean: CleanSettings = CleanSettings()
     fast: LaneSettings = LaneSettings()
-    slow: LaneSettings = Field(default_factory=_slow_lane)
+    slow: SlowLaneSettings = SlowLaneSettings()
     model: ModelSettings = ModelSettings()
     report: ReportSettings = ReportSettings()
     web_port: int = 6066

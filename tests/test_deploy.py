@@ -40,6 +40,13 @@ EXPECTED_KINDS: dict[str, set[tuple[str, str]]] = {
     "topics.yaml": {("kafka.strimzi.io/v1beta2", "KafkaTopic")},
 }
 NOT_IN_KUSTOMIZATION = {"kustomization.yaml", "secret.example.yaml", "topics.yaml"}
+# KEDA's name for each RETRO_KAFKA__SASL_MECHANISM.
+KEDA_SASL = {
+    None: "none",
+    "PLAIN": "plaintext",
+    "SCRAM-SHA-256": "scram_sha256",
+    "SCRAM-SHA-512": "scram_sha512",
+}
 
 
 # --- helpers -------------------------------------------------------------------
@@ -137,8 +144,16 @@ def selects(selector: dict[str, str], labels: dict[str, str]) -> bool:
 def quantity(value: str | int | float) -> float:
     """Kubernetes resource quantity to a float (cores or bytes)."""
     text = str(value)
-    units = {"m": 1e-3, "Ki": 2**10, "Mi": 2**20, "Gi": 2**30, "Ti": 2**40,
-             "k": 1e3, "M": 1e6, "G": 1e9}
+    units = {
+        "m": 1e-3,
+        "Ki": 2**10,
+        "Mi": 2**20,
+        "Gi": 2**30,
+        "Ti": 2**40,
+        "k": 1e3,
+        "M": 1e6,
+        "G": 1e9,
+    }
     match = re.fullmatch(r"([0-9.]+)([A-Za-z]*)", text)
     assert match, f"not a quantity: {text!r}"
     number, unit = match.groups()
@@ -227,8 +242,11 @@ def test_configmap_builds_settings_fit_for_a_pod(settings: Settings) -> None:
 
 def test_slow_lane_is_configured_completely_or_not_at_all() -> None:
     """One RETRO_SLOW__* alone rebuilds the slow lane from LaneSettings defaults."""
-    slow = {k.removeprefix("RETRO_SLOW__").lower() for k in configmap_env()
-            if k.startswith("RETRO_SLOW__")}
+    slow = {
+        k.removeprefix("RETRO_SLOW__").lower()
+        for k in configmap_env()
+        if k.startswith("RETRO_SLOW__")
+    }
     if slow:
         assert slow == set(LaneSettings.model_fields), sorted(set(LaneSettings.model_fields) - slow)
 
@@ -314,8 +332,10 @@ def test_deployment_env_comes_from_the_configmap_and_secret(role: str) -> None:
 
 def test_grace_periods_cover_in_flight_work(settings: Settings) -> None:
     by_role = deployments()
-    grace = {r: d["spec"]["template"]["spec"]["terminationGracePeriodSeconds"]
-             for r, d in by_role.items()}
+    grace = {
+        r: d["spec"]["template"]["spec"]["terminationGracePeriodSeconds"]
+        for r, d in by_role.items()
+    }
     longest_call = max(settings.fast.timeout_seconds, settings.slow.timeout_seconds)
     assert grace["batch"] >= longest_call + 30
     assert all(g >= 30 for g in grace.values()), grace
@@ -358,16 +378,22 @@ def test_services_reach_worker_pods_on_the_web_port(settings: Settings) -> None:
 
 def test_service_monitor_scrapes_every_role() -> None:
     monitor = one("ServiceMonitor")
-    services = [s for s in of_kind("Service")
-                if selects(monitor["spec"]["selector"]["matchLabels"], s["metadata"]["labels"])]
+    services = [
+        s
+        for s in of_kind("Service")
+        if selects(monitor["spec"]["selector"]["matchLabels"], s["metadata"]["labels"])
+    ]
     assert len(services) == 1
     (svc,) = services
     port_names = {p["name"] for p in svc["spec"]["ports"]}
     for endpoint in monitor["spec"]["endpoints"]:
         assert endpoint["port"] in port_names
         assert endpoint["path"] == "/metrics"
-    roles = {agents_role(d) for d in of_kind("Deployment")
-             if selects(svc["spec"]["selector"], d["spec"]["template"]["metadata"]["labels"])}
+    roles = {
+        agents_role(d)
+        for d in of_kind("Deployment")
+        if selects(svc["spec"]["selector"], d["spec"]["template"]["metadata"]["labels"])
+    }
     assert roles == set(ROLES)
 
 
@@ -394,10 +420,7 @@ def test_keda_triggers_point_at_real_topics_and_groups(settings: Settings) -> No
             assert int(meta["lagThreshold"]) > 0
             assert meta.get("allowIdleConsumers", "false") in ("false", False)
             assert t["authenticationRef"]["name"] in auths
-            mechanism = (settings.kafka.sasl_mechanism or "none").lower().replace("-", "_")
-            assert meta.get("sasl", "none") == {"scram_sha_512": "scram_sha512",
-                                                "scram_sha_256": "scram_sha256",
-                                                "plain": "plaintext"}.get(mechanism, mechanism)
+            assert meta.get("sasl", "none") == KEDA_SASL[settings.kafka.sasl_mechanism]
             uses_tls = settings.kafka.security_protocol in ("SSL", "SASL_SSL")
             assert (meta.get("tls") == "enable") == uses_tls
     assert scaled_roles == set(ROLE_INPUTS)
@@ -407,8 +430,9 @@ def test_keda_max_replicas_equal_partitions(settings: Settings) -> None:
     topics = topic_docs()
     for so in of_kind("ScaledObject"):
         spec = so["spec"]
-        partitions = {topics[t["metadata"]["topic"]]["spec"]["partitions"]
-                      for t in spec["triggers"]}
+        partitions = {
+            topics[t["metadata"]["topic"]]["spec"]["partitions"] for t in spec["triggers"]
+        }
         # more pods than partitions sit idle in the group
         assert spec["maxReplicaCount"] == max(partitions) == settings.topics.partitions
         assert spec["minReplicaCount"] == 1
@@ -417,8 +441,12 @@ def test_keda_max_replicas_equal_partitions(settings: Settings) -> None:
 
 def test_trigger_authentication_reads_existing_secrets() -> None:
     secret = one("Secret")
-    mounted = {v["secret"]["secretName"] for d in of_kind("Deployment")
-               for v in d["spec"]["template"]["spec"]["volumes"] if "secret" in v}
+    mounted = {
+        v["secret"]["secretName"]
+        for d in of_kind("Deployment")
+        for v in d["spec"]["template"]["spec"]["volumes"]
+        if "secret" in v
+    }
     for auth in of_kind("TriggerAuthentication"):
         refs = auth["spec"]["secretTargetRef"]
         assert {r["parameter"] for r in refs} >= {"username", "password"}
@@ -469,8 +497,11 @@ def test_topics_agree_with_what_the_worker_would_create(settings: Settings) -> N
 
 
 def test_dockerfile_runs_retro_as_the_pods_user() -> None:
-    lines = [ln.strip() for ln in (DEPLOY / "Dockerfile").read_text("utf-8").splitlines()
-             if ln.strip() and not ln.lstrip().startswith("#")]
+    lines = [
+        ln.strip()
+        for ln in (DEPLOY / "Dockerfile").read_text("utf-8").splitlines()
+        if ln.strip() and not ln.lstrip().startswith("#")
+    ]
     assert lines[0] == "FROM python:3.11-slim"
     assert 'ENTRYPOINT ["retro"]' in lines
     (user,) = [ln.split()[1] for ln in lines if ln.startswith("USER ")]

@@ -30,13 +30,45 @@ DATASOURCE = {"type": "prometheus", "uid": "${datasource}"}
 SCRAPE_LABELS = frozenset(
     {"namespace", "pod", "instance", "job", "service", "container", "endpoint", "role"}
 )
-FUNCTIONS = frozenset({
-    "abs", "absent", "avg", "avg_over_time", "ceil", "clamp", "clamp_max", "clamp_min",
-    "count", "count_over_time", "delta", "deriv", "floor", "histogram_quantile",
-    "increase", "irate", "label_replace", "max", "max_over_time", "min", "min_over_time",
-    "predict_linear", "quantile", "rate", "resets", "round", "scalar", "sort", "sort_desc",
-    "sum", "sum_over_time", "time", "topk", "bottomk", "vector",
-})
+FUNCTIONS = frozenset(
+    {
+        "abs",
+        "absent",
+        "avg",
+        "avg_over_time",
+        "ceil",
+        "clamp",
+        "clamp_max",
+        "clamp_min",
+        "count",
+        "count_over_time",
+        "delta",
+        "deriv",
+        "floor",
+        "histogram_quantile",
+        "increase",
+        "irate",
+        "label_replace",
+        "max",
+        "max_over_time",
+        "min",
+        "min_over_time",
+        "predict_linear",
+        "quantile",
+        "rate",
+        "resets",
+        "round",
+        "scalar",
+        "sort",
+        "sort_desc",
+        "sum",
+        "sum_over_time",
+        "time",
+        "topk",
+        "bottomk",
+        "vector",
+    }
+)
 KEYWORDS = frozenset({"and", "or", "unless", "bool", "offset"})
 GROUPING = re.compile(r"\b(by|without|on|ignoring|group_left|group_right)\s*\(([^()]*)\)")
 SELECTOR = re.compile(r"(?P<name>[A-Za-z_:][\w:]*)?\s*\{(?P<body>[^{}]*)\}")
@@ -45,17 +77,27 @@ NUMBER = re.compile(r"(?<![\w:])\d+(?:\.\d+)?(?:[eE][+-]?\d+)?[a-zA-Z]*")
 # Pipeline and rate-limit views must keep answering the questions they were built for.
 REQUIRED = {
     "retro-pipeline.json": {
-        "retro_consumer_lag_messages", "retro_records_routed_total", "retro_deadletter_total",
-        "retro_batches_total", "retro_batch_records_bucket", "retro_batch_input_tokens_bucket",
-        "retro_model_tokens_total", "retro_fragments_total", "retro_review_total",
+        "retro_consumer_lag_messages",
+        "retro_records_routed_total",
+        "retro_deadletter_total",
+        "retro_batches_total",
+        "retro_batch_records_bucket",
+        "retro_batch_input_tokens_bucket",
+        "retro_model_tokens_total",
+        "retro_fragments_total",
+        "retro_review_total",
         "retro_report_updates_total",
     },
     "retro-rate-limits.json": {
-        "retro_model_concurrency_limit", "retro_model_requests_in_flight",
-        "retro_model_rate_limited_total", "retro_model_retries_total",
+        "retro_model_concurrency_limit",
+        "retro_model_requests_in_flight",
+        "retro_model_rate_limited_total",
+        "retro_model_retries_total",
         "retro_model_retry_budget_exhausted_total",
-        "retro_model_request_duration_seconds_bucket", "retro_model_requests_total",
-        "retro_model_cache_total", "retro_batch_splits_total",
+        "retro_model_request_duration_seconds_bucket",
+        "retro_model_requests_total",
+        "retro_model_cache_total",
+        "retro_batch_splits_total",
     },
 }
 
@@ -110,7 +152,7 @@ def analyse(expr: str) -> tuple[set[str], set[str], list[str]]:
 
     for match in re.finditer(r"[A-Za-z_:][\w:]*", rest):
         word = match.group(0)
-        if rest[match.end():].lstrip().startswith("("):
+        if rest[match.end() :].lstrip().startswith("("):
             if word not in FUNCTIONS:
                 problems.append(f"unknown function {word}")
         elif word.lower() not in KEYWORDS:
@@ -166,13 +208,16 @@ def walk(node: Any, key: str) -> list[Any]:
 
 def dashboard_exprs(dashboard: dict[str, Any]) -> list[tuple[str, str, str]]:
     """(panel title, expr, legendFormat) for every query of the dashboard."""
-    return [(p["title"], t["expr"], t.get("legendFormat", ""))
-            for p in panels(dashboard) for t in p.get("targets", [])]
+    return [
+        (p["title"], t["expr"], t.get("legendFormat", ""))
+        for p in panels(dashboard)
+        for t in p.get("targets", [])
+    ]
 
 
 def test_checker_accepts_a_good_expression() -> None:
     metrics, grouping, problems = analyse(
-        'histogram_quantile(0.95, sum by (lane, le) '
+        "histogram_quantile(0.95, sum by (lane, le) "
         '(rate(retro_model_request_duration_seconds_bucket{namespace=~"$namespace"}[5m])))'
     )
     assert problems == []
@@ -189,8 +234,10 @@ def test_checker_accepts_a_good_expression() -> None:
         ("sum by (stage) (rate(retro_batches_total[5m]))", "grouping by stage"),
         ("sum by (le) (rate(retro_batches_total[5m]))", "grouping by le"),
         ("sum(rates(retro_batches_total[5m]))", "unknown function rates"),
-        ("histogram_quantile(0.9, sum by (lane) (rate(retro_batch_records_bucket[5m])))",
-         "without `le`"),
+        (
+            "histogram_quantile(0.9, sum by (lane) (rate(retro_batch_records_bucket[5m])))",
+            "without `le`",
+        ),
         ("retro_model_requests_in_flight_total", "no metric"),  # gauges have no _total
     ],
 )
@@ -221,7 +268,7 @@ def test_dashboard_panels_are_complete_and_laid_out(name: str) -> None:
     assert len(titles) == len(set(titles))
     for p in panels(d):
         pos = p["gridPos"]
-        assert 0 <= pos["x"] and pos["x"] + pos["w"] <= 24, p["title"]
+        assert pos["x"] >= 0 and pos["x"] + pos["w"] <= 24, p["title"]
         if p["type"] == "row":
             continue
         assert p["description"].strip(), p["title"]
@@ -279,8 +326,11 @@ def test_alert_rules_are_well_formed() -> None:
 def test_alerts_cover_the_agreed_conditions() -> None:
     used = set().union(*(analyse(r["expr"])[0] for r in alert_rules()))
     assert {
-        "retro_consumer_lag_messages", "retro_deadletter_total", "retro_model_rate_limited_total",
-        "retro_model_retry_budget_exhausted_total", "retro_review_total",
+        "retro_consumer_lag_messages",
+        "retro_deadletter_total",
+        "retro_model_rate_limited_total",
+        "retro_model_retry_budget_exhausted_total",
+        "retro_review_total",
     } <= used
 
 

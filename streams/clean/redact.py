@@ -79,7 +79,9 @@ _SENSITIVE_WORD = (
 )
 _KV = re.compile(
     r"(?<![A-Za-z0-9_.-])(?P<q>\\?[\"']?)"
-    r"(?P<key>(?:[A-Za-z0-9]+[_.-]|[a-z0-9]+(?=[A-Z]))*" + _SENSITIVE_WORD + r")"
+    # A plain run before the word, not (word sep)* groups: those backtrack
+    # exponentially on "aB1.aB1.…". _kind_for_key then insists on a boundary.
+    r"(?P<key>[A-Za-z0-9_.-]*" + _SENSITIVE_WORD + r")"
     r"(?P=q)[ \t]*[:=][ \t]*"
     r"(?:(?P<scheme>(?i:bearer|basic|digest|token|negotiate))[ \t]+)?"
     r"(?:\"(?P<v1>(?:[^\"\\\n]|\\.)*)\""
