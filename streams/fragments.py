@@ -133,7 +133,13 @@ def _ref_order(ref: str) -> tuple[int, str]:
 def validate_answer(
     batch: Batch, answer: dict[str, Any], *, model: str, prompt_version: str
 ) -> list[Fragment]:
-    """Fragments from a parsed answer; every record of the batch is covered exactly once."""
+    """Fragments from a parsed answer; every record of the batch is covered exactly once.
+
+    An answer that is not even shaped like ours (no ``fragments`` list) is malformed
+    output, which earns one repair request, rather than a validation failure.
+    """
+    if not isinstance(answer, dict) or not isinstance(answer.get("fragments"), list):
+        raise MalformedOutput("the answer has no 'fragments' list")
     _check_schema(answer)
     _check_refs(batch, answer)
     by_ref = {g.ref: g for g in batch.groups}

@@ -181,10 +181,15 @@ def max_output_tokens(
     context_window: int,
     output_reserve: float,
     minimum: int = 256,
+    groups: int = 0,
+    per_group: int = 96,
 ) -> int:
     """The ``max_tokens`` of a call: the reserved share of the input, within the context.
 
-    Raises ContextTooLong when the input leaves no room for an answer (split the batch).
+    The answer grows with the number of groups, not with the input size (one long
+    stack trace needs one short finding), so a batch of many small groups is given
+    ``per_group`` tokens each when that is more than the reserved share. Raises
+    ContextTooLong when the input leaves no room for an answer (split the batch).
     """
     room = context_window - estimated_input_tokens
     if room <= 0:
@@ -193,7 +198,8 @@ def max_output_tokens(
             f"{context_window}-token context; split the batch or lower the input budget"
         )
     # subtract a hair so float noise (10 * 0.3 = 3.0000000000000004) does not round up
-    wanted = max(math.ceil(estimated_input_tokens * output_reserve - 1e-9), minimum)
+    wanted = max(math.ceil(estimated_input_tokens * output_reserve - 1e-9), minimum,
+                 groups * per_group)
     return min(wanted, room)
 
 

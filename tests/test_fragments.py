@@ -170,14 +170,19 @@ def test_duplicate_ref_fails_validation(batch: Batch, same_fragment: bool) -> No
         {"fragments": [item(["g1", "g2", "g3"], cause="   ")]},
         {"fragments": [item([])]},
         {"fragments": [item(["g1", "g2", "g3"], event="x" * 5000)]},
-        {"findings": []},
-        ["g1"],
     ],
 )
 def test_schema_violations_fail_validation(batch: Batch, answer: object) -> None:
     with pytest.raises(ValidationFailed) as info:
         validate_answer(batch, answer, model="m", prompt_version="v1")  # type: ignore[arg-type]
     assert info.value.reason == "schema"
+
+
+@pytest.mark.parametrize("answer", [{"findings": []}, ["g1"], {"fragments": "g1"}])
+def test_answers_not_shaped_like_ours_are_malformed(batch: Batch, answer: object) -> None:
+    """Malformed (one repair attempt), not a validation failure (straight to review)."""
+    with pytest.raises(MalformedOutput):
+        validate_answer(batch, answer, model="m", prompt_version="v1")  # type: ignore[arg-type]
 
 
 def test_injected_instructions_change_nothing_about_coverage() -> None:

@@ -17,7 +17,8 @@ from pydantic import ValidationError
 from streams.agents.common import send
 from streams.compactor import Report, merge
 from streams.metrics import Metrics
-from streams.records import Fragment
+from streams.errors import RetroError
+from streams.records import Fragment, Review
 from streams.settings import Settings
 
 logger = logging.getLogger(__name__)
@@ -44,8 +45,21 @@ def wire_compactor(app: Any, settings: Settings, metrics: Metrics,
             report_id = (message.key or b"").decode() or "undated/all"
             stored = table.get(report_id)
             current = Report.from_json(stored) if stored else None
-            updated, result = merge(current, fragment, report_id=report_id,
-                                    now=datetime.now(UTC).isoformat().replace("+00:00", "Z"))
+            try:
+                updated, result = merge(current, fragment, report_id=report_id,
+                                        now=datetime.now(UTC).isoformat().replace("+00:00", "Z"))
+            except (RetroError, ValueError) as exc:
+                # its records must still be accounted for: a person looks at it
+                logger.error("fragment %s cannot be merged into %s: %s", fragment.id, report_id,
+                             exc)
+                metrics.report_updates.labels("invalid").inc()
+                review = Review(id=f"r-{fragment.id}", lane=fragment.lane, reason="bad_fragment",
+                                detail=f"could not merge into report {report_id}: {exc}",
+                                covered=fragment.covered, record_ids=[], model=fragment.model,
+                                prompt_version=fragment.prompt_version, output=None)
+                await (await send(topics["review"], key=review.id.encode(),
+                                  value=review.model_dump_json().encode()))
+                continue
             metrics.report_updates.labels(result).inc()
             if result == "duplicate":
                 continue

@@ -158,7 +158,8 @@ class Gateway:
             estimated = self.calibration.adjust(self.model, estimated)
         try:
             max_tokens = max_output_tokens(
-                estimated, context_window=self.context_window, output_reserve=self.output_reserve
+                estimated, context_window=self.context_window, output_reserve=self.output_reserve,
+                groups=len(batch.groups),
             )
         except ContextTooLong as exc:
             await self._fail(batch, out, CallFailure("context_length", str(exc), split=True))

@@ -7,6 +7,7 @@ import logging
 import os
 import subprocess
 import sys
+import time
 from collections import Counter, defaultdict
 from pathlib import Path
 
@@ -163,3 +164,12 @@ def test_bad_parameters_are_rejected() -> None:
         TemplateMiner(depth=2)
     with pytest.raises(ValueError):
         TemplateMiner(max_clusters=0)
+
+
+@pytest.mark.timeout(20)
+def test_pathological_long_lines_stay_fast() -> None:
+    miner = TemplateMiner()
+    for text in ["0" * 64_000 + "g", "/a" * 32_000 + "/", "1.2.3." * 10_000, "blk_1 " * 10_000]:
+        start = time.perf_counter()
+        miner.match(text)
+        assert time.perf_counter() - start < 1.0
