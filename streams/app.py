@@ -122,7 +122,9 @@ def _wire_lag(app: Any, settings: Settings, metrics: Metrics, gid: str,
             metrics.consumer_lag.labels(topic, str(partition)).set(value)
 
 
-async def consumer_lag(settings: Settings, gid: str, topics: list[str]) -> dict[tuple[str, int], int]:
+async def consumer_lag(
+    settings: Settings, gid: str, topics: list[str]
+) -> dict[tuple[str, int], int]:
     """End offset minus committed offset for each partition of ``topics``."""
     from aiokafka import AIOKafkaConsumer
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import json
 import logging
 import sys
@@ -93,8 +94,13 @@ def cmd_produce(args: argparse.Namespace, settings: Settings) -> int:
     if not show:
         summary = asyncio.run(produce(paths, settings, rate=args.rate, source=args.source))
     else:
-        from rich.progress import (BarColumn, MofNCompleteColumn, Progress, TextColumn,
-                                   TimeElapsedColumn)
+        from rich.progress import (
+            BarColumn,
+            MofNCompleteColumn,
+            Progress,
+            TextColumn,
+            TimeElapsedColumn,
+        )
 
         gz = any(p.endswith(".gz") for p in paths)
         with Progress(TextColumn("producing"), BarColumn(), MofNCompleteColumn(),
@@ -172,10 +178,8 @@ def cmd_fake_llm(args: argparse.Namespace, settings: Settings) -> int:
         timeout_rate=args.timeout_rate, malformed_rate=args.malformed_rate,
         wrong_ids_rate=args.wrong_ids_rate, seed=args.seed)
     print(f"fake OpenAI-compatible provider on http://{args.host}:{args.port}/v1", flush=True)
-    try:
+    with contextlib.suppress(KeyboardInterrupt):
         asyncio.run(serve(config, args.host, args.port))
-    except KeyboardInterrupt:
-        pass
     return 0
 
 

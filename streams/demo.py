@@ -100,7 +100,7 @@ def run_demo(settings: Settings, *, data: str | None, records: int, keep: bool,
         log.close()
 
 
-def _printer():  # noqa: ANN202
+def _printer():
     def say(text: str) -> None:
         print(f"[retro demo] {text}", file=sys.stderr, flush=True)
 

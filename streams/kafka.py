@@ -97,6 +97,6 @@ async def partitions_of(consumer: Any, topic: str) -> list[int]:
     """Partition ids of ``topic``, fetching fresh metadata when the client has none."""
     known = consumer.partitions_for_topic(topic)
     if not known:
-        cluster = await consumer._client.fetch_all_metadata()  # noqa: SLF001
+        cluster = await consumer._client.fetch_all_metadata()
         known = cluster.partitions_for_topic(topic)
     return sorted(known or [])

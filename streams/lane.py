@@ -10,6 +10,7 @@ never acked before the fragments or reviews that cover it are on the broker.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 from collections.abc import Awaitable, Callable
 from typing import Any, Protocol
@@ -87,10 +88,8 @@ class LaneProcessor:
         while True:
             wait = await self.flush_due()
             self._wakeup.clear()
-            try:
+            with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self._wakeup.wait(), timeout=wait if wait else None)
-            except TimeoutError:
-                pass
 
     async def drain(self) -> None:
         """Flush what is pending and wait for every batch in flight."""

@@ -43,14 +43,14 @@ def extract_payload(messages: list[dict[str, Any]]) -> dict[str, Any]:
     """Find the payload in the last user message (used by backends that read prompts)."""
     for message in reversed(messages):
         content = message.get("content")
-        if message.get("role") == "user" and isinstance(content, str):
-            if PAYLOAD_MARKER in content:
-                try:
-                    payload = json.loads(content.rsplit(PAYLOAD_MARKER, 1)[1])
-                except json.JSONDecodeError as exc:
-                    raise MalformedOutput(f"prompt payload is not JSON: {exc}") from exc
-                if isinstance(payload, dict):
-                    return payload
+        if (message.get("role") == "user" and isinstance(content, str)
+                and PAYLOAD_MARKER in content):
+            try:
+                payload = json.loads(content.rsplit(PAYLOAD_MARKER, 1)[1])
+            except json.JSONDecodeError as exc:
+                raise MalformedOutput(f"prompt payload is not JSON: {exc}") from exc
+            if isinstance(payload, dict):
+                return payload
     raise MalformedOutput("no INPUT_JSON payload in the user messages")
 
 

@@ -75,7 +75,7 @@ class Pipeline:
         self.env.update(extra_env)
         self.workers: list[subprocess.Popen[bytes]] = []
 
-    def settings(self):  # noqa: ANN201 - Settings, imported lazily
+    def settings(self):
         from streams.settings import Settings
 
         with _patched_env(self.env):
@@ -151,7 +151,7 @@ def pipeline_factory(kafka_bootstrap: str, tmp_path: Path):
         p.close()
 
 
-def wait_for(predicate, *, timeout: float, interval: float = 1.0, what: str = "condition"):  # noqa: ANN001, ANN201
+def wait_for(predicate, *, timeout: float, interval: float = 1.0, what: str = "condition"):
     """Poll ``predicate`` until it returns a truthy value; fail with ``what`` on timeout."""
     deadline = time.monotonic() + timeout
     last = None
@@ -163,11 +163,11 @@ def wait_for(predicate, *, timeout: float, interval: float = 1.0, what: str = "c
     raise AssertionError(f"timed out after {timeout:.0f}s waiting for {what}; last={last!r}")
 
 
-def run(coro):  # noqa: ANN001, ANN201
+def run(coro):
     return asyncio.run(coro)
 
 
 @pytest.fixture
-def wait_until():  # noqa: ANN201
+def wait_until():
     """The :func:`wait_for` poller, as a fixture (test modules cannot import conftest)."""
     return wait_for

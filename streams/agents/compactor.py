@@ -16,8 +16,8 @@ from pydantic import ValidationError
 
 from streams.agents.common import send
 from streams.compactor import Report, merge
-from streams.metrics import Metrics
 from streams.errors import RetroError
+from streams.metrics import Metrics
 from streams.records import Fragment, Review
 from streams.settings import Settings
 

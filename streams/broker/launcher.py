@@ -220,7 +220,7 @@ class LocalBroker:
             try:
                 if _port_open(state.port) and _metadata_ok(state.bootstrap):
                     return
-            except Exception as exc:  # noqa: BLE001 - any failure means "not yet"
+            except Exception as exc:
                 last_error = str(exc)
             time.sleep(0.5)
         raise BrokerError(

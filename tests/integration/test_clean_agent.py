@@ -11,7 +11,7 @@ from streams.intervals import Coverage
 from streams.records import DeadLetter, NormalizedRecord
 from streams.report_store import read_topic
 
-pytestmark = pytest.mark.integration
+pytestmark = [pytest.mark.integration, pytest.mark.timeout(600)]
 
 SHARED = Path(__file__).resolve().parents[2].parent / "shared" / "data"
 
@@ -27,7 +27,7 @@ def _inputs(tmp_path: Path) -> list[str]:
     return paths
 
 
-async def _routed(settings) -> dict[str, list]:  # noqa: ANN001
+async def _routed(settings) -> dict[str, list]:
     out: dict[str, list] = {"fast": [], "slow": [], "deadletter": []}
     for lane in ("fast", "slow"):
         async for _k, v in read_topic(settings, getattr(settings.topics, lane)):
