@@ -100,7 +100,6 @@ class ReportSettings(BaseModel):
 
     window: Literal["hour", "day", "week"] = "day"
     group_by: Literal["service", "source", "all"] = "all"
-    rollup_seconds: float = 0.0  # 0: no model roll-up of incident summaries
 
 
 class KafkaSettings(BaseModel):

@@ -23,6 +23,11 @@ def _summary(report: Any) -> dict[str, Any]:
     }
 
 
+def newest_first(reports: Any) -> list[Any]:
+    """Latest window first; "undated" reports after every dated one."""
+    return sorted(reports, key=lambda r: (not r.id.startswith("undated"), r.id), reverse=True)
+
+
 def wire_web(app: Any, metrics: Metrics, follower: ReportFollower) -> None:
     @app.page("/healthz")
     async def healthz(web: Any, request: Any) -> Any:
@@ -35,7 +40,7 @@ def wire_web(app: Any, metrics: Metrics, follower: ReportFollower) -> None:
 
     @app.page("/reports")
     async def list_reports(web: Any, request: Any) -> Any:
-        items = sorted(follower.reports.values(), key=lambda r: r.id, reverse=True)
+        items = newest_first(follower.reports.values())
         return web.json([_summary(r) for r in items])
 
     # report ids are "<window>/<group>", e.g. "2026-11-29/all"
@@ -56,7 +61,7 @@ def wire_web(app: Any, metrics: Metrics, follower: ReportFollower) -> None:
 
     @app.page("/")
     async def index(web: Any, request: Any) -> Any:
-        items = sorted(follower.reports.values(), key=lambda r: r.id, reverse=True)
+        items = newest_first(follower.reports.values())
         return web.html(render_index_html([_summary(r) for r in items]))
 
     @app.task

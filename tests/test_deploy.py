@@ -17,7 +17,7 @@ import pytest
 import yaml
 from pydantic import BaseModel
 
-from streams.settings import LaneSettings, Settings, TopicSettings
+from streams.settings import Settings, TopicSettings
 
 ROOT = Path(__file__).resolve().parents[1]
 DEPLOY = ROOT / "deploy"
@@ -238,17 +238,6 @@ def test_configmap_builds_settings_fit_for_a_pod(settings: Settings) -> None:
     if settings.kafka.security_protocol.startswith("SASL"):
         assert settings.kafka.sasl_mechanism and settings.kafka.sasl_username
         assert settings.kafka.sasl_password is not None
-
-
-def test_slow_lane_is_configured_completely_or_not_at_all() -> None:
-    """One RETRO_SLOW__* alone rebuilds the slow lane from LaneSettings defaults."""
-    slow = {
-        k.removeprefix("RETRO_SLOW__").lower()
-        for k in configmap_env()
-        if k.startswith("RETRO_SLOW__")
-    }
-    if slow:
-        assert slow == set(LaneSettings.model_fields), sorted(set(LaneSettings.model_fields) - slow)
 
 
 # --- deployments -------------------------------------------------------------------

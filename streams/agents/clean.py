@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+from datetime import UTC, datetime
 from typing import Any
 
 from streams.agents.common import ack_when_delivered, send
@@ -26,7 +27,9 @@ def wire_clean(app: Any, settings: Settings, metrics: Metrics, topics: dict[str,
                              offset=message.offset)
             source = message.key.decode("utf-8", "replace") if message.key else "unknown"
             metrics.records_in.labels("clean").inc()
-            out = cleaner.clean(message.value or b"", coord, source)
+            received = (datetime.fromtimestamp(message.timestamp, UTC)
+                        if message.timestamp else None)
+            out = cleaner.clean(message.value or b"", coord, source, received_at=received)
             if isinstance(out, DeadLetter):
                 target, lane = dead, "deadletter"
                 key = out.id.encode()

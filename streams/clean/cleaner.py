@@ -11,7 +11,7 @@ from __future__ import annotations
 import base64
 import logging
 from collections.abc import Callable
-from datetime import datetime
+from datetime import UTC, datetime
 from typing import TYPE_CHECKING
 
 from streams.clean.cost import choose_lane, cost_score
@@ -83,8 +83,14 @@ class Cleaner:
             metrics=metrics,
         )
 
-    def clean(self, raw: bytes, coord: RawCoord, source: str) -> NormalizedRecord | DeadLetter:
-        """Clean one record; never raises on bad input."""
+    def clean(
+        self, raw: bytes, coord: RawCoord, source: str, *, received_at: datetime | None = None
+    ) -> NormalizedRecord | DeadLetter:
+        """Clean one record; never raises on bad input.
+
+        ``received_at`` (the Kafka record's timestamp) dates a record that carries no
+        time of its own, such as a line of user feedback; the rule says so.
+        """
         try:
             text, repaired = self.decode(raw)
         except RecordError as exc:
@@ -101,6 +107,9 @@ class Cleaner:
         if repaired:
             parsed.attributes["utf8_replaced"] = repaired
         try:
+            if parsed.timestamp is None and received_at is not None:
+                parsed.timestamp = received_at.astimezone(UTC)
+                parsed.timestamp_rule = "ingest-time"
             return self._finish(parsed, text, coord, source)
         except Exception as exc:  # redactor, miner or model validation: same rule
             logger.warning("cleaning failed on %s: %s", coord.id, exc, exc_info=True)

@@ -250,3 +250,16 @@ def test_source_names() -> None:
     assert source_name("/x/HDFS_2k.log") == "HDFS_2k"
     assert source_name("a/app.log.gz") == "app"
     assert source_name("-") == "stdin"
+
+
+def test_a_record_without_time_is_dated_by_its_arrival(cleaner: Cleaner) -> None:
+    from datetime import UTC, datetime
+
+    coord = RawCoord(topic="raw", partition=0, offset=9)
+    arrived = datetime(2026, 11, 29, 8, 30, tzinfo=UTC)
+    out = cleaner.clean(b"checkout page keeps spinning", coord, "feedback", received_at=arrived)
+    assert isinstance(out, NormalizedRecord)
+    assert out.timestamp == "2026-11-29T08:30:00.000Z" and out.timestamp_rule == "ingest-time"
+    own = cleaner.clean(b"2026-01-02T03:04:05Z INFO started", coord, "app", received_at=arrived)
+    assert isinstance(own, NormalizedRecord)
+    assert own.timestamp.startswith("2026-01-02T03:04:05") and own.timestamp_rule != "ingest-time"

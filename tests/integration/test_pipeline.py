@@ -78,6 +78,62 @@ def test_rules_model_end_to_end_report_and_views(pipeline_factory, tmp_path: Pat
     assert "retro_records_routed_total" in metrics
     assert "retro_batches_total" in metrics
 
+    # the live page, in a real browser: it renders the report and follows new versions
+    _page_follows_updates(p, first["id"], first["version"], tmp_path)
+
+
+def _chrome():
+    import shutil
+
+    if not (shutil.which("chromium") and shutil.which("chromedriver")):
+        pytest.skip("Debian's chromium and chromium-driver are not installed")
+    from selenium import webdriver
+    from selenium.webdriver.chrome.service import Service
+
+    options = webdriver.ChromeOptions()
+    options.binary_location = shutil.which("chromium")
+    for flag in ("--headless=new", "--no-sandbox", "--disable-gpu", "--disable-quic",
+                 "--no-first-run", "--disable-background-networking",
+                 "--disable-component-update", "--disable-sync", "--window-size=1280,1600"):
+        options.add_argument(flag)
+    return webdriver.Chrome(service=Service(shutil.which("chromedriver")), options=options)
+
+
+def _page_follows_updates(p, report_id: str, version: int, tmp_path: Path) -> None:
+    from selenium.webdriver.common.by import By
+    from selenium.webdriver.support.ui import WebDriverWait
+
+    driver = _chrome()
+    try:
+        driver.get(f"http://127.0.0.1:{p.web_port}/view/{report_id}")
+        WebDriverWait(driver, 30).until(lambda d: "Summary" in d.page_source)
+        body = driver.find_element(By.TAG_NAME, "body").text
+        assert f"version {version}" in body, body[:500]
+        assert "Suggested actions" in body and "Timeline" in body
+        before = driver.get_screenshot_as_png()
+        (tmp_path / "report-before.png").write_bytes(before)
+
+        # more logs arrive in the same window: the page must show the new version
+        from streams.sample import write_sample
+
+        more = write_sample(tmp_path / "more", records=400, seed=99, include_bad=False)
+        p.retro("produce", "--quiet", *map(str, more))
+        WebDriverWait(driver, 180, poll_frequency=1).until(
+            lambda d: f"version {version}" not in d.find_element(By.TAG_NAME, "body").text)
+        after = driver.get_screenshot_as_png()
+        (tmp_path / "report-after.png").write_bytes(after)
+        assert _png_size(after)[0] >= 1000
+        assert after != before
+        # a blank or error page compresses to a few kB; a rendered report does not
+        assert len(after) > 40_000, len(after)
+    finally:
+        driver.quit()
+
+
+def _png_size(data: bytes) -> tuple[int, int]:
+    assert data[:8] == b"\x89PNG\r\n\x1a\n", "not a PNG"
+    return int.from_bytes(data[16:20], "big"), int.from_bytes(data[20:24], "big")
+
 
 def _start_fake_llm(tmp_path: Path, port: int, *args: str) -> subprocess.Popen[bytes]:
     log = open(tmp_path / "fake-llm.log", "wb")  # noqa: SIM115
@@ -106,7 +162,7 @@ def test_faulty_provider_loses_nothing(pipeline_factory, tmp_path: Path) -> None
     """429s with Retry-After, 5xx, malformed JSON and wrong ids: every record still
     ends in exactly one report, review or dead letter, and no secret reaches the model."""
     port = _free_port()
-    fake = _start_fake_llm(tmp_path, port, "--rpm", "30", "--error-rate", "0.15",
+    fake = _start_fake_llm(tmp_path, port, "--rpm", "8", "--error-rate", "0.15",
                            "--malformed-rate", "0.1", "--wrong-ids-rate", "0.1", "--seed", "3")
     try:
         p = pipeline_factory(
@@ -132,8 +188,11 @@ def test_faulty_provider_loses_nothing(pipeline_factory, tmp_path: Path) -> None
         assert _metric_sum(metrics, "retro_model_rate_limited_total") > 0
         assert _metric_sum(metrics, "retro_model_retries_total") > 0
 
-        prompts = json.dumps(_fake_requests(port))
-        for secret in ("hunter2", "s3cret@", "4111 1111 1111 1111", "sk-"):
+        from streams.sample import SECRETS
+
+        prompts = json.dumps(_fake_requests(port), ensure_ascii=False)
+        assert "[REDACTED:" in prompts  # the sample's secrets were there, as placeholders
+        for secret in SECRETS:
             assert secret not in prompts, f"{secret!r} reached the model"
     finally:
         fake.kill()

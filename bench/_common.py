@@ -1,0 +1,127 @@
+"""Helpers shared by the benchmarks: result files, tables, memory, the command line.
+
+Not a benchmark itself. Benchmarks run as scripts (``.venv/bin/python bench/x.py``),
+so this module is imported as ``_common`` from the script's own folder.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import platform
+import resource
+import shlex
+import sys
+import time
+from collections.abc import Sequence
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+BENCH_DIR = Path(__file__).resolve().parent
+REPO = BENCH_DIR.parent
+OUT_DIR = BENCH_DIR / "out"
+SHARED_DATA = REPO.parent / "shared" / "data"
+
+
+def command_line() -> str:
+    """The command that produced this run, as a user would type it from the repo root."""
+    script = Path(sys.argv[0]).resolve()
+    try:
+        shown = str(script.relative_to(REPO))
+    except ValueError:
+        shown = str(script)
+    return shlex.join([".venv/bin/python", shown, *sys.argv[1:]])
+
+
+def machine() -> dict[str, Any]:
+    """What the figures were measured on; ratios travel, absolute figures do not."""
+    try:
+        load = list(os.getloadavg())
+    except OSError:
+        load = []
+    return {
+        "cpus": os.cpu_count(),
+        "python": platform.python_version(),
+        "platform": platform.platform(),
+        "loadavg_at_start": [round(x, 2) for x in load],
+    }
+
+
+def peak_rss_mib() -> float:
+    """Peak resident set size of this process so far (Linux reports KiB)."""
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+
+
+def peak_rss_children_mib() -> float:
+    """Largest peak RSS of any waited-for child process (Linux reports KiB)."""
+    return resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024
+
+
+def current_rss_mib() -> float:
+    """Resident set size now, from /proc (0.0 where /proc is missing)."""
+    try:
+        pages = int(Path("/proc/self/statm").read_text().split()[1])
+    except (OSError, IndexError, ValueError):
+        return 0.0
+    return pages * os.sysconf("SC_PAGE_SIZE") / (1024 * 1024)
+
+
+def write_result(name: str, result: dict[str, Any]) -> Path:
+    """Write ``bench/out/<name>.json`` with the command and machine attached."""
+    OUT_DIR.mkdir(parents=True, exist_ok=True)
+    doc = {
+        "bench": name,
+        "command": command_line(),
+        "finished_at": datetime.now(UTC).isoformat(timespec="seconds"),
+        "machine": machine(),
+        **result,
+    }
+    path = OUT_DIR / f"{name}.json"
+    path.write_text(json.dumps(doc, indent=2, ensure_ascii=False) + "\n")
+    return path
+
+
+def table(headers: Sequence[str], rows: Sequence[Sequence[Any]]) -> str:
+    """A plain aligned table: first column left, the others right-aligned."""
+    cells = [[str(h) for h in headers], *[[_cell(v) for v in row] for row in rows]]
+    widths = [max(len(r[i]) for r in cells) for i in range(len(headers))]
+
+    def line(row: list[str]) -> str:
+        parts = [row[0].ljust(widths[0])]
+        parts += [c.rjust(w) for c, w in zip(row[1:], widths[1:], strict=True)]
+        return "  ".join(parts).rstrip()
+
+    rule = "  ".join("-" * w for w in widths)
+    return "\n".join([line(cells[0]), rule, *(line(r) for r in cells[1:])])
+
+
+def _cell(value: Any) -> str:
+    if isinstance(value, float):
+        if value == 0:
+            return "0"
+        if abs(value) >= 100:
+            return f"{value:,.0f}"
+        if abs(value) >= 10:
+            return f"{value:.1f}"
+        return f"{value:.2f}"
+    if isinstance(value, int) and not isinstance(value, bool):
+        return f"{value:,}"
+    return str(value)
+
+
+class Stopwatch:
+    """``with Stopwatch() as sw: ...`` then ``sw.seconds`` (perf_counter)."""
+
+    __slots__ = ("_start", "seconds")
+
+    def __init__(self) -> None:
+        self._start = 0.0
+        self.seconds = 0.0
+
+    def __enter__(self) -> Stopwatch:
+        self._start = time.perf_counter()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.seconds = time.perf_counter() - self._start
