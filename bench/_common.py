@@ -78,7 +78,7 @@ def write_result(name: str, result: dict[str, Any]) -> Path:
         **result,
     }
     path = OUT_DIR / f"{name}.json"
-    path.write_text(json.dumps(doc, indent=2, ensure_ascii=False) + "\n")
+    path.write_text(json.dumps(doc, indent=2, ensure_ascii=False, default=str) + "\n")
     return path
 
 

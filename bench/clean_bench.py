@@ -108,9 +108,7 @@ def instrumented_cleaner(settings: Settings, totals: dict[str, float]) -> Cleane
     return cleaner
 
 
-def bench_dataset(
-    name: str, paths: list[Path], settings: Settings, repeat: int
-) -> dict[str, Any]:
+def bench_dataset(name: str, paths: list[Path], settings: Settings, repeat: int) -> dict[str, Any]:
     cap = settings.clean.max_record_bytes
     with Stopwatch() as read_sw:
         records = read_records(paths, cap)
@@ -161,7 +159,9 @@ def bench_dataset(
     }
 
 
-def datasets(records: int, tmp: Path, data_dir: Path, use_shared: bool) -> list[tuple[str, list[Path]]]:
+def datasets(
+    records: int, tmp: Path, data_dir: Path, use_shared: bool
+) -> list[tuple[str, list[Path]]]:
     sample = write_sample(tmp / "sample", records=records)
     out = [(f"sample-{records}", sample)]
     if not use_shared:
@@ -170,8 +170,14 @@ def datasets(records: int, tmp: Path, data_dir: Path, use_shared: bool) -> list[
         print(f"note: {data_dir} is absent; shared data skipped", file=sys.stderr)
         return out
     for path in sorted(data_dir.rglob("*.log")):
-        out.append((str(path.relative_to(data_dir)), [path]))
+        out.append((short_name(path), [path]))
     return out
+
+
+def short_name(path: Path) -> str:
+    """A table-friendly name: the file name without .log, at most 28 characters."""
+    name = path.name.removesuffix(".log")
+    return name if len(name) <= 28 else name[:27] + "…"
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -205,37 +211,75 @@ def main(argv: list[str] | None = None) -> int:
             r["trivial_us_per_record"],
             r["clean_us_per_record"],
             r["clean_records_per_second"],
-            f"{r['ratio_clean_to_trivial']:.0f}×",
+            f"{r['ratio_clean_to_trivial']:.0f}x",
             r["peak_rss_mib_after"],
         )
         for r in results
     ]
-    rows.append(("all", total_n, sum(r["lanes"]["slow"] for r in results),
-                 sum(r["lanes"]["deadletter"] for r in results),
-                 total_trivial / total_n * 1e6, total_clean / total_n * 1e6,
-                 total_n / total_clean, f"{total_clean / total_trivial:.0f}×", peak_rss_mib()))
-    print(table(("dataset", "records", "slow", "dead", "trivial µs/rec", "clean µs/rec",
-                 "clean rec/s", "clean/trivial", "peak RSS MiB"), rows))
+    rows.append(
+        (
+            "all",
+            total_n,
+            sum(r["lanes"]["slow"] for r in results),
+            sum(r["lanes"]["deadletter"] for r in results),
+            total_trivial / total_n * 1e6,
+            total_clean / total_n * 1e6,
+            total_n / total_clean,
+            f"{total_clean / total_trivial:.0f}x",
+            peak_rss_mib(),
+        )
+    )
+    print(
+        table(
+            (
+                "dataset",
+                "records",
+                "slow",
+                "dead",
+                "trivial µs/rec",
+                "clean µs/rec",
+                "clean rec/s",
+                "clean/trivial",
+                "peak RSS MiB",
+            ),
+            rows,
+        )
+    )
     print()
     stage_rows = [
-        (r["name"], *(f"{r['stage_shares'][s]:.0%}" for s in (*STAGES, "other")),
-         f"{r['instrumented_overhead']:+.0%}")
+        (
+            r["name"],
+            *(f"{r['stage_shares'][s]:.0%}" for s in (*STAGES, "other")),
+            f"{r['instrumented_overhead']:+.0%}",
+        )
         for r in results
     ]
     print("share of one instrumented Cleaner pass per stage (other = cost, record model, metrics)")
     print(table(("dataset", *STAGES, "other", "timer cost"), stage_rows))
-    print(f"\npeak RSS {rss_start:.0f} MiB after imports and the token encoding, "
-          f"{peak_rss_mib():.0f} MiB at the end; best of {args.repeat} passes")
-    path = write_result("clean_bench", {
-        "params": {"records": args.records, "repeat": args.repeat, "data": str(args.data),
-                   "shared": not args.no_shared},
-        "peak_rss_mib_start": rss_start,
-        "peak_rss_mib_end": peak_rss_mib(),
-        "total": {"records": total_n, "clean_seconds": total_clean,
-                  "trivial_seconds": total_trivial,
-                  "ratio_clean_to_trivial": total_clean / total_trivial},
-        "datasets": results,
-    })
+    print(
+        f"\npeak RSS {rss_start:.0f} MiB after imports and the token encoding, "
+        f"{peak_rss_mib():.0f} MiB at the end; best of {args.repeat} passes"
+    )
+    path = write_result(
+        "clean_bench",
+        {
+            "params": {
+                "records": args.records,
+                "repeat": args.repeat,
+                "data": str(args.data),
+                "shared": not args.no_shared,
+            },
+            "peak_rss_mib_start": rss_start,
+            "peak_rss_mib_end": peak_rss_mib(),
+            "total": {
+                "records": total_n,
+                "clean_seconds": total_clean,
+                "trivial_seconds": total_trivial,
+                "ratio_clean_to_trivial": total_clean / total_trivial,
+            },
+            "datasets": results,
+        },
+    )
     print(f"wrote {path}")
     return 0
 

@@ -113,6 +113,10 @@ class KafkaSettings(BaseModel):
     ssl_cafile: Path | None = None
     ssl_certfile: Path | None = None
     ssl_keyfile: Path | None = None
+    # a crashed worker's partitions move after this long without heartbeats
+    session_timeout_seconds: float = Field(30.0, ge=6.0)
+    # reports are single messages that grow with the day; raise with the topic config
+    max_message_bytes: int = 8 * 1024 * 1024
 
 
 class Settings(BaseSettings):

@@ -40,9 +40,12 @@ def topic_specs(settings: Settings) -> list[TopicSpec]:
         TopicSpec(t.fragments, t.partitions, data),
         TopicSpec(t.review, t.partitions, keep),
         # latest report per key survives forever: the topic is the report store
-        TopicSpec(t.reports, t.partitions, {"cleanup.policy": "compact",
-                                            "min.cleanable.dirty.ratio": "0.1",
-                                            "segment.ms": str(3600 * 1000)}),
+        TopicSpec(t.reports, t.partitions, {
+            "cleanup.policy": "compact",
+            "min.cleanable.dirty.ratio": "0.1",
+            "segment.ms": str(3600 * 1000),
+            "max.message.bytes": str(settings.kafka.max_message_bytes),
+        }),
     ]
 
 

@@ -68,7 +68,8 @@ class Pipeline:
             "RETRO_TOPICS__PARTITIONS": "2",
             "RETRO_FAST__MAX_WAIT_SECONDS": "0.5",
             "RETRO_SLOW__MAX_WAIT_SECONDS": "0.5",
-            "RETRO_LOG_LEVEL": "WARNING",
+            "RETRO_KAFKA__SESSION_TIMEOUT_SECONDS": "10",
+            "RETRO_LOG_LEVEL": "INFO",
         }
         for name in ("raw", "fast", "slow", "deadletter", "fragments", "review", "reports"):
             self.env[f"RETRO_TOPICS__{name.upper()}"] = f"{self.prefix}.{name}"

@@ -14,7 +14,7 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from streams.agents.common import ack_when_delivered, send
+from streams.agents.common import ack_when_delivered, new_acker, send, track
 from streams.batching import TokenWindow
 from streams.clean.tokens import TokenCounter
 from streams.compactor import report_key
@@ -59,13 +59,14 @@ def _wire_lane(app: Any, settings: Settings, metrics: Metrics, topics: dict[str,
                                       value=item.model_dump_json().encode()))
         await asyncio.gather(*futures)
 
+    acker = new_acker()
     processor = LaneProcessor(
         window=TokenWindow(
             lane=lane, input_budget=lane_settings.input_budget,
             context_window=lane_settings.context_window,
             output_reserve=lane_settings.output_reserve, max_records=lane_settings.max_records,
             max_wait_seconds=lane_settings.max_wait_seconds, counter=counter),
-        analyzer=gateway, publish=publish, ack=lambda event: event.ack(),
+        analyzer=gateway, publish=publish, ack=acker.done,
         model=settings.model.name, prompt_version=settings.model.prompt_version,
         max_inflight_batches=max(2, lane_settings.max_concurrency), metrics=metrics)
 
@@ -74,13 +75,14 @@ def _wire_lane(app: Any, settings: Settings, metrics: Metrics, topics: dict[str,
         try:
             async for event in stream.noack().events():
                 metrics.records_in.labels(f"batch-{lane}").inc()
+                handle = track(acker, event)
                 try:
                     record = NormalizedRecord.model_validate_json(event.value)
                 except ValidationError as exc:
                     fut = await send(dead, key=b"", value=_bad_record(event, exc))
-                    ack_when_delivered(fut, event)
+                    ack_when_delivered(fut, acker, handle)
                     continue
-                await processor.add(record, event)
+                await processor.add(record, handle)
         finally:
             timer.cancel()
 

@@ -6,7 +6,7 @@ import logging
 from datetime import UTC, datetime
 from typing import Any
 
-from streams.agents.common import ack_when_delivered, send
+from streams.agents.common import ack_when_delivered, new_acker, send, track
 from streams.clean.cleaner import Cleaner
 from streams.metrics import Metrics
 from streams.records import DeadLetter, RawCoord
@@ -21,7 +21,9 @@ def wire_clean(app: Any, settings: Settings, metrics: Metrics, topics: dict[str,
 
     @app.agent(raw, name="clean", concurrency=1)
     async def clean_agent(stream: Any) -> None:
+        acker = new_acker()
         async for event in stream.noack().events():
+            handle = track(acker, event)
             message = event.message
             coord = RawCoord(topic=message.topic, partition=message.partition,
                              offset=message.offset)
@@ -38,4 +40,4 @@ def wire_clean(app: Any, settings: Settings, metrics: Metrics, topics: dict[str,
                 key = source.encode()
             metrics.records_out.labels(lane).inc()
             fut = await send(target, key=key, value=out.model_dump_json().encode())
-            ack_when_delivered(fut, event)
+            ack_when_delivered(fut, acker, handle)

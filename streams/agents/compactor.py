@@ -28,7 +28,8 @@ def wire_compactor(app: Any, settings: Settings, metrics: Metrics,
                    topics: dict[str, Any]) -> Any:
     # values are the report JSON text; faust json-encodes the string in the changelog
     table = app.Table("retro-reports", default=None, partitions=settings.topics.partitions,
-                      key_type=str, value_type=str)
+                      key_type=str, value_type=str, extra_topic_configs={
+                          "max.message.bytes": str(settings.kafka.max_message_bytes)})
     reports = topics["reports"]
 
     @app.agent(topics["fragments"], name="compactor", concurrency=1)

@@ -1,0 +1,55 @@
+"""Ack records in offset order, whatever order their work finishes in.
+
+faust commits, per partition, up to the end of the first run of consecutive acked
+offsets, and with no committed offset yet (or a gap of exactly one) it does not
+check that this run starts where the last commit ended (faust-streaming issues 606
+and 707; tests/test_acks.py shows it on the installed version). Batches finish out
+of order, so acking each record as its batch completes could commit past a record
+still in flight and lose it in a crash. This class releases acks to faust only as a
+contiguous prefix of what was received on each partition.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from collections.abc import Callable, Hashable
+from dataclasses import dataclass, field
+from typing import Any
+
+
+@dataclass(slots=True)
+class AckHandle:
+    """One received record: its partition key, the faust event, and whether it is done."""
+
+    key: Hashable
+    token: Any
+    done: bool = False
+
+
+@dataclass
+class OrderedAcker:
+    """``track`` in arrival order, ``done`` in any order; ``ack`` sees arrival order."""
+
+    ack: Callable[[Any], None]
+    _pending: dict[Hashable, deque[AckHandle]] = field(default_factory=dict)
+
+    def track(self, key: Hashable, token: Any) -> AckHandle:
+        handle = AckHandle(key, token)
+        self._pending.setdefault(key, deque()).append(handle)
+        return handle
+
+    def done(self, handle: AckHandle) -> None:
+        handle.done = True
+        queue = self._pending.get(handle.key)
+        while queue and queue[0].done:
+            self.ack(queue.popleft().token)
+        if queue is not None and not queue:
+            del self._pending[handle.key]
+
+    def waiting(self) -> int:
+        """Records received but not yet acked (done or not)."""
+        return sum(len(q) for q in self._pending.values())
+
+    def forget(self, key: Hashable) -> None:
+        """Drop a partition's pending records (it was revoked; they will be re-read)."""
+        self._pending.pop(key, None)
