@@ -49,13 +49,20 @@ def machine() -> dict[str, Any]:
 
 
 def peak_rss_mib() -> float:
-    """Peak resident set size of this process so far (Linux reports KiB)."""
+    """Peak resident set size of this process so far, in MiB.
+
+    ``getrusage(RUSAGE_SELF).ru_maxrss`` is that figure, except that on Linux a
+    child started by a big parent inherits the parent's peak at fork (it survives
+    exec). ``VmHWM`` in /proc/self/status is the same peak without that carry-over,
+    so it is used where /proc exists; getrusage elsewhere (KiB on Linux).
+    """
+    try:
+        for line in Path("/proc/self/status").read_text().splitlines():
+            if line.startswith("VmHWM:"):
+                return int(line.split()[1]) / 1024
+    except (OSError, IndexError, ValueError):
+        pass
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
-
-
-def peak_rss_children_mib() -> float:
-    """Largest peak RSS of any waited-for child process (Linux reports KiB)."""
-    return resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024
 
 
 def current_rss_mib() -> float:

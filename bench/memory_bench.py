@@ -102,6 +102,15 @@ async def fragments_of(
     return fragments, batches
 
 
+def total_ranges(report: Report) -> int:
+    """Offset ranges stored anywhere in a report: its own, its incidents', their evidence's."""
+    sets = [report.covered]
+    for incident in report.incidents:
+        sets.append(incident.covered)
+        sets.extend(ev.covered for ev in incident.evidence)
+    return sum(len(ranges) for covered in sets for ranges in covered.values())
+
+
 # --- the child: merging only ----------------------------------------------------------------
 
 
@@ -137,7 +146,7 @@ def merge_child(path: Path, checkpoints: int) -> dict[str, Any]:
                     "reports": len(store),
                     "largest_report_bytes": len(biggest),
                     "largest_report_records": report.record_count,
-                    "largest_report_ranges": sum(len(v) for v in report.covered.values()),
+                    "largest_report_ranges": total_ranges(report),
                     "largest_report_incidents": len(report.incidents),
                     "bytes_per_record": len(biggest) / max(1, report.record_count),
                     "ms_per_merge_in_stretch": (now - stretch_start) / stretch_n * 1000,

@@ -223,10 +223,11 @@ def test_crash_and_restart_counts_every_record_once(pipeline_factory, tmp_path: 
     worker = p.start_worker()
     time.sleep(3)
     total = _produced(p.retro("produce", "--quiet", "--rate", "1500", *paths))
-    # let the pipeline get going, then kill it hard in the middle of the work
-    time.sleep(2)
-    p.kill(worker, signal.SIGKILL)
-    p.start_worker()
+    # let the pipeline get going, then kill it hard in the middle of the work, twice
+    for pause in (2, 4):
+        time.sleep(pause)
+        p.kill(worker, signal.SIGKILL)
+        worker = p.start_worker()
     result = _audit(p)
     assert result["ok"], (result, p.worker_logs())
     assert result["raw_records"] == total
