@@ -6,6 +6,7 @@ so this module is imported as ``_common`` from the script's own folder.
 
 from __future__ import annotations
 
+import argparse
 import json
 import os
 import platform
@@ -74,8 +75,13 @@ def current_rss_mib() -> float:
     return pages * os.sysconf("SC_PAGE_SIZE") / (1024 * 1024)
 
 
-def write_result(name: str, result: dict[str, Any]) -> Path:
-    """Write ``bench/out/<name>.json`` with the command and machine attached."""
+def add_tag_argument(parser: argparse.ArgumentParser) -> None:
+    """``--tag T`` writes ``bench/out/<name>-T.json``, so variants do not overwrite each other."""
+    parser.add_argument("--tag", help="suffix of the result file: bench/out/<name>-<tag>.json")
+
+
+def write_result(name: str, result: dict[str, Any], tag: str | None = None) -> Path:
+    """Write ``bench/out/<name>[-<tag>].json`` with the command and machine attached."""
     OUT_DIR.mkdir(parents=True, exist_ok=True)
     doc = {
         "bench": name,
@@ -84,7 +90,7 @@ def write_result(name: str, result: dict[str, Any]) -> Path:
         "machine": machine(),
         **result,
     }
-    path = OUT_DIR / f"{name}.json"
+    path = OUT_DIR / (f"{name}-{tag}.json" if tag else f"{name}.json")
     path.write_text(json.dumps(doc, indent=2, ensure_ascii=False, default=str) + "\n")
     return path
 

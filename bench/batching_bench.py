@@ -31,7 +31,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from _common import SHARED_DATA, peak_rss_mib, table, write_result
+from _common import SHARED_DATA, add_tag_argument, peak_rss_mib, table, write_result
 
 from streams.batching import Batch, TokenWindow, build_batch
 from streams.clean.cleaner import Cleaner
@@ -462,6 +462,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--log-level", default="ERROR", help="gateway logs (WARNING shows every review and split)"
     )
+    add_tag_argument(parser)
     args = parser.parse_args(argv)
     logging.basicConfig(level=args.log_level.upper(), format="%(levelname)s %(name)s: %(message)s")
 
@@ -473,7 +474,7 @@ def main(argv: list[str] | None = None) -> int:
         clean_s = time.perf_counter() - started
     out = asyncio.run(bench(args, records))
     doc = report(args, label, records, dead, clean_s, out)
-    print(f"wrote {write_result('batching_bench', doc)}")
+    print(f"wrote {write_result('batching_bench', doc, args.tag)}")
     return 0 if doc["coverage_ok"] else 1
 
 

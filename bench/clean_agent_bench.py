@@ -37,7 +37,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from _common import REPO, peak_rss_mib, table, write_result
+from _common import REPO, add_tag_argument, peak_rss_mib, table, write_result
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 
@@ -597,6 +597,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--poll", type=float, default=0.05, help="seconds between polls")
     parser.add_argument("--timeout", type=float, default=150.0, help="seconds per run")
     parser.add_argument("--keep", action="store_true", help="keep the temp dir (logs)")
+    add_tag_argument(parser)
     args = parser.parse_args(argv)
     if args.workers < 1 or args.partitions < 1 or args.spread_keys < 0:
         parser.error("--workers and --partitions must be at least 1, --spread-keys >= 0")
@@ -618,7 +619,7 @@ def main(argv: list[str] | None = None) -> int:
             print(f"kept {tmp}", file=sys.stderr)
         else:
             shutil.rmtree(tmp, ignore_errors=True)
-    print(f"wrote {write_result('clean_agent_bench', doc)}")
+    print(f"wrote {write_result('clean_agent_bench', doc, args.tag)}")
     return 0 if doc["exactly_once_routing"] else 1
 
 

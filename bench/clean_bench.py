@@ -25,7 +25,15 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from _common import SHARED_DATA, Stopwatch, current_rss_mib, peak_rss_mib, table, write_result
+from _common import (
+    SHARED_DATA,
+    Stopwatch,
+    add_tag_argument,
+    current_rss_mib,
+    peak_rss_mib,
+    table,
+    write_result,
+)
 
 from streams.clean.cleaner import Cleaner
 from streams.ingest.reader import iter_records, open_source
@@ -186,6 +194,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--repeat", type=int, default=3, help="timed passes; the best counts")
     parser.add_argument("--data", type=Path, default=SHARED_DATA, help="shared data folder")
     parser.add_argument("--no-shared", action="store_true", help="only the generated sample")
+    add_tag_argument(parser)
     args = parser.parse_args(argv)
     if args.repeat < 1:
         parser.error("--repeat must be at least 1")
@@ -279,6 +288,7 @@ def main(argv: list[str] | None = None) -> int:
             },
             "datasets": results,
         },
+        args.tag,
     )
     print(f"wrote {path}")
     return 0

@@ -13,7 +13,7 @@ checkpoints the report's JSON size, its covered records and ranges, and the mean
 time per merge of the last stretch (a merge copies and re-serializes the whole
 report, so its cost follows the report's size).
 
-Run: ``.venv/bin/python bench/memory_bench.py [--records 20000] [--copies 5]``
+Run: ``.venv/bin/python bench/memory_bench.py [--records 20000] [--copies 3]``
 """
 
 from __future__ import annotations
@@ -29,7 +29,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from _common import peak_rss_mib, table, write_result
+from _common import add_tag_argument, peak_rss_mib, table, write_result
 
 from streams.batching import Batch, TokenWindow
 from streams.clean.cleaner import Cleaner
@@ -170,10 +170,11 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--records", type=int, default=20_000, help="generated sample size")
     parser.add_argument(
-        "--copies", type=int, default=5, help="times the sample is replayed under new raw topics"
+        "--copies", type=int, default=3, help="times the sample is replayed under new raw topics"
     )
     parser.add_argument("--checkpoints", type=int, default=8, help="rows of the growth table")
     parser.add_argument("--merge-child", type=Path, help=argparse.SUPPRESS)
+    add_tag_argument(parser)
     args = parser.parse_args(argv)
     if args.merge_child is not None:  # internal: the measuring child process
         print(json.dumps(merge_child(args.merge_child, args.checkpoints)))
@@ -272,6 +273,7 @@ def main(argv: list[str] | None = None) -> int:
             "merge_rss_growth_mib": growth,
             "parent_peak_rss_mib": peak_rss_mib(),
         },
+        args.tag,
     )
     print(f"wrote {out}")
     return 0
