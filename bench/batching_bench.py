@@ -279,7 +279,6 @@ async def bench(args: argparse.Namespace, records: list[NormalizedRecord]) -> di
         if args.naive_sample > 0:
             naive = await run_naive_sample(records, settings, server, args.naive_sample)
     return {
-        "settings": settings,
         "batched": batched,
         "naive": naive,
         "naive_prompt_tokens": naive_tokens,
@@ -384,17 +383,22 @@ def report(
             f"{extrapolated:,.0f}s ({extrapolated / 60:.1f} min, {bound} bound)"
         )
         print(
-            f"naive / batched model wall time: {extrapolated / b['analyze_seconds']:.0f}x "
-            f"({extrapolated / 60:.1f} min -> {b['analyze_seconds']:.1f} s)"
+            f"model wall time: {extrapolated / 60:.1f} min one call per record in series -> "
+            f"{b['analyze_seconds']:.1f} s batched"
         )
         counted = out["naive_prompt_tokens"][:: naive["indices_step"]][: naive["records"]]
         print(
             f"naive sample prompt tokens: {naive['server']['prompt_tokens']:,} served by the "
             f"server, {sum(counted):,} counted offline for the same records"
         )
+    summary = f"naive / batched: model calls {n / server['requests']:.0f}x, prompt tokens "
+    summary += f"{naive_tokens / sent:.0f}x"
+    if extrapolated:
+        summary += f", model wall time {extrapolated / b['analyze_seconds']:.0f}x"
+    print(f"\n{summary}")
     cov = b["coverage"]
     print(
-        f"\ncoverage: {cov['covered']:,} of {cov['records']:,} records covered, "
+        f"coverage: {cov['covered']:,} of {cov['records']:,} records covered, "
         f"{cov['claimed']:,} claims, {cov['missing']} missing, {cov['extra']} extra: "
         f"{'OK' if cov['ok'] else 'FAIL'}"
     )

@@ -244,12 +244,8 @@ def _fragment(bucket: _Bucket, detailed: bool) -> dict[str, Any]:
     elif sig.startswith("exception:"):
         event, cause, suggestion, base = _exception_texts(sig.split(":", 1)[1], groups)
     elif sig == "routine":
-        total = sum(g.count for g in groups)
         event, suggestion, base = "Routine activity", "No action needed", "info"
-        cause = (
-            f"routine activity: {_plural(total, 'event')} in {_plural(len(groups), 'template')} "
-            "with no error signals"
-        )
+        cause = "routine activity with no error signals"
     else:
         level = groups[0].level or "INFO"
         event = f"Unclassified {level} events"
@@ -284,19 +280,17 @@ def _exception_texts(exception: str, groups: list[_Group]) -> tuple[str, str, st
 
 
 def _evidence(bucket: _Bucket, detailed: bool) -> str:
-    """Counts, exception and top frame always; templates, frames, window, example if detailed."""
+    """Levels, exception and top frame always; templates, frames, window, example if detailed.
+
+    No counts: a cause is shared by every batch of an incident, and the report counts
+    records exactly from coverage, so a batch's own count here would mislead.
+    """
     groups = bucket.groups
     if bucket.signature == "routine" and not detailed:
         return ""
-    total = sum(g.count for g in groups)
-    levels: Counter[str] = Counter()
-    for g in groups:
-        levels[g.level or "UNLEVELLED"] += g.count
-    by_rank = sorted(levels.items(), key=lambda kv: (-_LEVEL_RANK.get(kv[0], 2), kv[0]))
-    parts = [
-        f"Evidence: {_plural(total, 'event')} in {_plural(len(groups), 'template')} "
-        f"({', '.join(f'{lvl} {n}' for lvl, n in by_rank)})"
-    ]
+    levels = {g.level or "UNLEVELLED" for g in groups}
+    by_rank = sorted(levels, key=lambda lvl: (-_LEVEL_RANK.get(lvl, 2), lvl))
+    parts = [f"Evidence: levels {', '.join(by_rank)}"]
     text = "\n".join(g.text for g in groups)
     exception = _exception_class(text)
     frames = _frames(groups)
@@ -317,7 +311,7 @@ def _evidence(bucket: _Bucket, detailed: bool) -> str:
             )
     if detailed:
         top = sorted(groups, key=lambda g: (-g.count, g.index))[:5]
-        shown = (f"'{_clip(g.template, 120)}' x{g.count}" for g in top)
+        shown = (f"'{_clip(g.template, 120)}'" for g in top)
         parts.append("templates: " + "; ".join(shown))
         if len(frames) > 1:
             parts.append("top frames: " + "; ".join(frames[:3]))

@@ -356,8 +356,9 @@ def _timeline(incidents: list[Incident]) -> list[TimelineEntry]:
 
 
 def _incident_rank(inc: Incident) -> tuple[int, int, str]:
-    count = inc.count
-    return (-SEVERITY_WEIGHT[inc.severity] * count, -count, inc.key)
+    """Most severe first, then the most records: a critical disk-full with 29 records
+    matters more than 1,700 records of routine traffic."""
+    return (-SEVERITY_WEIGHT[inc.severity], -inc.count, inc.key)
 
 
 def _coverage(data: CoverageJSON, fragment_id: str) -> Coverage:

@@ -252,7 +252,8 @@ def test_detailed_payload_adds_evidence() -> None:
     brief = analyze(payload(*copy.deepcopy(groups)))["fragments"][0]["cause"]
     detailed = analyze(payload(*copy.deepcopy(groups), detail="detailed"))["fragments"][0]["cause"]
     assert len(detailed) > len(brief)
-    assert "'Failed again <*>' x9" in detailed
+    assert "'Failed again <*>'" in detailed
+    assert " x9" not in detailed  # batch counts would mislead once merged into a report
     assert "com.acme.orders.OrderController.get(OrderController.java:31)" in detailed
     assert "2026-01-02T03:04:05.000Z" in detailed
 
