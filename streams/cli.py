@@ -268,6 +268,10 @@ def main(argv: list[str] | None = None) -> int:
         settings = build_settings(args)
         logging.basicConfig(level=settings.log_level.upper(), stream=sys.stderr,
                             format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+        # client chatter (subscriptions, coordinator lookups) is not for a terminal
+        for noisy in ("aiokafka", "aiohttp.access"):
+            logging.getLogger(noisy).setLevel(
+                max(logging.WARNING, logging.getLogger().getEffectiveLevel()))
         return int(args.func(args, settings) or 0)
     except RetroError as exc:
         print(f"retro: {exc}", file=sys.stderr)
