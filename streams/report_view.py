@@ -180,14 +180,21 @@ def _summary(report: Report, f: _Fmt) -> list[str]:
 
 
 def _impact(report: Report, f: _Fmt) -> list[str]:
+    """Services by their worst incident; records are counted per incident, not per
+    service (an incident may span services), so no per-service record count is shown."""
     if not report.incidents:
         return f.para("None recorded.")
-    per_service = []
+    rows = []
     for svc in report.services:
         linked = [i for i in report.incidents if svc in i.services]
-        per_service.append(
-            f"{f.code(svc)}: {len(linked)} incident(s), {_num(_records(linked))} records"
-        )
+        worst = max(linked, key=lambda i: SEVERITY_WEIGHT[i.severity])
+        events = ", ".join(dict.fromkeys(i.event for i in linked if i.severity != "info"))
+        rows.append((SEVERITY_WEIGHT[worst.severity], svc, worst.severity, len(linked), events))
+    rows.sort(key=lambda r: (-r[0], r[1]))
+    per_service = [
+        f"{f.code(svc)}: worst {f.strong(sev)}, {n} incident(s)" + (f": {f.text(ev)}" if ev else "")
+        for _, svc, sev, n, ev in rows
+    ]
     per_severity = []
     for sev in sorted(SEVERITY_WEIGHT, key=SEVERITY_WEIGHT.__getitem__, reverse=True):
         linked = [i for i in report.incidents if i.severity == sev]
