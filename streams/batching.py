@@ -13,15 +13,27 @@ room in the context for the reserved output.
 
 from __future__ import annotations
 
-import json
 import logging
 import math
 import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
-from typing import Literal, Protocol
+from typing import Literal
 
+from streams.batch_cost import (
+    EXAMPLE_SEPARATOR_TOKENS,
+    GROUP_OVERHEAD_TOKENS,
+    MARKER_RESERVE,
+    MIN_CUT_TOKENS,
+    TokenCounterLike,
+    cut_to_cap,
+    epoch_of,
+    group_cost,
+    json_tokens,
+    record_key,
+    service_of,
+    time_key,
+)
 from streams.intervals import Coverage
 from streams.prompt import prompt_overhead_tokens
 from streams.records import Lane, NormalizedRecord
@@ -31,85 +43,7 @@ logger = logging.getLogger(__name__)
 # why a batch closed; a metric label (retro_batches_total{trigger})
 Trigger = Literal["budget", "count", "wait", "oversize", "split", "drain"]
 
-GROUP_OVERHEAD_TOKENS = 96  # keys, ref, level, count, two timestamps, punctuation of a group
-EXAMPLE_SEPARATOR_TOKENS = 1  # ", " between examples
-MIN_CUT_TOKENS = 16  # the least of a template or example an oversize record keeps
-_MARKER = " …[cut: {n} tokens]"
-_MARKER_RESERVE = 12  # tokens the marker itself may take
 _LEVEL_RANK = {"TRACE": 0, "DEBUG": 1, "INFO": 2, "NOTICE": 3, "WARN": 4, "ERROR": 5, "FATAL": 6}
-
-
-class TokenCounterLike(Protocol):
-    """What batching needs of ``streams.clean.tokens.TokenCounter``."""
-
-    def count(self, text: str) -> int: ...
-
-    def truncate(self, text: str, max_tokens: int) -> tuple[str, int | bool]: ...
-
-
-# --- ordering -------------------------------------------------------------------
-
-
-def epoch_of(timestamp: str | None) -> float | None:
-    """Seconds since the epoch, or None; ISO strings do not sort by text alone."""
-    if not timestamp:
-        return None
-    try:
-        parsed = datetime.fromisoformat(timestamp)
-    except ValueError:
-        return None
-    if parsed.tzinfo is None:
-        parsed = parsed.replace(tzinfo=UTC)
-    return parsed.timestamp()
-
-
-def service_of(record: NormalizedRecord) -> str:
-    """The service a record speaks for; the source (file or stream) when it names none."""
-    return record.service or record.source
-
-
-def time_key(record: NormalizedRecord) -> tuple[int, float, str, int, int]:
-    """Time order; records without a time go last, ties in arrival (offset) order."""
-    epoch = epoch_of(record.timestamp)
-    return (epoch is None, epoch or 0.0, record.raw.topic, record.raw.partition, record.raw.offset)
-
-
-def _record_key(record: NormalizedRecord) -> tuple[str, tuple[int, float, str, int, int]]:
-    return (service_of(record), time_key(record))
-
-
-# --- cost -------------------------------------------------------------------------
-
-
-def _json_tokens(counter: TokenCounterLike, text: str) -> int:
-    """Tokens of ``text`` as it appears in the payload: JSON-escaped and quoted."""
-    return counter.count(json.dumps(text, ensure_ascii=False))
-
-
-def _group_cost(counter: TokenCounterLike, service: str, template: str, example_costs: int) -> int:
-    return (
-        GROUP_OVERHEAD_TOKENS
-        + _json_tokens(counter, service)
-        + _json_tokens(counter, template)
-        + example_costs
-    )
-
-
-def _cut(counter: TokenCounterLike, text: str, cap: int) -> tuple[str, bool]:
-    """Cut ``text`` so its payload cost stays within ``cap``, and say how much went."""
-    if _json_tokens(counter, text) <= cap:
-        return text, False
-    total = counter.count(text)
-    target = max(1, cap - _MARKER_RESERVE)
-    for _ in range(4):  # JSON escaping can cost more than the raw text; shrink until it fits
-        kept, _flag = counter.truncate(text, target)
-        cut_tokens = max(1, total - counter.count(kept))
-        marked = kept + _MARKER.format(n=cut_tokens)
-        over = _json_tokens(counter, marked) - cap
-        if over <= 0 or target == 1:
-            return marked, True
-        target = max(1, target - over)
-    return marked, True
 
 
 # --- values -----------------------------------------------------------------------
@@ -166,7 +100,7 @@ class Batch:
 
     @property
     def records(self) -> list[NormalizedRecord]:
-        return sorted((r for g in self.groups for r in g.records), key=_record_key)
+        return sorted((r for g in self.groups for r in g.records), key=record_key)
 
     @property
     def record_count(self) -> int:
@@ -218,7 +152,7 @@ def build_batch(
     example (or template) over its cap is cut and marked `` …[cut: N tokens]``.
     ``max_template_tokens`` defaults to ``max_example_tokens``; None means no cap.
     """
-    ordered = sorted(records, key=_record_key)
+    ordered = sorted(records, key=record_key)
     if not ordered:
         raise ValueError("cannot build a batch of no records")
     if max_examples < 1:
@@ -240,7 +174,7 @@ def build_batch(
         truncated = False
         template = members[0].template
         if template_cap is not None:
-            template, cut = _cut(counter, template, template_cap)
+            template, cut = cut_to_cap(counter, template, template_cap)
             truncated |= cut
         examples: list[str] = []
         seen: set[str] = set()
@@ -250,15 +184,15 @@ def build_batch(
             seen.add(record.message)
             example = record.message
             if max_example_tokens is not None:
-                example, cut = _cut(counter, example, max_example_tokens)
+                example, cut = cut_to_cap(counter, example, max_example_tokens)
                 truncated |= cut
             examples.append(example)
             if len(examples) == max_examples:
                 break
         levels = [r.level for r in members if r.level]
         level = max(levels, key=lambda lv: _LEVEL_RANK.get(lv, -1)) if levels else None
-        example_costs = sum(_json_tokens(counter, e) + EXAMPLE_SEPARATOR_TOKENS for e in examples)
-        estimate += _group_cost(counter, service, template, example_costs)
+        example_costs = sum(json_tokens(counter, e) + EXAMPLE_SEPARATOR_TOKENS for e in examples)
+        estimate += group_cost(counter, service, template, example_costs)
         groups.append(
             TemplateGroup(
                 ref=f"g{n}",
@@ -344,7 +278,7 @@ class TokenWindow:
         self.overhead_tokens = prompt_overhead_tokens(counter)
         # what a group's template and example may take when one record fills a batch alone
         self._room = self.effective_budget - self.overhead_tokens - GROUP_OVERHEAD_TOKENS
-        minimum = 2 * (MIN_CUT_TOKENS + _MARKER_RESERVE) + EXAMPLE_SEPARATOR_TOKENS
+        minimum = 2 * (MIN_CUT_TOKENS + MARKER_RESERVE) + EXAMPLE_SEPARATOR_TOKENS
         if self._room < minimum:
             raise ValueError(
                 f"{lane} lane: an input budget of {self.effective_budget} tokens (from "
@@ -388,7 +322,7 @@ class TokenWindow:
         """Add one record; return the batches this closes (0, 1 or 2), oldest first."""
         out: list[Batch] = []
         key = (service_of(record), record.template_id)
-        message_cost = _json_tokens(self._counter, record.message) + EXAMPLE_SEPARATOR_TOKENS
+        message_cost = json_tokens(self._counter, record.message) + EXAMPLE_SEPARATOR_TOKENS
         group = self._groups.get(key)
         if group is None:
             group = _GroupCost(base=self._group_base(key[0], record.template))
@@ -425,7 +359,7 @@ class TokenWindow:
     # -- internals ----------------------------------------------------------------
 
     def _group_base(self, service: str, template: str) -> int:
-        return _group_cost(self._counter, service, template, 0)
+        return group_cost(self._counter, service, template, 0)
 
     def _flush(self, trigger: Trigger) -> Batch:
         batch = build_batch(
@@ -453,15 +387,15 @@ class TokenWindow:
 
     def _oversize(self, record: NormalizedRecord) -> Batch:
         """One record over the budget alone: its template and example are cut to fit."""
-        room = self._room - _json_tokens(self._counter, service_of(record))
+        room = self._room - json_tokens(self._counter, service_of(record))
         room -= EXAMPLE_SEPARATOR_TOKENS
-        template_tokens = _json_tokens(self._counter, record.template)
+        template_tokens = json_tokens(self._counter, record.template)
         if template_tokens <= room // 2:
             template_cap, example_cap = template_tokens, room - template_tokens
         else:
             template_cap = example_cap = room // 2
-        template_cap = max(template_cap, MIN_CUT_TOKENS + _MARKER_RESERVE)
-        example_cap = max(example_cap, MIN_CUT_TOKENS + _MARKER_RESERVE)
+        template_cap = max(template_cap, MIN_CUT_TOKENS + MARKER_RESERVE)
+        example_cap = max(example_cap, MIN_CUT_TOKENS + MARKER_RESERVE)
         batch = build_batch(
             [record],
             lane=self.lane,

@@ -1,16 +1,4 @@
-"""A simulated OpenAI-compatible provider for tests, benchmarks and demos.
-
-It behaves like a real one where the gateway cares: sliding-minute rpm/tpm limits
-(429 + ``Retry-After``), a context limit (400 ``context_length_exceeded``),
-truncation at ``max_tokens`` (``finish_reason: "length"``), latency growing with
-input and output tokens, and seeded faults (5xx, stalls past the client timeout,
-broken JSON, wrong refs). Answers are real analysis (``streams.analyzer``), so a
-pipeline run against it yields meaningful fragments; received bodies are recorded
-so tests can prove no redacted secret reached the provider.
-
-Control plane for other processes: ``GET /_fake/stats``, ``GET /_fake/requests``
-(``?since=SEQ&limit=N``), ``POST /_fake/config`` (JSON patch), ``POST /_fake/reset``.
-"""
+"""The fake provider's request handling: limits, seeded faults, answers, control plane."""
 
 from __future__ import annotations
 
@@ -23,8 +11,6 @@ import math
 import random
 import time
 from collections import deque
-from collections.abc import Awaitable, Callable, Mapping
-from dataclasses import dataclass
 from typing import Any
 
 from aiohttp import web
@@ -32,130 +18,12 @@ from aiohttp import web
 from streams.analyzer import analyze
 from streams.clean.tokens import TokenCounter
 from streams.errors import MalformedOutput
+from streams.fakellm.config import Clock, FakeLLMConfig, FakeLLMStats, Sleep, SlidingWindow
 from streams.prompt import extract_payload
 
 logger = logging.getLogger(__name__)
 
-Clock = Callable[[], float]
-Sleep = Callable[[float], Awaitable[Any]]
-
-WINDOW_SECONDS = 60.0
 TOKENS_PER_MESSAGE = 3  # chat format overhead per message; 3 more prime the reply
-_INT_FIELDS = {"rpm", "tpm", "context", "seed", "max_recorded"}
-_NULLABLE = {"rpm", "tpm", "api_key"}
-_RATE_FIELDS = {"error_rate", "timeout_rate", "malformed_rate", "wrong_ids_rate"}
-
-
-@dataclass
-class FakeLLMConfig:
-    """What the simulated provider does; mutable at run time (tests switch faults)."""
-
-    model: str = "fake-gpt"
-    rpm: int | None = None  # requests per sliding minute; None: unlimited
-    tpm: int | None = None  # prompt + max_tokens per sliding minute; None: unlimited
-    context: int = 8192
-    base_latency: float = 0.02  # seconds per request
-    per_input_token: float = 0.00002  # seconds per prompt token
-    per_output_token: float = 0.0002  # seconds per completion token
-    error_rate: float = 0.0  # share answered 500/502/503
-    timeout_rate: float = 0.0  # share that stall for stall_seconds, then 504
-    stall_seconds: float = 600.0  # longer than any client timeout
-    malformed_rate: float = 0.0  # share answered 200 with content that is not JSON
-    wrong_ids_rate: float = 0.0  # share whose answer drops a ref or adds an unknown one
-    seed: int = 0
-    api_key: str | None = None  # if set, requests need "Authorization: Bearer <key>"
-    max_recorded: int = 10_000  # request bodies kept for inspection
-
-    def __post_init__(self) -> None:
-        self.validate()
-
-    def validate(self) -> None:
-        """Reject impossible settings up front, with the field named."""
-        for name in (f.name for f in dataclasses.fields(self)):
-            value = getattr(self, name)
-            if value is None and name in _NULLABLE:
-                continue
-            if name in ("model", "api_key"):
-                ok, wanted = isinstance(value, str) and bool(value), "a non-empty string"
-            elif name in _INT_FIELDS:
-                ok = isinstance(value, int) and not isinstance(value, bool)
-                ok, wanted = ok and (name == "seed" or value >= 1), "an integer >= 1"
-            else:
-                top = 1.0 if name in _RATE_FIELDS else math.inf
-                ok = isinstance(value, int | float) and not isinstance(value, bool)
-                ok, wanted = ok and 0 <= value <= top, f"a number in [0, {top}]"
-            if not ok:
-                raise ValueError(f"{name} must be {wanted}, got {value!r}")
-
-    def patch(self, changes: Mapping[str, Any]) -> None:
-        """Apply a JSON patch in place, all or nothing."""
-        names = {f.name for f in dataclasses.fields(self)}
-        if unknown := sorted(set(changes) - names):
-            raise ValueError(f"unknown config fields {unknown}; known: {sorted(names)}")
-        candidate = dataclasses.replace(self, **changes)  # validates
-        for name in changes:
-            setattr(self, name, getattr(candidate, name))
-
-    def public(self) -> dict[str, Any]:
-        return {**dataclasses.asdict(self), "api_key": "***" if self.api_key else None}
-
-
-@dataclass
-class FakeLLMStats:
-    """Each finished chat request counts under exactly one outcome, besides ``requests``.
-
-    ``ok`` is a complete, well-formed answer; ``truncated`` / ``malformed`` /
-    ``wrong_ids`` are 200s with that defect; ``timeouts`` are stalled requests.
-    """
-
-    requests: int = 0
-    ok: int = 0
-    rate_limited: int = 0
-    errors_5xx: int = 0
-    timeouts: int = 0
-    malformed: int = 0
-    wrong_ids: int = 0
-    context_errors: int = 0
-    truncated: int = 0
-    bad_requests: int = 0
-    cancelled: int = 0  # the client hung up before the answer (not a stall)
-    prompt_tokens: int = 0  # served in 200 answers
-    completion_tokens: int = 0
-    in_flight: int = 0
-    max_in_flight: int = 0
-
-
-class SlidingWindow:
-    """Amounts spent in the last ``seconds``; says how long until ``need`` more fits."""
-
-    __slots__ = ("_entries", "seconds")
-
-    def __init__(self, seconds: float = WINDOW_SECONDS) -> None:
-        self.seconds = seconds
-        self._entries: deque[tuple[float, int]] = deque()
-
-    def used(self, now: float) -> int:
-        while self._entries and self._entries[0][0] <= now - self.seconds:
-            self._entries.popleft()
-        return sum(amount for _, amount in self._entries)
-
-    def add(self, now: float, amount: int) -> None:
-        self._entries.append((now, amount))
-
-    def wait(self, now: float, limit: int, need: int) -> float:
-        """Seconds until ``used + need <= limit``: 0 if it fits now, a full window if never."""
-        used = self.used(now)
-        if used + need <= limit:
-            return 0.0
-        if need <= limit:
-            for stamp, amount in self._entries:
-                used -= amount
-                if used + need <= limit:
-                    return stamp + self.seconds - now
-        return self.seconds
-
-    def clear(self) -> None:
-        self._entries.clear()
 
 
 class FakeProvider:
@@ -486,115 +354,3 @@ def _error(
 ) -> web.Response:
     body = {"error": {"message": message, "type": kind, "param": None, "code": code}}
     return web.json_response(body, status=status)
-
-
-PROVIDER_KEY = web.AppKey("fake_llm_provider", FakeProvider)
-
-
-def make_app(
-    config: FakeLLMConfig,
-    *,
-    clock: Clock | None = None,
-    sleep: Sleep | None = None,
-    counter: TokenCounter | None = None,
-) -> web.Application:
-    """The aiohttp app; its provider (state, stats, records) is ``app[PROVIDER_KEY]``."""
-    provider = FakeProvider(config, clock=clock, sleep=sleep, counter=counter)
-    app = web.Application(client_max_size=64 * 1024 * 1024)
-    app[PROVIDER_KEY] = provider
-    app.router.add_post("/v1/chat/completions", provider.chat)
-    app.router.add_get("/v1/models", provider.models)
-    app.router.add_get("/v1/models/{model}", provider.models)
-    app.router.add_get("/_fake/stats", provider.get_stats)
-    app.router.add_get("/_fake/requests", provider.get_requests)
-    app.router.add_post("/_fake/config", provider.post_config)
-    app.router.add_post("/_fake/reset", provider.post_reset)
-
-    async def on_shutdown(_: web.Application) -> None:
-        provider.close()
-
-    app.on_shutdown.append(on_shutdown)
-    return app
-
-
-async def serve(config: FakeLLMConfig, host: str = "127.0.0.1", port: int = 8000) -> None:
-    """Serve until cancelled (Ctrl-C in ``retro fake-llm``)."""
-    runner = web.AppRunner(make_app(config), handler_cancellation=True)
-    await runner.setup()
-    try:
-        await web.TCPSite(runner, host, port).start()
-        logger.info("fake LLM %s listening on http://%s:%s/v1", config.model, host, port)
-        await asyncio.Event().wait()
-    finally:
-        await runner.cleanup()
-
-
-class FakeLLMServer:
-    """``async with FakeLLMServer(config) as server:`` on 127.0.0.1 and a free port.
-
-    ``server.config`` is the live config: change its fields (or assign a new one)
-    while the server runs, e.g. to switch faults on and off.
-    """
-
-    def __init__(
-        self,
-        config: FakeLLMConfig | None = None,
-        *,
-        clock: Clock | None = None,
-        sleep: Sleep | None = None,
-        host: str = "127.0.0.1",
-        port: int = 0,
-    ) -> None:
-        self._config = config or FakeLLMConfig()
-        self._clock, self._sleep = clock, sleep
-        self.host, self.port = host, port
-        self._runner: web.AppRunner | None = None
-        self._provider: FakeProvider | None = None
-
-    def __repr__(self) -> str:
-        return f"FakeLLMServer(base_url={self.base_url!r}, model={self._config.model!r})"
-
-    async def __aenter__(self) -> FakeLLMServer:
-        app = make_app(self._config, clock=self._clock, sleep=self._sleep)
-        self._provider = app[PROVIDER_KEY]
-        self._runner = web.AppRunner(app, handler_cancellation=True, shutdown_timeout=5.0)
-        await self._runner.setup()
-        await web.TCPSite(self._runner, self.host, self.port).start()
-        self.port = self._runner.addresses[0][1]
-        return self
-
-    async def __aexit__(self, *exc_info: object) -> None:
-        if self._provider is not None:
-            self._provider.close()
-        if self._runner is not None:
-            await self._runner.cleanup()
-            self._runner = None
-
-    @property
-    def config(self) -> FakeLLMConfig:
-        return self._config
-
-    @config.setter
-    def config(self, config: FakeLLMConfig) -> None:
-        self._config = config
-        if self._provider is not None:
-            self._provider.config = config
-
-    @property
-    def base_url(self) -> str:
-        return f"http://{self.host}:{self.port}/v1"
-
-    @property
-    def provider(self) -> FakeProvider:
-        if self._provider is None:
-            raise RuntimeError("the fake LLM server is not running; use `async with`")
-        return self._provider
-
-    @property
-    def requests(self) -> list[dict[str, Any]]:
-        """What the server received, oldest first (bounded by ``config.max_recorded``)."""
-        return list(self.provider.records)
-
-    @property
-    def stats(self) -> FakeLLMStats:
-        return self.provider.stats
