@@ -218,13 +218,21 @@ def merge(
             len(offered),
         )
 
-    out = base.model_copy(deep=True)
+    # Shallow copy: every field changed below is replaced, and the one incident and the
+    # suggestions that are changed in place are copied first, so ``base`` stays intact
+    # without deep-copying a whole day's coverage on every merge.
+    out = base.model_copy()
     key = incident_key(fragment.event, fragment.cause)
-    incidents = {i.key: i for i in out.incidents}
-    incidents[key] = _absorb(incidents.get(key), key, fragment, new)
+    incidents = {i.key: i for i in base.incidents}
+    touched = incidents.get(key)
+    incidents[key] = _absorb(
+        touched.model_copy(deep=True) if touched is not None else None, key, fragment, new
+    )
     out.covered = seen.union(new).to_json()
     out.incidents = sorted(incidents.values(), key=_incident_rank)
-    out.suggestions = _suggestions(out.suggestions, fragment, key, incidents)
+    out.suggestions = _suggestions(
+        [s.model_copy() for s in base.suggestions], fragment, key, incidents
+    )
     out.timeline = _timeline(out.incidents)
     out.services = sorted({s for i in out.incidents for s in i.services})
     out.models = sorted({*out.models, f"{fragment.model}@{fragment.prompt_version}"})

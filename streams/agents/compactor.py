@@ -24,6 +24,32 @@ from streams.settings import Settings
 logger = logging.getLogger(__name__)
 
 
+class ParsedReports:
+    """Parsed reports kept next to the table, so a busy day's report is not re-parsed
+    from JSON for every fragment. An entry is used only while the table still holds
+    the very string it was parsed from (a rebalance or recovery replaces it)."""
+
+    def __init__(self, size: int = 64) -> None:
+        self.size = size
+        self._items: dict[str, tuple[str, Report]] = {}
+
+    def get(self, report_id: str, stored: str | None) -> Report | None:
+        if not stored:
+            return None
+        hit = self._items.get(report_id)
+        if hit is not None and hit[0] is stored:
+            return hit[1]
+        report = Report.from_json(stored)
+        self.put(report_id, stored, report)
+        return report
+
+    def put(self, report_id: str, stored: str, report: Report) -> None:
+        self._items.pop(report_id, None)
+        self._items[report_id] = (stored, report)
+        while len(self._items) > self.size:
+            self._items.pop(next(iter(self._items)))
+
+
 def wire_compactor(app: Any, settings: Settings, metrics: Metrics,
                    topics: dict[str, Any]) -> Any:
     # values are the report JSON text; faust json-encodes the string in the changelog
@@ -31,6 +57,7 @@ def wire_compactor(app: Any, settings: Settings, metrics: Metrics,
                       key_type=str, value_type=str, extra_topic_configs={
                           "max.message.bytes": str(settings.kafka.max_message_bytes)})
     reports = topics["reports"]
+    parsed = ParsedReports()
 
     @app.agent(topics["fragments"], name="compactor", concurrency=1)
     async def compactor_agent(stream: Any) -> None:
@@ -45,7 +72,7 @@ def wire_compactor(app: Any, settings: Settings, metrics: Metrics,
                 continue
             report_id = (message.key or b"").decode() or "undated/all"
             stored = table.get(report_id)
-            current = Report.from_json(stored) if stored else None
+            current = parsed.get(report_id, stored)
             try:
                 updated, result = merge(current, fragment, report_id=report_id,
                                         now=datetime.now(UTC).isoformat().replace("+00:00", "Z"))
@@ -66,6 +93,7 @@ def wire_compactor(app: Any, settings: Settings, metrics: Metrics,
                 continue
             body = updated.to_json()
             table[report_id] = body
+            parsed.put(report_id, body, updated)
             delivered = await send(reports, key=report_id.encode(), value=body.encode())
             await delivered  # acked after this iteration, i.e. after delivery
 
