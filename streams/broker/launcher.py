@@ -18,6 +18,7 @@ import socket
 import subprocess
 import time
 import uuid
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass
 from importlib import resources
 from pathlib import Path
@@ -242,7 +243,9 @@ def _metadata_ok(bootstrap: str) -> bool:
         finally:
             await admin.close()
 
-    return asyncio.run(probe())
+    # a thread of its own, so start() also works from code that runs an event loop
+    with ThreadPoolExecutor(max_workers=1) as pool:
+        return pool.submit(asyncio.run, probe()).result()
 
 
 def _cluster_id() -> str:
