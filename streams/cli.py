@@ -92,7 +92,8 @@ def cmd_produce(args: argparse.Namespace, settings: Settings) -> int:
     paths = args.paths or ["-"]
     show = sys.stderr.isatty() and not args.quiet
     if not show:
-        summary = asyncio.run(produce(paths, settings, rate=args.rate, source=args.source))
+        summary = asyncio.run(produce(paths, settings, rate=args.rate, source=args.source,
+                                      spread=args.spread))
     else:
         from rich.progress import (
             BarColumn,
@@ -113,7 +114,7 @@ def cmd_produce(args: argparse.Namespace, settings: Settings) -> int:
                 progress.update(task, advance=size, records=records)
 
             summary = asyncio.run(produce(paths, settings, rate=args.rate, source=args.source,
-                                          on_progress=on_progress))
+                                          spread=args.spread, on_progress=on_progress))
     print(summary.line(), file=sys.stderr)
     return 0
 
@@ -217,6 +218,8 @@ def make_parser() -> argparse.ArgumentParser:
     pr.add_argument("paths", nargs="*", help="files (gzip ok) or - for stdin")
     pr.add_argument("--rate", type=float, help="records per second at most")
     pr.add_argument("--source", help="source name (default: the file name)")
+    pr.add_argument("--spread", type=int, default=1, metavar="N",
+                    help="spread each source over N keys (partitions); default 1")
     pr.add_argument("--quiet", action="store_true")
     pr.set_defaults(func=cmd_produce)
 

@@ -8,6 +8,7 @@ from typing import Any
 
 from streams.agents.common import ack_when_delivered, new_acker, send, track
 from streams.clean.cleaner import Cleaner
+from streams.ingest.keys import source_of_key
 from streams.metrics import Metrics
 from streams.records import DeadLetter, RawCoord
 from streams.settings import Settings
@@ -27,7 +28,7 @@ def wire_clean(app: Any, settings: Settings, metrics: Metrics, topics: dict[str,
             message = event.message
             coord = RawCoord(topic=message.topic, partition=message.partition,
                              offset=message.offset)
-            source = message.key.decode("utf-8", "replace") if message.key else "unknown"
+            source = source_of_key(message.key)
             metrics.records_in.labels("clean").inc()
             received = (datetime.fromtimestamp(message.timestamp, UTC)
                         if message.timestamp else None)
@@ -37,7 +38,7 @@ def wire_clean(app: Any, settings: Settings, metrics: Metrics, topics: dict[str,
                 key = out.id.encode()
             else:
                 target, lane = (fast if out.lane == "fast" else slow), out.lane
-                key = source.encode()
+                key = message.key or source.encode()  # keeps --spread partitioning
             metrics.records_out.labels(lane).inc()
             fut = await send(target, key=key, value=out.model_dump_json().encode())
             ack_when_delivered(fut, acker, handle)

@@ -16,6 +16,7 @@ from pathlib import Path
 
 from aiokafka import AIOKafkaProducer
 
+from streams.ingest.keys import raw_key
 from streams.ingest.reader import iter_records, open_source
 from streams.kafka import aiokafka_kwargs
 from streams.settings import Settings
@@ -66,6 +67,7 @@ async def produce(
     *,
     rate: float | None = None,
     source: str | None = None,
+    spread: int = 1,
     on_progress: Callable[[int, int], None] | None = None,
 ) -> ProduceSummary:
     """Send every logical record of ``paths``; waits until the broker has them all."""
@@ -84,20 +86,21 @@ async def produce(
     pending: list[asyncio.Future] = []
     try:
         for path in paths:
-            key = (source or source_name(path)).encode()
+            name = source or source_name(path)
             header_file = path.encode()
             with open_source(path) as stream:
                 for line_no, record in iter_records(
                         stream, max_record_bytes=settings.clean.max_record_bytes):
                     await pacer.wait()
                     fut = await producer.send(
-                        settings.topics.raw, value=record, key=key,
+                        settings.topics.raw, value=record,
+                        key=raw_key(name, summary.records, spread),
                         headers=[("retro-file", header_file),
                                  ("retro-line", str(line_no).encode())])
                     pending.append(fut)
                     summary.records += 1
                     summary.bytes += len(record)
-                    summary.per_source[key.decode()] = summary.per_source.get(key.decode(), 0) + 1
+                    summary.per_source[name] = summary.per_source.get(name, 0) + 1
                     if len(pending) >= 5000:
                         await asyncio.gather(*pending)
                         pending.clear()

@@ -41,7 +41,7 @@ def test_every_raw_offset_routed_exactly_once(pipeline_factory, wait_until,
                                              tmp_path: Path) -> None:
     p = pipeline_factory()
     paths = _inputs(tmp_path)
-    produced = p.retro("produce", "--quiet", *paths)
+    produced = p.retro("produce", "--quiet", "--spread", "3", *paths)
     total = int(produced.stderr.decode().split("produced ")[1].split(" ")[0])
     p.start_worker("clean")
     settings = p.settings()
@@ -62,6 +62,9 @@ def test_every_raw_offset_routed_exactly_once(pipeline_factory, wait_until,
         assert part.startswith(settings.topics.raw)
         assert ranges[0][0] == 0 and len(ranges) == 1, f"gap in {part}: {ranges}"
     assert routed["slow"], "no record reached the slow lane"
+    sources = {r.source for lane in ("fast", "slow") for r in routed[lane]}
+    assert not any("~" in s for s in sources), sources  # spread keys map back to sources
+    assert len({r.raw.partition for lane in ("fast", "slow") for r in routed[lane]}) == 2
     reasons = {d.reason for d in routed["deadletter"]}
     assert reasons & {"undecodable", "binary", "too_large"}, reasons
     for d in routed["deadletter"]:
