@@ -17,6 +17,7 @@ from collections import Counter
 from dataclasses import dataclass
 from typing import Any
 
+from streams.analyzer_rollup import summarize_incident
 from streams.analyzer_rules import Rule, Severity, build_rules
 from streams.prompt import extract_payload
 
@@ -124,7 +125,12 @@ def _required(items: list[Any], sre: Any) -> tuple[str, ...] | None:
 
 
 def analyze(payload: dict[str, Any]) -> dict[str, Any]:
-    """Answer a payload: every ref of ``payload["groups"]`` lands in exactly one fragment."""
+    """Answer a payload: every ref of ``payload["groups"]`` lands in exactly one fragment.
+
+    A roll-up payload (``streams.rollup``) is answered with ``{"summary": ...}`` instead.
+    """
+    if payload.get("kind") == "rollup":  # streams.rollup.ROLLUP_KIND
+        return summarize_incident(payload)
     detailed = payload.get("detail") == "detailed"
     buckets: dict[tuple[str, str], _Bucket] = {}
     for group in _parse_groups(payload.get("groups")):

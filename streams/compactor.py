@@ -40,6 +40,9 @@ MAX_FRAGMENT_IDS = 50  # recent fragment ids, for display and debugging only
 UNDATED = "undated"
 # Fields that depend on arrival order or wall clock; report_body leaves them out.
 _VOLATILE = {"version", "updated_at", "changes", "fragment_ids", "fragments_applied"}
+# Incident fields written by the roll-up timer (streams/rollup.py): they depend on when
+# the timer ran, not on the fragments, so report_body leaves them out too.
+_VOLATILE_INCIDENT = {"summary", "summary_count"}
 
 
 class TemplateEvidence(BaseModel):
@@ -68,6 +71,10 @@ class Incident(BaseModel):
     last_seen: str | None = None
     covered: CoverageJSON = Field(default_factory=dict)
     evidence: list[TemplateEvidence] = Field(default_factory=list)
+    # The model-written roll-up (streams/rollup.py) and the record count it was based
+    # on; merge keeps both as they are, so a summary lags until the next roll-up.
+    summary: str | None = None
+    summary_count: int = 0
 
     @computed_field  # type: ignore[prop-decorator]
     @property
@@ -273,7 +280,9 @@ def diff_reports(before: Report | None, after: Report) -> ReportChanges:
 
 def report_body(report: Report) -> dict[str, Any]:
     """The content that must not depend on fragment order or duplication."""
-    return report.model_dump(mode="json", exclude=_VOLATILE)
+    exclude: dict[str, Any] = dict.fromkeys(_VOLATILE, True)
+    exclude["incidents"] = {"__all__": _VOLATILE_INCIDENT}
+    return report.model_dump(mode="json", exclude=exclude)
 
 
 def _absorb(inc: Incident | None, key: str, fragment: Fragment, new: Coverage) -> Incident:

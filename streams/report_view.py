@@ -172,11 +172,23 @@ def _summary(report: Report, f: _Fmt) -> list[str]:
         f"{_num(report.record_count)} log records{span} were grouped into "
         f"{n} incident{'s' if n != 1 else ''} across {services}. "
     )
-    top = [
-        f"{f.strong(i.event)} ({f.text(i.cause)}; {_num(i.count)} records, {i.severity})"
-        for i in report.incidents[:3]
+    top = report.incidents[:3]
+    if not any(i.summary for i in top):
+        brief = [
+            f"{f.strong(i.event)} ({f.text(i.cause)}; {_num(i.count)} records, {i.severity})"
+            for i in top
+        ]
+        return f.para(lead, "Most significant: ", "; ".join(brief), ".")
+    # Model-written summaries (streams/rollup.py) say more than the cause text: one
+    # bullet per incident, the summary where there is one, else the cause.
+    items = [
+        f"{f.strong(i.event)} ({_num(i.count)} records, {i.severity}): "
+        f"{f.text(i.summary)}{_stale(i)}"
+        if i.summary
+        else f"{f.strong(i.event)} ({f.text(i.cause)}; {_num(i.count)} records, {i.severity})"
+        for i in top
     ]
-    return f.para(lead, "Most significant: ", "; ".join(top), ".")
+    return [*f.para(lead, "Most significant:"), *f.bullets(items)]
 
 
 def _impact(report: Report, f: _Fmt) -> list[str]:
@@ -228,6 +240,8 @@ def _causes(report: Report, f: _Fmt) -> list[str]:
     out: list[str] = []
     for n, inc in enumerate(report.incidents, 1):
         out += f.heading(f"{n}. {f.text(inc.event)} ({inc.severity})")
+        if inc.summary:
+            out += f.para(f"Summary: {f.text(inc.summary)}{_stale(inc)}")
         facts = [
             f"Cause: {f.text(inc.cause)}",
             f"Records: {_num(inc.count)}",
@@ -309,6 +323,13 @@ def _changes(report: Report, f: _Fmt) -> list[str]:
 
 def _version_line(report: Report) -> str:
     return f"version {report.version}, updated at {report.updated_at or 'never'}"
+
+
+def _stale(inc: Incident) -> str:
+    """A note when records arrived after the summary was written (the next roll-up fixes it)."""
+    if inc.summary_count >= inc.count:
+        return ""
+    return f" (written at {_num(inc.summary_count)} records)"
 
 
 def _records(incidents: list[Incident]) -> int:

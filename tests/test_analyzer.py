@@ -421,3 +421,63 @@ def test_literal_prefilter_never_hides_a_match() -> None:
                 checked += 1
                 assert any(n in piece.lower() for n in needles), (rule.name, piece[:120])
     assert checked > 5
+
+
+# --- roll-up payloads (streams/rollup.py) -----------------------------------------------
+
+
+def rollup(**incident: Any) -> dict[str, Any]:
+    base: dict[str, Any] = {
+        "key": "k1",
+        "event": "Disk full on datanode",
+        "cause": "No space left on /data.",
+        "severity": "high",
+        "services": ["hdfs", "yarn"],
+        "count": 1234,
+        "first_seen": "2026-11-29T10:00:00.000Z",
+        "last_seen": "2026-11-29T11:30:00.000Z",
+        "templates": [{"template": "No space left on <*>", "count": 1200, "examples": []}],
+        "suggestions": ["Free disk space on the datanodes", "Add disk alerts"],
+    }
+    base.update(incident)
+    return {"kind": "rollup", "report": "2026-11-29/all", "incident": base}
+
+
+def test_a_rollup_payload_gets_a_deterministic_summary_of_the_incident() -> None:
+    answer = analyze(rollup())
+    assert set(answer) == {"summary"}
+    summary = answer["summary"]
+    assert summary == analyze(copy.deepcopy(rollup()))["summary"]
+    assert summary.startswith("Disk full on datanode (high severity): 1,234 log records")
+    assert "hdfs, yarn" in summary
+    assert "between 2026-11-29T10:00:00.000Z and 2026-11-29T11:30:00.000Z" in summary
+    assert "Likely cause: No space left on /data." in summary  # one period, not two
+    assert "Next step: Free disk space on the datanodes." in summary
+    assert "Add disk alerts" not in summary  # the top suggestion only
+    assert 2 <= summary.count(". ") + 1 <= 4
+    # through a chat prompt, like every backend reads it
+    messages = [{"role": "user", "content": embed_payload("Summarise.", rollup())}]
+    assert analyze_messages(messages) == answer
+
+
+def test_rollup_summaries_follow_the_incident_fields() -> None:
+    one = analyze(rollup(count=1, services=[], first_seen=None, last_seen=None))["summary"]
+    assert "1 log record." in one and "between" not in one and " from " not in one
+    other = analyze(rollup(event="Broker down", count=7))["summary"]
+    assert other.startswith("Broker down") and "7 log records" in other
+    no_tip = analyze(rollup(suggestions=[]))["summary"]
+    assert "Next step: review the log evidence" in no_tip and "No space left on <*>" in no_tip
+
+
+@pytest.mark.parametrize(
+    "sloppy",
+    [
+        {"kind": "rollup"},
+        {"kind": "rollup", "incident": "not an object"},
+        rollup(event=None, count="many", services="hdfs", suggestions=[3, None], templates=[1]),
+    ],
+)
+def test_a_sloppy_rollup_payload_still_gets_a_summary(sloppy: dict[str, Any]) -> None:
+    summary = analyze(sloppy)["summary"]
+    assert summary.startswith("An unnamed incident") and summary.endswith(".")
+    assert "unknown number of log records" in summary and " from " not in summary

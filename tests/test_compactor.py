@@ -412,3 +412,29 @@ def test_real_hdfs_log_with_overlapping_reruns_counts_each_line_once() -> None:
         expected[incident_key(f"{row['Component']} {row['Level']}", "see template")] += 1
     assert {i.key: i.count for i in forward.incidents} == expected
     jsonschema.validate(json.loads(forward.to_json()), SCHEMA)
+
+
+def test_a_rollup_summary_survives_merges_and_stays_out_of_the_body() -> None:
+    report, _ = merge(None, _frag("a", {"t/0": [[0, 9]]}), report_id="r", now="t1")
+    (inc,) = report.incidents
+    with_summary = inc.model_copy(update={"summary": "Disk filled.", "summary_count": 10})
+    summarized = report.model_copy(update={"incidents": [with_summary]})
+    grown, _ = merge(summarized, _frag("b", {"t/0": [[10, 14]]}), report_id="r", now="t2")
+    other, _ = merge(grown, _frag("c", {"t/1": [[0, 0]]}, event="Broker down"), report_id="r")
+    disk = other.incident(inc.key)
+    assert disk is not None and disk.count == 15
+    assert (disk.summary, disk.summary_count) == ("Disk filled.", 10)
+    (broker,) = [i for i in other.incidents if i.key != inc.key]
+    assert (broker.summary, broker.summary_count) == (None, 0)
+    # the summary depends on when the roll-up ran, not on the fragments
+    plain, _ = merge(report, _frag("b", {"t/0": [[10, 14]]}), report_id="r", now="t2")
+    assert report_body(grown) == report_body(plain)
+    assert grown.model_dump() != plain.model_dump()
+    doc = json.loads(other.to_json())
+    jsonschema.validate(doc, SCHEMA)
+    assert Report.from_json(doc) == other
+    # reports stored before roll-ups existed still load and validate
+    for stored in doc["incidents"]:
+        del stored["summary"], stored["summary_count"]
+    jsonschema.validate(doc, SCHEMA)
+    assert Report.from_json(doc).incident(inc.key).summary is None

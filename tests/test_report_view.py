@@ -166,3 +166,41 @@ def test_real_stack_trace_example_renders_verbatim() -> None:
     report, _ = merge(None, frag, report_id="r")
     assert f"```\n{trace}\n```" in render_markdown(report)
     assert f"<pre><code>{html.escape(trace)}</code></pre>" in render_html(report)
+
+
+def _summarized(report: Report, event_prefix: str, summary: str, count: int) -> Report:
+    incidents = [
+        i.model_copy(update={"summary": summary, "summary_count": count})
+        if i.event.startswith(event_prefix)
+        else i
+        for i in report.incidents
+    ]
+    return report.model_copy(update={"incidents": incidents})
+
+
+def test_incident_summaries_are_rendered_when_present() -> None:
+    plain = render_markdown(_report())
+    assert "Summary:" not in plain
+    report = _summarized(_report(), "Disk", f"Disks filled up {XSS}. Free space.", 15)
+    md = render_markdown(report)
+    headings = re.findall(r"^## (.+)$", md, flags=re.M)
+    section = dict(zip(headings, re.split(r"^## .+$", md, flags=re.M)[1:], strict=True))
+    causes = section["Causes"]
+    disk = causes.index("Disk full on datanode (high)")
+    assert causes.index("Summary: Disks filled up \\<script\\>") > disk
+    assert causes.count("Summary:") == 1  # the injected incident has none
+    # the top summary prefers the incident summary to the cause text, keeps rank order
+    top = section["Summary"]
+    assert "**Disk full on datanode** (15 records, high): Disks filled up" in top
+    assert "No space left on /data" not in top
+    assert top.index("Injected") < top.index("Disk full on datanode")  # critical first
+    assert "unknown; 2 records, critical" in top  # no summary: the cause as before
+    page = render_html(report)
+    assert "Summary: Disks filled up &lt;script&gt;" in page and "<script" not in page
+
+
+def test_a_stale_summary_says_how_many_records_it_covered() -> None:
+    report = _summarized(_report(), "Disk", "Disks filled up.", 10)
+    md = render_markdown(report)
+    assert "Summary: Disks filled up. (written at 10 records)" in md
+    assert "written at" not in render_markdown(_summarized(_report(), "Disk", "Disks.", 15))

@@ -141,6 +141,7 @@ class FakeProvider:
         except MalformedOutput:
             payload = {}  # a plain chat from a generic client: an empty analysis
         answer = analyze(payload)
+        wrong_ids = wrong_ids and isinstance(answer.get("fragments"), list)  # no refs: no-op
         if wrong_ids and not malformed:
             self._corrupt_refs(answer, payload)
         content = json.dumps(answer, ensure_ascii=False)

@@ -19,6 +19,7 @@ import asyncio
 import logging
 import random
 from dataclasses import dataclass, field
+from typing import Any
 
 from streams.batching import Batch
 from streams.errors import (
@@ -38,8 +39,17 @@ from streams.gateway.caller import Calibration, CallFailure, ModelCaller, Sleep
 from streams.gateway.retry import RetryBudget
 from streams.gateway.telemetry import LaneMetrics
 from streams.metrics import Metrics
-from streams.prompt import Detail, build_messages, cache_key, max_output_tokens, repair_messages
+from streams.prompt import (
+    MESSAGE_FRAMING_TOKENS,
+    REPLY_PRIMING_TOKENS,
+    Detail,
+    build_messages,
+    cache_key,
+    max_output_tokens,
+    repair_messages,
+)
 from streams.records import Fragment, Lane, Review
+from streams.rollup import parse_rollup, rollup_cache_key, rollup_repair_messages
 
 logger = logging.getLogger(__name__)
 
@@ -142,6 +152,70 @@ class Gateway:
         await self._analyze(batch, outcome)
         self.telemetry.fragments(len(outcome.fragments))
         return outcome
+
+    async def summarize(
+        self,
+        messages: list[dict[str, Any]],
+        *,
+        max_tokens: int = 400,
+        prompt_tokens: int | None = None,
+    ) -> tuple[str | None, str | None]:
+        """(summary, None) or (None, reason) for a roll-up prompt (``streams.rollup``).
+
+        The same path as a batch: cache, then the caller (AIMD slot, RPM/TPM buckets,
+        retries with backoff and Retry-After, retry budget), one repair request for a
+        malformed answer. Never raises for model errors. ``prompt_tokens`` defaults to
+        a generous estimate from the characters (~3 per token), for the TPM bucket.
+        """
+        key: str | None = None
+        if self.cache is not None:
+            key = rollup_cache_key(messages, model=self.model, prompt_version=self.prompt_version)
+            cached = await self._summary_from_cache(key)
+            if cached is not None:
+                return cached, None
+        estimated = prompt_tokens if prompt_tokens is not None else _estimate_tokens(messages)
+        repaired = False
+        while True:
+            result, _calls = await self.caller.request(
+                messages, prompt_tokens=estimated, max_tokens=max_tokens, observe=None
+            )
+            if isinstance(result, CallFailure):
+                logger.warning(
+                    "%s lane: no roll-up summary, %s: %s", self.lane, result.reason, result.detail
+                )
+                return None, result.reason
+            if result.finish_reason == "length":
+                logger.warning("%s lane: roll-up summary cut at %d tokens", self.lane, max_tokens)
+                return None, "truncated"
+            try:
+                summary = parse_rollup(result.content)
+            except MalformedOutput as exc:
+                if repaired:
+                    logger.warning(
+                        "%s lane: roll-up answer malformed after one repair: %s", self.lane, exc
+                    )
+                    return None, "malformed_output"
+                repaired = True
+                logger.info("%s lane: malformed roll-up answer, one repair: %s", self.lane, exc)
+                self.telemetry.retry("malformed_output")
+                messages = rollup_repair_messages(messages, result.content, str(exc))
+                estimated += result.completion_tokens
+                continue
+            if self.cache is not None and key is not None:
+                await self.cache.set(key, result.content)
+            return summary, None
+
+    async def _summary_from_cache(self, key: str) -> str | None:
+        assert self.cache is not None
+        text = await self.cache.get(key)
+        summary: str | None = None
+        if text is not None:
+            try:
+                summary = parse_rollup(text)
+            except MalformedOutput as exc:
+                logger.info("%s lane: cached roll-up answer is unusable: %s", self.lane, exc)
+        self.telemetry.cache(hit=summary is not None)
+        return summary
 
     # -- one batch ---------------------------------------------------------------
 
@@ -292,6 +366,12 @@ class Gateway:
             review.detail,
         )
         self.telemetry.review(review.reason)
+
+
+def _estimate_tokens(messages: list[dict[str, Any]]) -> int:
+    """An over-estimate without a tokenizer: ~3 characters per token plus chat framing."""
+    chars = sum(len(str(m.get("content") or "")) for m in messages)
+    return -(-chars // 3) + MESSAGE_FRAMING_TOKENS * len(messages) + REPLY_PRIMING_TOKENS
 
 
 def _where(covered: dict[str, list[list[int]]]) -> str:

@@ -617,3 +617,135 @@ async def test_the_embedded_rules_backend_runs_the_whole_path_offline() -> None:
     assert_exact_cover(batch, outcome)
     # the batcher's estimate is an upper bound of what the counter sees in the prompt
     assert calibration.factor("test-model") <= 1.0
+
+
+# --- roll-up summaries (Gateway.summarize) ----------------------------------------------
+
+
+def rollup_prompt(count: int = 28) -> list[dict[str, Any]]:
+    from streams.rollup import rollup_messages
+
+    payload = {
+        "kind": "rollup",
+        "report": "2026-01-02/all",
+        "incident": {"key": "k1", "event": "Disk full", "cause": "no space", "severity": "high",
+                     "services": ["hdfs"], "count": count, "first_seen": None, "last_seen": None,
+                     "templates": [], "suggestions": []},
+    }  # fmt: skip
+    return rollup_messages(payload, prompt_version="v1")
+
+
+class SummaryBackend:
+    """Plays a script of roll-up outcomes; the summary names the event and count it read."""
+
+    def __init__(self, script: Sequence[str] = (), *, default: str = "ok") -> None:
+        self.script = list(script)
+        self.default = default
+        self.calls: list[dict[str, Any]] = []
+
+    async def chat(
+        self, *, model: str, messages: list[dict[str, Any]], max_tokens: int, timeout: float
+    ) -> ChatResult:
+        action = self.script.pop(0) if self.script else self.default
+        self.calls.append({"action": action, "messages": messages, "max_tokens": max_tokens})
+        await asyncio.sleep(0)
+        incident = extract_payload(messages)["incident"]
+        summary = json.dumps({"summary": f"{incident['event']}: {incident['count']} records."})
+        if action == "ok":
+            return ChatResult(summary, "stop", 300, 20)
+        if action == "fenced":
+            return ChatResult(f"Here it is:\n```json\n{summary}\n```", "stop", 300, 25)
+        if action == "malformed":
+            return ChatResult("The disk is full, I think.", "stop", 300, 8)
+        if action == "length":
+            return ChatResult(summary[:12], "length", 300, 400)
+        if action == "429":
+            raise RateLimited("429 from provider", retry_after=2.0)
+        if action == "500":
+            raise TransientModelError("500 from provider", reason="server_error")
+        if action == "rejected":
+            raise PermanentModelError("400 bad request", reason="model_rejected")
+        raise AssertionError(f"unknown action {action}")
+
+    async def close(self) -> None:
+        return None
+
+
+async def test_summarize_is_one_call_within_the_limits() -> None:
+    backend = SummaryBackend()
+    metrics = Metrics()
+    limiter = SpyLimiter(start=4, maximum=8, pause_seconds=0.0)
+    gateway = make_gateway(backend, limiter=limiter, metrics=metrics)  # type: ignore[arg-type]
+    tpm_before = gateway.tpm.available
+    summary, reason = await gateway.summarize(rollup_prompt(), max_tokens=300)
+    assert (summary, reason) == ("Disk full: 28 records.", None)
+    assert len(backend.calls) == 1 and backend.calls[0]["max_tokens"] == 300
+    assert limiter.priorities == [0]
+    assert gateway.rpm.available < 600
+    assert tpm_before - gateway.tpm.available >= 300  # prompt estimate + reserved answer
+    assert sample(metrics, "retro_model_requests_total", lane="fast", status="ok") == 1
+    assert sample(metrics, "retro_model_tokens_total", lane="fast", kind="completion") == 20
+    assert sample(metrics, "retro_fragments_total", lane="fast") == 0
+
+
+async def test_summarize_retries_a_429_after_its_retry_after() -> None:
+    t = FakeTime()
+    limiter = SpyLimiter(start=4, maximum=8, increase=0, pause_seconds=0.0)
+    backend = SummaryBackend(["429", "fenced"])
+    metrics = Metrics()
+    gateway = make_gateway(backend, time=t, limiter=limiter, metrics=metrics)  # type: ignore[arg-type]
+    summary, reason = await gateway.summarize(rollup_prompt())
+    assert (summary, reason) == ("Disk full: 28 records.", None)
+    assert len(backend.calls) == 2
+    assert limiter.priorities == [0, 1] and limiter.limit == 2
+    assert t.slept and t.slept[0] >= 2.0  # Retry-After honoured
+    assert sample(metrics, "retro_model_retries_total", lane="fast", reason="rate_limited") == 1
+
+
+async def test_summarize_never_raises_for_model_errors() -> None:
+    t = FakeTime()
+    backend = SummaryBackend(default="500")
+    gateway = make_gateway(backend, time=t)  # type: ignore[arg-type]
+    assert await gateway.summarize(rollup_prompt()) == (None, "model_unavailable")
+    assert len(backend.calls) == 3
+    rejected = make_gateway(SummaryBackend(["rejected"]))  # type: ignore[arg-type]
+    assert await rejected.summarize(rollup_prompt()) == (None, "model_rejected")
+    cut = make_gateway(SummaryBackend(["length"]))  # type: ignore[arg-type]
+    assert await cut.summarize(rollup_prompt()) == (None, "truncated")
+    empty = make_gateway(SummaryBackend(default="500"), budget=RetryBudget(minimum=0, ratio=0))  # type: ignore[arg-type]
+    assert await empty.summarize(rollup_prompt()) == (None, "retry_budget_exhausted")
+
+
+async def test_summarize_repairs_a_malformed_answer_once() -> None:
+    backend = SummaryBackend(["malformed", "ok"])
+    metrics = Metrics()
+    gateway = make_gateway(backend, metrics=metrics)  # type: ignore[arg-type]
+    assert await gateway.summarize(rollup_prompt()) == ("Disk full: 28 records.", None)
+    repair = backend.calls[1]["messages"]
+    assert [m["role"] for m in repair] == ["system", "user", "assistant", "user"]
+    assert repair[2]["content"] == "The disk is full, I think."
+    assert '"summary"' in repair[3]["content"]
+    assert sample(metrics, "retro_model_retries_total", lane="fast", reason="malformed_output") == 1
+
+    twice = SummaryBackend(default="malformed")
+    gateway = make_gateway(twice)  # type: ignore[arg-type]
+    assert await gateway.summarize(rollup_prompt()) == (None, "malformed_output")
+    assert len(twice.calls) == 2
+
+
+async def test_summarize_cache_hit_makes_no_call() -> None:
+    backend = SummaryBackend()
+    metrics = Metrics()
+    cache = MemoryCache(ttl_seconds=60, max_size=10)
+    gateway = make_gateway(backend, cache=cache, metrics=metrics)  # type: ignore[arg-type]
+    first = await gateway.summarize(rollup_prompt())
+    assert await gateway.summarize(rollup_prompt()) == first == ("Disk full: 28 records.", None)
+    assert len(backend.calls) == 1
+    assert sample(metrics, "retro_model_cache_total", lane="fast", result="hit") == 1
+    # the incident grew: another prompt, another key, a new call
+    assert await gateway.summarize(rollup_prompt(count=30)) == ("Disk full: 30 records.", None)
+    assert len(backend.calls) == 2
+    # a failed summary is not cached
+    failing = make_gateway(SummaryBackend(["malformed", "malformed", "ok"]), cache=cache)  # type: ignore[arg-type]
+    assert await failing.summarize(rollup_prompt(count=31)) == (None, "malformed_output")
+    assert await failing.summarize(rollup_prompt(count=31)) == ("Disk full: 31 records.", None)
