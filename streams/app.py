@@ -101,7 +101,11 @@ def build_app(settings: Settings, *, roles: tuple[str, ...] = ROLES,
             {"fast": worker.gateways.fast, "slow": worker.gateways.slow},
             worker.gateways.window_counter(settings.model.name))
     if "compactor" in roles:
-        wire_compactor(app, settings, metrics, topics)
+        rollup = None
+        if settings.report.rollup_seconds > 0:
+            worker.gateways = worker.gateways or build_gateways(settings, metrics=metrics)
+            rollup = worker.gateways.fast
+        wire_compactor(app, settings, metrics, topics, gateway=rollup)
     if web:
         worker.follower = ReportFollower(settings)
         wire_web(app, metrics, worker.follower)

@@ -20,6 +20,7 @@ from streams.audit import audit_until_clean, dumps
 from streams.broker.launcher import LocalBroker
 from streams.report_store import read_reports
 from streams.report_view import render_markdown
+from streams.rollup import needs_rollup
 from streams.settings import Settings
 from streams.topics import ensure_topics
 
@@ -58,6 +59,9 @@ def run_demo(settings: Settings, *, data: str | None, records: int, keep: bool,
         settings = settings.model_copy(update={"kafka": settings.kafka.model_copy(
             update={"bootstrap": state.bootstrap})})
     env["RETRO_STATE_DIR"] = str(settings.state_dir.resolve())
+    if not settings.report.rollup_seconds:
+        # the demo shows incident summaries: with the offline model they cost nothing
+        env.setdefault("RETRO_REPORT__ROLLUP_SECONDS", "2")
     asyncio.run(ensure_topics(settings))
     model = settings.model.effective_backend
     say(f"model backend: {model}" + (f" at {settings.model.base_url}" if model == "openai"
@@ -78,7 +82,7 @@ def run_demo(settings: Settings, *, data: str | None, records: int, keep: bool,
         say("waiting for the pipeline to account for every record...")
         result = asyncio.run(audit_until_clean(settings, wait_seconds=timeout))
         say(f"pipeline settled in {time.monotonic() - started:.1f}s")
-        reports = asyncio.run(read_reports(settings))
+        reports = asyncio.run(_summarized_reports(settings, wait_seconds=30.0))
         for report_id in sorted(reports):
             print(render_markdown(reports[report_id]))
             print()
@@ -98,6 +102,17 @@ def run_demo(settings: Settings, *, data: str | None, records: int, keep: bool,
                 broker.stop()
                 say("worker and broker stopped")
         log.close()
+
+
+async def _summarized_reports(settings: Settings, *, wait_seconds: float) -> dict:
+    """The reports, once every incident's roll-up summary caught up (or time ran out)."""
+    deadline = time.monotonic() + wait_seconds
+    while True:
+        reports = await read_reports(settings)
+        pending = [i for r in reports.values() for i in r.incidents if needs_rollup(i)]
+        if not pending or time.monotonic() >= deadline:
+            return reports
+        await asyncio.sleep(1.0)
 
 
 def _printer():

@@ -100,6 +100,9 @@ class ReportSettings(BaseModel):
 
     window: Literal["hour", "day", "week"] = "day"
     group_by: Literal["service", "source", "all"] = "all"
+    # every N seconds, one model call rewrites the summary of each incident that grew;
+    # 0 turns the roll-up off (it costs a call per changed incident per tick)
+    rollup_seconds: float = Field(0.0, ge=0.0)
 
 
 class KafkaSettings(BaseModel):

@@ -17,11 +17,22 @@ from pydantic import ValidationError
 from streams.agents.common import send
 from streams.compactor import Report, merge
 from streams.errors import RetroError
+from streams.gateway.gateway import Gateway
 from streams.metrics import Metrics
 from streams.records import Fragment, Review
+from streams.rollup import (
+    ROLLUP_KIND,
+    RollupUpdate,
+    apply_rollup,
+    needs_rollup,
+    rollup_messages,
+    rollup_payload,
+)
 from streams.settings import Settings
 
 logger = logging.getLogger(__name__)
+
+KIND_HEADER = "retro-kind"  # fragments topic messages that are not fragments say what they are
 
 
 class ParsedReports:
@@ -51,7 +62,7 @@ class ParsedReports:
 
 
 def wire_compactor(app: Any, settings: Settings, metrics: Metrics,
-                   topics: dict[str, Any]) -> Any:
+                   topics: dict[str, Any], gateway: Gateway | None = None) -> Any:
     # values are the report JSON text; faust json-encodes the string in the changelog
     table = app.Table("retro-reports", default=None, partitions=settings.topics.partitions,
                       key_type=str, value_type=str, extra_topic_configs={
@@ -59,10 +70,20 @@ def wire_compactor(app: Any, settings: Settings, metrics: Metrics,
     reports = topics["reports"]
     parsed = ParsedReports()
 
+    async def publish(report_id: str, updated: Report) -> None:
+        body = updated.to_json()
+        table[report_id] = body
+        parsed.put(report_id, body, updated)
+        delivered = await send(reports, key=report_id.encode(), value=body.encode())
+        await delivered  # acked after this iteration, i.e. after delivery
+
     @app.agent(topics["fragments"], name="compactor", concurrency=1)
     async def compactor_agent(stream: Any) -> None:
         async for event in stream.events():
             message = event.message
+            if _kind(message) == ROLLUP_KIND:
+                await _apply_rollup(event.value, table, parsed, publish)
+                continue
             try:
                 fragment = Fragment.model_validate_json(event.value)
             except ValidationError as exc:
@@ -89,12 +110,62 @@ def wire_compactor(app: Any, settings: Settings, metrics: Metrics,
                                   value=review.model_dump_json().encode()))
                 continue
             metrics.report_updates.labels(result).inc()
-            if result == "duplicate":
-                continue
-            body = updated.to_json()
-            table[report_id] = body
-            parsed.put(report_id, body, updated)
-            delivered = await send(reports, key=report_id.encode(), value=body.encode())
-            await delivered  # acked after this iteration, i.e. after delivery
+            if result != "duplicate":
+                await publish(report_id, updated)
 
+    if gateway is not None and settings.report.rollup_seconds > 0:
+        _wire_rollup(app, settings, table, parsed, gateway, topics["fragments"])
     return table
+
+
+def _kind(message: Any) -> str | None:
+    headers = message.headers or []
+    items = headers.items() if isinstance(headers, dict) else headers
+    for key, value in items:
+        if key == KIND_HEADER:
+            return value.decode() if isinstance(value, bytes) else str(value)
+    return None
+
+
+async def _apply_rollup(value: bytes, table: Any, parsed: ParsedReports, publish: Any) -> None:
+    try:
+        update = RollupUpdate.from_json(value)
+    except ValueError as exc:
+        logger.error("unreadable roll-up skipped: %s", exc)
+        return
+    current = parsed.get(update.report_id, table.get(update.report_id))
+    if current is None:
+        return
+    updated, changed = apply_rollup(current, update,
+                                    now=datetime.now(UTC).isoformat().replace("+00:00", "Z"))
+    if changed:
+        await publish(update.report_id, updated)
+
+
+def _wire_rollup(app: Any, settings: Settings, table: Any, parsed: ParsedReports,
+                 gateway: Gateway, fragments: Any) -> None:
+    """On a timer, summarize incidents that grew; the summary goes back through the
+    fragments topic (keyed by report) because faust tables are written in-stream only."""
+    model = settings.model
+
+    @app.timer(interval=settings.report.rollup_seconds)
+    async def rollup_incidents() -> None:
+        for report_id, stored in list(table.items()):
+            report = parsed.get(report_id, stored)
+            if report is None:
+                continue
+            for incident in report.incidents:
+                if not needs_rollup(incident):
+                    continue
+                payload = rollup_payload(report_id, incident, report=report)
+                messages = rollup_messages(payload, prompt_version=model.prompt_version)
+                summary, reason = await gateway.summarize(messages)
+                if summary is None:
+                    logger.warning("no roll-up for incident %s of %s: %s", incident.key,
+                                   report_id, reason)
+                    continue
+                update = RollupUpdate(report_id=report_id, incident_key=incident.key,
+                                      summary=summary, based_on_count=incident.count,
+                                      model=model.name, prompt_version=model.prompt_version)
+                await send(fragments, key=report_id.encode(), value=update.to_json().encode(),
+                           headers=[(KIND_HEADER, ROLLUP_KIND.encode())])

@@ -43,7 +43,7 @@ def _audit(p, wait: float = 240) -> dict:
 
 def test_rules_model_end_to_end_report_and_views(pipeline_factory, tmp_path: Path,
                                                  wait_until) -> None:
-    p = pipeline_factory()
+    p = pipeline_factory(RETRO_REPORT__ROLLUP_SECONDS="1")
     paths = _sample(tmp_path, 2000)
     total = _produced(p.retro("produce", "--quiet", *paths))
     p.start_worker()
@@ -52,6 +52,17 @@ def test_rules_model_end_to_end_report_and_views(pipeline_factory, tmp_path: Pat
     assert result["raw_records"] == total
     assert sum(result["claimed"].values()) == total
     assert result["claimed"]["deadletter"] >= 2  # the sample's garbage and oversized lines
+
+    def summarized() -> dict | None:
+        report = json.loads(p.retro("report", "--format", "json").stdout)
+        done = all(i.get("summary") and i["summary_count"] == i["count"]
+                   for i in report["incidents"])
+        return report if done else None
+
+    # the roll-up timer rewrote every incident's summary through the gateway
+    report = wait_until(summarized, timeout=90, interval=2, what="incident roll-ups")
+    top = report["incidents"][0]
+    assert top["event"].split(" (")[0] in top["summary"] or str(top["count"]) in top["summary"]
 
     md = p.retro("report").stdout.decode()
     for section in ("## Summary", "## Timeline", "## Causes", "## Suggested actions",
