@@ -10,7 +10,7 @@ from __future__ import annotations
 from typing import Any
 
 MAX_CAUSE_CHARS = 300
-MAX_SUGGESTION_CHARS = 200
+MAX_SUGGESTION_CHARS = 400
 MAX_EVENT_CHARS = 200
 
 
@@ -46,7 +46,10 @@ def summarize_incident(payload: dict[str, Any]) -> dict[str, str]:
         + (f" from {where}" if where else "")
         + f"{span}."
     ]
-    cause = _text(incident.get("cause"), MAX_CAUSE_CHARS)
+    raw_cause = incident.get("cause")
+    if isinstance(raw_cause, str):  # the summary states the cause; evidence is in the report
+        raw_cause = raw_cause.split(" Evidence:", 1)[0].rstrip(" .")
+    cause = _text(raw_cause, MAX_CAUSE_CHARS)
     if cause:
         sentences.append(f"Likely cause: {_sentence_body(cause)}.")
     suggestion = _first_suggestion(incident.get("suggestions"))
