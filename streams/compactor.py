@@ -347,7 +347,10 @@ def _suggestions(
         s.severity = max((i.severity for i in linked), key=SEVERITY_WEIGHT.__getitem__)
         s.records = len(covered)
         s.score = SEVERITY_WEIGHT[s.severity] * s.records
-    return sorted(by_key.values(), key=lambda s: (-s.score, s.key))
+    # the most severe first, then the widest reach: "No action needed" on 1,000 routine
+    # lines must not outrank the fix for a high-severity incident
+    return sorted(by_key.values(),
+                  key=lambda s: (-SEVERITY_WEIGHT[s.severity], -s.score, s.key))
 
 
 def _timeline(incidents: list[Incident]) -> list[TimelineEntry]:

@@ -272,7 +272,7 @@ def _questions(report: Report, f: _Fmt, review: int | None, dead: int | None) ->
     for inc in report.incidents:
         if normalize_text(inc.cause) in _UNCLASSIFIED or "unknown" in normalize_text(inc.cause):
             items.append(f"What causes {f.strong(inc.event)}? The analysis left it unclassified.")
-        elif inc.count <= LOW_EVIDENCE:
+        elif inc.count <= LOW_EVIDENCE and inc.severity != "info":
             items.append(f"Is {f.strong(inc.event)} real? Only {inc.count} record(s) support it.")
         if inc.first_seen is None:
             items.append(f"When did {f.strong(inc.event)} happen? Its records carry no time.")

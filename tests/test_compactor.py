@@ -19,6 +19,7 @@ from hypothesis import strategies as st
 
 from streams.compactor import (
     MAX_EXAMPLES,
+    SEVERITY_WEIGHT,
     Report,
     incident_key,
     merge,
@@ -212,8 +213,8 @@ def _check_against_truth(report: Report, recs: dict[tuple[str, int], Rec]) -> No
     if sharing:
         (s,) = [s for s in report.suggestions if "datanodes" in s.text.lower()]
         assert s.records == sum(len(truth[i]) for i in sharing)
-    scores = [s.score for s in report.suggestions]
-    assert scores == sorted(scores, reverse=True)
+    ranks = [(SEVERITY_WEIGHT[s.severity], s.score) for s in report.suggestions]
+    assert ranks == sorted(ranks, reverse=True)  # most severe first, then widest reach
 
 
 # ---------------------------------------------------------------- examples
