@@ -20,6 +20,7 @@ from streams.agents.batch import wire_batch
 from streams.agents.clean import wire_clean
 from streams.agents.compactor import wire_compactor
 from streams.gateway.factory import GatewaySet, build_gateways
+from streams.health import StallDetector
 from streams.kafka import (
     aiokafka_kwargs,
     faust_credentials,
@@ -106,34 +107,40 @@ def build_app(settings: Settings, *, roles: tuple[str, ...] = ROLES,
             worker.gateways = worker.gateways or build_gateways(settings, metrics=metrics)
             rollup = worker.gateways.fast
         wire_compactor(app, settings, metrics, topics, gateway=rollup)
+    health = StallDetector(stall_seconds=settings.stall_seconds)
     if web:
         worker.follower = ReportFollower(settings)
-        wire_web(app, metrics, worker.follower)
-    _wire_lag(app, settings, metrics, gid, topics, roles)
+        wire_web(app, metrics, worker.follower, health)
+    _wire_lag(app, settings, metrics, gid, topics, roles, health)
     return worker
 
 
 def _wire_lag(app: Any, settings: Settings, metrics: Metrics, gid: str,
-              topics: dict[str, Any], roles: tuple[str, ...]) -> None:
-    """Publish consumer lag per input topic/partition for Grafana and alerts."""
+              topics: dict[str, Any], roles: tuple[str, ...], health: StallDetector) -> None:
+    """Publish consumer lag per input topic/partition, and feed the stall detector
+    with the partitions this worker owns."""
     inputs = {"clean": ["raw"], "batch": ["fast", "slow"], "compactor": ["fragments"]}
     names = [getattr(settings.topics, n) for r in roles for n in inputs[r]]
 
     @app.timer(interval=15.0)
     async def measure_lag() -> None:
         try:
-            lag = await consumer_lag(settings, gid, names)
+            offsets = await consumer_offsets(settings, gid, names)
         except Exception as exc:  # metrics must never take the worker down
             logger.warning("measuring consumer lag failed: %r", exc)
             return
-        for (topic, partition), value in lag.items():
-            metrics.consumer_lag.labels(topic, str(partition)).set(value)
+        for (topic, partition), (_, lag) in offsets.items():
+            metrics.consumer_lag.labels(topic, str(partition)).set(lag)
+        owned = {(tp.topic, tp.partition) for tp in app.consumer.assignment()}
+        mine = {k: v for k, v in offsets.items() if k in owned}
+        health.observe({k: c for k, (c, _) in mine.items()},
+                       {k: lag for k, (_, lag) in mine.items()})
 
 
-async def consumer_lag(
+async def consumer_offsets(
     settings: Settings, gid: str, topics: list[str]
-) -> dict[tuple[str, int], int]:
-    """End offset minus committed offset for each partition of ``topics``."""
+) -> dict[tuple[str, int], tuple[int, int]]:
+    """(committed offset, lag) for each partition of ``topics``."""
     from aiokafka import AIOKafkaConsumer
 
     admin = AIOKafkaAdminClient(**aiokafka_kwargs(settings))
@@ -146,12 +153,12 @@ async def consumer_lag(
         tps = [TopicPartition(topic, p) for topic in topics
                for p in await partitions_of(consumer, topic)]
         ends = await consumer.end_offsets(tps) if tps else {}
-        lag = {}
+        out = {}
         for tp in tps:
             meta = committed.get(tp)
             done = meta.offset if meta is not None and meta.offset >= 0 else 0
-            lag[(tp.topic, tp.partition)] = max(0, ends[tp] - done)
-        return lag
+            out[(tp.topic, tp.partition)] = (done, max(0, ends[tp] - done))
+        return out
     finally:
         await stop_consumer(consumer)
         await admin.close()

@@ -136,6 +136,8 @@ class Settings(BaseSettings):
     slow: SlowLaneSettings = SlowLaneSettings()
     model: ModelSettings = ModelSettings()
     report: ReportSettings = ReportSettings()
+    # /healthz fails when an assigned partition has lag and no commit for this long
+    stall_seconds: float = Field(600.0, ge=0.0)
     web_port: int = 6066
     web_host: str = "127.0.0.1"
     log_level: str = "INFO"

@@ -7,6 +7,7 @@ from typing import Any
 
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
+from streams.health import StallDetector
 from streams.metrics import Metrics
 from streams.report_store import ReportFollower
 from streams.report_view import render_html, render_index_html
@@ -28,9 +29,14 @@ def newest_first(reports: Any) -> list[Any]:
     return sorted(reports, key=lambda r: (not r.id.startswith("undated"), r.id), reverse=True)
 
 
-def wire_web(app: Any, metrics: Metrics, follower: ReportFollower) -> None:
+def wire_web(app: Any, metrics: Metrics, follower: ReportFollower,
+             health: StallDetector) -> None:
     @app.page("/healthz")
     async def healthz(web: Any, request: Any) -> Any:
+        stalled = health.stalled()
+        if stalled:
+            return web.json({"status": "stalled", "partitions": [
+                f"{topic}/{partition}" for topic, partition in stalled]}, status=503)
         return web.json({"status": "ok"})
 
     @app.page("/metrics")

@@ -1,0 +1,39 @@
+"""Liveness: a partition with lag whose committed offset stops moving is stalled.
+
+A worker can be alive and still make no progress (a faust agent stuck after a
+rebalance, a hung model call). `/healthz` answers 503 once any assigned input
+partition has had lag and an unchanged committed offset for ``stall_seconds``, so the
+Kubernetes liveness probe restarts the pod and its partitions move to a healthy one.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+Partition = tuple[str, int]
+
+
+@dataclass
+class StallDetector:
+    stall_seconds: float
+    clock: Callable[[], float] = time.monotonic
+    _since: dict[Partition, tuple[int, float]] = field(default_factory=dict)
+
+    def observe(self, committed: dict[Partition, int], lag: dict[Partition, int]) -> None:
+        """Record one measurement of committed offsets and lag per partition."""
+        now = self.clock()
+        for part, lag_value in lag.items():
+            offset = committed.get(part, -1)
+            previous = self._since.get(part)
+            if lag_value <= 0 or previous is None or previous[0] != offset:
+                self._since[part] = (offset, now)
+
+    def stalled(self) -> list[Partition]:
+        """Partitions whose committed offset has not moved, with lag, for too long."""
+        if self.stall_seconds <= 0:
+            return []
+        now = self.clock()
+        return sorted(p for p, (_, since) in self._since.items()
+                      if now - since >= self.stall_seconds)

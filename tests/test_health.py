@@ -1,0 +1,44 @@
+"""Stall detection for the liveness probe."""
+
+from __future__ import annotations
+
+from streams.health import StallDetector
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 0.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def test_lag_with_a_frozen_commit_becomes_a_stall() -> None:
+    clock = Clock()
+    d = StallDetector(stall_seconds=300, clock=clock)
+    p = ("retro.fragments", 1)
+    d.observe({p: 100}, {p: 34})
+    clock.now = 200
+    d.observe({p: 100}, {p: 34})
+    assert d.stalled() == []
+    clock.now = 301
+    d.observe({p: 100}, {p: 34})
+    assert d.stalled() == [p]
+
+
+def test_progress_or_no_lag_is_not_a_stall() -> None:
+    clock = Clock()
+    d = StallDetector(stall_seconds=300, clock=clock)
+    moving, idle = ("raw", 0), ("raw", 1)
+    for step in range(10):
+        clock.now = step * 100.0
+        d.observe({moving: step * 10, idle: 5}, {moving: 50, idle: 0})
+    assert d.stalled() == []
+
+
+def test_zero_disables_the_check() -> None:
+    clock = Clock()
+    d = StallDetector(stall_seconds=0, clock=clock)
+    d.observe({("t", 0): 1}, {("t", 0): 9})
+    clock.now = 10_000
+    assert d.stalled() == []
