@@ -92,12 +92,13 @@ class Pipeline:
                                  f"{proc.stdout.decode()[-3000:]}\n{proc.stderr.decode()[-5000:]}")
         return proc
 
-    def start_worker(self, *roles: str, log_name: str = "worker") -> subprocess.Popen[bytes]:
+    def start_worker(self, *roles: str, log_name: str = "worker",
+                     **extra_env: str) -> subprocess.Popen[bytes]:
         args = [sys.executable, "-m", "streams", "worker"]
         if roles:
             args += ["--agents", ",".join(roles)]
         log = open(self.state_dir / f"{log_name}-{len(self.workers)}.log", "wb")  # noqa: SIM115
-        proc = subprocess.Popen(args, env={**os.environ, **self.env}, stdout=log,
+        proc = subprocess.Popen(args, env={**os.environ, **self.env, **extra_env}, stdout=log,
                                 stderr=subprocess.STDOUT, cwd=self.state_dir,
                                 start_new_session=True)
         self.workers.append(proc)

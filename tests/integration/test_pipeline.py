@@ -242,3 +242,25 @@ def test_crash_and_restart_counts_every_record_once(pipeline_factory, tmp_path: 
     result = _audit(p)
     assert result["ok"], (result, p.worker_logs())
     assert result["raw_records"] == total
+
+
+def test_two_workers_in_one_group_share_the_partitions(pipeline_factory, tmp_path: Path,
+                                                       wait_until) -> None:
+    """Scale-out the Kafka way: a second process joins the consumer group, the
+    partitions are shared, and the audit is still exact."""
+    p = pipeline_factory()
+    ports = [p.web_port, _free_port()]
+    for i, port in enumerate(ports):  # each process its own web port and state folder
+        p.start_worker(RETRO_WEB_PORT=str(port), RETRO_STATE_DIR=str(p.state_dir / f"w{i}"))
+    paths = _sample(tmp_path, 2000)
+    total = _produced(p.retro("produce", "--quiet", "--spread", "4", *paths))
+    result = _audit(p)
+    assert result["ok"], (result, p.worker_logs())
+    assert result["raw_records"] == total
+
+    def consumed(port: int) -> float:
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as r:
+            return _metric_sum(r.read().decode(), "retro_records_consumed_total")
+
+    counts = [consumed(port) for port in ports]
+    assert all(c > 0 for c in counts), counts  # both workers did part of the work
