@@ -16,6 +16,7 @@ import faust
 from aiokafka.admin import AIOKafkaAdminClient
 from aiokafka.structs import TopicPartition
 
+from streams import faust_fixes
 from streams.agents.batch import wire_batch
 from streams.agents.clean import wire_clean
 from streams.agents.compactor import wire_compactor
@@ -58,11 +59,18 @@ def group_id(settings: Settings, roles: tuple[str, ...]) -> str:
     return f"{settings.app_id}-{'-'.join(r for r in ROLES if r in roles)}"
 
 
+def input_topics(settings: Settings, roles: tuple[str, ...]) -> list[str]:
+    """The topics a worker with these roles consumes as a group."""
+    inputs = {"clean": ["raw"], "batch": ["fast", "slow"], "compactor": ["fragments"]}
+    return [getattr(settings.topics, n) for r in ROLES if r in roles for n in inputs[r]]
+
+
 def build_app(settings: Settings, *, roles: tuple[str, ...] = ROLES,
               metrics: Metrics | None = None, web: bool = True) -> Worker:
     unknown = set(roles) - set(ROLES)
     if unknown:
         raise ValueError(f"unknown agent roles {sorted(unknown)}; choose from {ROLES}")
+    faust_fixes.install()
     metrics = metrics or Metrics()
     gid = group_id(settings, roles)
     datadir = (settings.state_dir / "worker" / gid).resolve()
@@ -119,8 +127,7 @@ def _wire_lag(app: Any, settings: Settings, metrics: Metrics, gid: str,
               topics: dict[str, Any], roles: tuple[str, ...], health: StallDetector) -> None:
     """Publish consumer lag per input topic/partition, and feed the stall detector
     with the partitions this worker owns."""
-    inputs = {"clean": ["raw"], "batch": ["fast", "slow"], "compactor": ["fragments"]}
-    names = [getattr(settings.topics, n) for r in roles for n in inputs[r]]
+    names = input_topics(settings, roles)
 
     @app.timer(interval=15.0)
     async def measure_lag() -> None:

@@ -5,9 +5,9 @@ from __future__ import annotations
 import asyncio
 import logging
 
-from streams.app import build_app
+from streams.app import build_app, group_id, input_topics
 from streams.settings import Settings
-from streams.topics import ensure_topics
+from streams.topics import ensure_group_offsets, ensure_topics
 
 logger = logging.getLogger(__name__)
 
@@ -16,6 +16,8 @@ def run_worker(settings: Settings, *, roles: tuple[str, ...]) -> int:
     from faust import Worker
 
     asyncio.run(ensure_topics(settings))
+    asyncio.run(ensure_group_offsets(settings, group_id(settings, roles),
+                                     input_topics(settings, roles)))
     worker = build_app(settings, roles=roles)
     faust_worker = Worker(worker.app, loglevel=settings.log_level.lower(), quiet=True,
                           redirect_stdouts=False)

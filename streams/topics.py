@@ -80,3 +80,44 @@ def _errors(response: object) -> list[tuple[str, int, str | None]]:
         name, code, *rest = item
         out.append((name, code, rest[0] if rest else None))
     return out
+
+
+async def ensure_group_offsets(settings: Settings, group: str, topics: list[str]) -> int:
+    """Give every partition of ``topics`` a committed offset for ``group``.
+
+    faust only seeks partitions that have a committed offset back to it after a
+    rebalance; a partition without one keeps its fetch position, so messages it had
+    fetched and then skipped for the old generation would never be read again. A
+    group whose offsets all exist never hits that. Done before the worker joins: an
+    offset commit from outside the group only works while the group is empty, so
+    when workers are already running (and so have committed) this is a no-op.
+    Returns the number of partitions initialised.
+    """
+    from aiokafka import AIOKafkaConsumer, TopicPartition
+    from aiokafka.errors import KafkaError
+
+    from streams.kafka import partitions_of, stop_consumer
+
+    admin = AIOKafkaAdminClient(**aiokafka_kwargs(settings))
+    consumer = AIOKafkaConsumer(**aiokafka_kwargs(settings), group_id=group,
+                                enable_auto_commit=False)
+    await admin.start()
+    await consumer.start()
+    try:
+        committed = await admin.list_consumer_group_offsets(group)
+        tps = [TopicPartition(t, p) for t in topics for p in await partitions_of(consumer, t)]
+        missing = [tp for tp in tps if tp not in committed or committed[tp].offset < 0]
+        if not missing:
+            return 0
+        beginning = await consumer.beginning_offsets(missing)
+        consumer.assign(missing)
+        try:
+            await consumer.commit({tp: beginning[tp] for tp in missing})
+        except KafkaError as exc:  # the group is active: its members commit for it
+            logger.info("group %s is active; not initialising offsets (%r)", group, exc)
+            return 0
+        logger.info("initialised offsets of group %s on %d partitions", group, len(missing))
+        return len(missing)
+    finally:
+        await stop_consumer(consumer)
+        await admin.close()
