@@ -18,6 +18,7 @@ from pathlib import Path
 
 from streams.audit import audit_until_clean, dumps
 from streams.broker.launcher import LocalBroker
+from streams.errors import RetroError
 from streams.report_store import read_reports
 from streams.report_view import render_markdown
 from streams.rollup import needs_rollup
@@ -80,7 +81,7 @@ def run_demo(settings: Settings, *, data: str | None, records: int, keep: bool,
         subprocess.run(produce_cmd, env=env, check=True)
         started = time.monotonic()
         say("waiting for the pipeline to account for every record...")
-        result = asyncio.run(audit_until_clean(settings, wait_seconds=timeout))
+        result = asyncio.run(_audit_while_running(settings, worker, timeout, log_path))
         say(f"pipeline settled in {time.monotonic() - started:.1f}s")
         reports = asyncio.run(_summarized_reports(settings, wait_seconds=30.0))
         for report_id in sorted(reports):
@@ -102,6 +103,18 @@ def run_demo(settings: Settings, *, data: str | None, records: int, keep: bool,
                 broker.stop()
                 say("worker and broker stopped")
         log.close()
+
+
+async def _audit_while_running(settings: Settings, worker: subprocess.Popen[bytes],
+                               timeout: float, log_path: Path):
+    """Audit until clean, but stop waiting (with the reason) if the worker died."""
+    deadline = time.monotonic() + timeout
+    while True:
+        result = await audit_until_clean(settings, wait_seconds=min(10.0, timeout))
+        if result.ok or result.double_counted or time.monotonic() >= deadline:
+            return result
+        if worker.poll() is not None:
+            raise RetroError(f"the worker exited with code {worker.returncode}; see {log_path}")
 
 
 async def _summarized_reports(settings: Settings, *, wait_seconds: float) -> dict:

@@ -16,8 +16,11 @@ def run_worker(settings: Settings, *, roles: tuple[str, ...]) -> int:
     from faust import Worker
 
     asyncio.run(ensure_topics(settings))
-    asyncio.run(ensure_group_offsets(settings, group_id(settings, roles),
-                                     input_topics(settings, roles)))
+    try:
+        asyncio.run(ensure_group_offsets(settings, group_id(settings, roles),
+                                         input_topics(settings, roles)))
+    except Exception as exc:  # a safety net, not a reason to refuse to start
+        logger.warning("could not initialise consumer group offsets: %r", exc)
     worker = build_app(settings, roles=roles)
     faust_worker = Worker(worker.app, loglevel=settings.log_level.lower(), quiet=True,
                           redirect_stdouts=False)

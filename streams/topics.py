@@ -7,6 +7,7 @@ raised by an operator, since that reshuffles keys).
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from dataclasses import dataclass
 
@@ -104,7 +105,18 @@ async def ensure_group_offsets(settings: Settings, group: str, topics: list[str]
     await admin.start()
     await consumer.start()
     try:
-        committed = await admin.list_consumer_group_offsets(group)
+        committed = None
+        for attempt in range(30):  # a fresh cluster creates __consumer_offsets on first use
+            try:
+                committed = await admin.list_consumer_group_offsets(group)
+                break
+            except KafkaError as exc:
+                if not getattr(exc, "retriable", False) or attempt == 29:
+                    logger.warning("cannot read offsets of group %s (%r); leaving them to "
+                                   "faust", group, exc)
+                    return 0
+                await asyncio.sleep(1.0)
+        assert committed is not None
         tps = [TopicPartition(t, p) for t in topics for p in await partitions_of(consumer, t)]
         missing = [tp for tp in tps if tp not in committed or committed[tp].offset < 0]
         if not missing:
