@@ -273,7 +273,9 @@ def build_rules() -> tuple[Rule, ...]:
             r"TLB error interrupt|data storage interrupt|instruction storage interrupt"
             r"|program interrupt|kernel panic|Kernel (?:oops|BUG)|instruction address:"
             r"|data address:|(?:syndrome|configuration|state) register:|interrupt caused by"
-            r"|\.\.\.\.* *(?:<\*>|0x[0-9a-f]+|\d+)|cache block touch|special purpose registers"
+            # BGL register dumps ("enable......0"); four dots or more, so a Java
+            # "... 12 more" line is not taken for one
+            r"|\.{4,} *(?:<\*>|0x[0-9a-f]+|\d+)|cache block touch|special purpose registers"
             r"|\blr:\S+ cr:|\bdbcr\d*=|\bfpr\d+=|\br\d+=0x[0-9a-f]+ r\d+=",
             "Kernel fatal interrupts",
             "compute node kernels took fatal interrupts (TLB/storage/program), killing the "

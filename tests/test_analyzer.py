@@ -481,3 +481,15 @@ def test_a_sloppy_rollup_payload_still_gets_a_summary(sloppy: dict[str, Any]) ->
     summary = analyze(sloppy)["summary"]
     assert summary.startswith("An unnamed incident") and summary.endswith(".")
     assert "unknown number of log records" in summary and " from " not in summary
+
+
+def test_a_java_trace_tail_is_not_a_kernel_register_dump() -> None:
+    """'... 12 more' closes many Java traces; BGL register dumps have 4+ dots."""
+    trace = ("java.lang.NullPointerException: stock is null\n"
+             "\tat com.shop.inventory.StockService.reserve(StockService.java:88)\n\t... 12 more")
+    answer = analyze(payload(group("g1", level="ERROR", template="Reservation failed <*>",
+                                   examples=[trace])))
+    assert all("Kernel" not in f["event"] for f in answer["fragments"])
+    dump = analyze(payload(group("g1", level="FATAL", template="enable......0",
+                                 examples=["enable......0"])))
+    assert any("Kernel" in f["event"] for f in dump["fragments"])
