@@ -49,7 +49,3 @@ class OrderedAcker:
     def waiting(self) -> int:
         """Records received but not yet acked (done or not)."""
         return sum(len(q) for q in self._pending.values())
-
-    def forget(self, key: Hashable) -> None:
-        """Drop a partition's pending records (it was revoked; they will be re-read)."""
-        self._pending.pop(key, None)

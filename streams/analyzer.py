@@ -345,10 +345,6 @@ def _severity(base: Severity, groups: list[_Group]) -> Severity:
     return SEVERITIES[min(rank, len(SEVERITIES) - 1)]
 
 
-def _plural(n: int, noun: str) -> str:
-    return f"{n} {noun}" + ("" if n == 1 else "s")
-
-
 def _clip(text: str, limit: int) -> str:
     text = " ".join(text.split())
     return text if len(text) <= limit else text[: limit - 3] + "..."

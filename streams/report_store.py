@@ -20,10 +20,27 @@ from streams.settings import Settings
 logger = logging.getLogger(__name__)
 
 
+def _reader(settings: Settings) -> AIOKafkaConsumer:
+    """A group-less consumer for reading topics from the start (views, audit)."""
+    return AIOKafkaConsumer(**aiokafka_kwargs(settings), enable_auto_commit=False,
+                            group_id=None, auto_offset_reset="earliest")
+
+
+def _keep_report(reports: dict[str, Report], key: bytes | None, value: bytes | None) -> bool:
+    """Store the report in a message under its id; False for tombstones and junk."""
+    if key is None or value is None:
+        return False
+    try:
+        reports[key.decode()] = Report.from_json(value)
+    except ValueError:
+        logger.warning("skipping an unreadable report %r", key)
+        return False
+    return True
+
+
 async def read_topic(settings: Settings, topic: str) -> AsyncIterator[tuple[bytes | None, bytes]]:
     """Every (key, value) of a topic from the beginning up to its current end."""
-    consumer = AIOKafkaConsumer(**aiokafka_kwargs(settings), enable_auto_commit=False,
-                                group_id=None, auto_offset_reset="earliest")
+    consumer = _reader(settings)
     await consumer.start()
     try:
         tps = [TopicPartition(topic, p) for p in await partitions_of(consumer, topic)]
@@ -51,12 +68,7 @@ async def read_reports(settings: Settings) -> dict[str, Report]:
     """Latest report per id."""
     reports: dict[str, Report] = {}
     async for key, value in read_topic(settings, settings.topics.reports):
-        if key is None or value is None:
-            continue
-        try:
-            reports[key.decode()] = Report.from_json(value)
-        except ValueError:
-            logger.warning("skipping an unreadable report %r", key)
+        _keep_report(reports, key, value)
     return reports
 
 
@@ -81,8 +93,7 @@ class ReportFollower:
 
     async def _follow(self) -> None:
         topic = self.settings.topics.reports
-        consumer = AIOKafkaConsumer(**aiokafka_kwargs(self.settings), enable_auto_commit=False,
-                                    group_id=None, auto_offset_reset="earliest")
+        consumer = _reader(self.settings)
         await consumer.start()
         try:
             partitions = await partitions_of(consumer, topic)
@@ -96,12 +107,7 @@ class ReportFollower:
                 batch = await consumer.getmany(timeout_ms=1000)
                 for messages in batch.values():
                     for message in messages:
-                        if message.key is None or message.value is None:
-                            continue
-                        try:
-                            self.reports[message.key.decode()] = Report.from_json(message.value)
-                        except ValueError:
-                            logger.warning("skipping an unreadable report %r", message.key)
-                        self.changed.set()
+                        if _keep_report(self.reports, message.key, message.value):
+                            self.changed.set()
         finally:
             await stop_consumer(consumer)

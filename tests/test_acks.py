@@ -25,16 +25,6 @@ def test_acks_are_released_in_arrival_order_per_partition() -> None:
     assert acker.waiting() == 0
 
 
-def test_forgetting_a_revoked_partition_drops_its_pending_records() -> None:
-    acked: list[int] = []
-    acker = OrderedAcker(acked.append)
-    first = acker.track("p0", 0)
-    acker.track("p0", 1)
-    acker.forget("p0")
-    acker.done(first)
-    assert acked == []
-
-
 def _faust_new_offset(acked: list[int], committed: int | None) -> int | None:
     """faust's own commit decision for one partition (its Consumer._new_offset)."""
     from faust.transport.consumer import Consumer

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import asyncio
 import os
-import sys
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -130,6 +129,3 @@ def total_bytes(paths: list[str]) -> int | None:
         total += os.path.getsize(path)
     return total
 
-
-def stdin_is_tty() -> bool:
-    return sys.stderr.isatty()
