@@ -75,6 +75,9 @@ class Pipeline:
             self.env[f"RETRO_TOPICS__{name.upper()}"] = f"{self.prefix}.{name}"
         self.env.update(extra_env)
         self.workers: list[subprocess.Popen[bytes]] = []
+        # for a post-mortem of a failed run: `env $(cat pipeline.env) retro audit`
+        (state_dir / "pipeline.env").write_text(
+            "".join(f"{k}={v}\n" for k, v in sorted(self.env.items())))
 
     def settings(self):
         from streams.settings import Settings

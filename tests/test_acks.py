@@ -26,9 +26,11 @@ def test_acks_are_released_in_arrival_order_per_partition() -> None:
 
 
 def _faust_new_offset(acked: list[int], committed: int | None) -> int | None:
-    """faust's own commit decision for one partition (its Consumer._new_offset)."""
-    from faust.transport.consumer import Consumer
+    """faust's own commit decision for one partition (its Consumer._new_offset,
+    without the guard from streams/faust_fixes.py)."""
     from intervaltree import IntervalTree
+
+    from streams.faust_fixes import faust_original
 
     fake = SimpleNamespace(
         _acked=defaultdict(list, {"tp": list(acked)}),
@@ -36,7 +38,7 @@ def _faust_new_offset(acked: list[int], committed: int | None) -> int | None:
         _gap=defaultdict(IntervalTree),
         _committed_offset=defaultdict(lambda: None, {"tp": committed}),
     )
-    return Consumer._new_offset(fake, "tp")  # type: ignore[arg-type]
+    return faust_original("_new_offset")(fake, "tp")
 
 
 def test_faust_commits_past_an_unacked_record_when_acks_arrive_out_of_order() -> None:
