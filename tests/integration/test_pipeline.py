@@ -42,6 +42,25 @@ def _audit(p, wait: float = 240) -> dict:
     return result
 
 
+def _group_lag(p) -> int:
+    """Records the worker group has not committed yet, over every input partition."""
+    import asyncio
+
+    from streams.app import ROLES, consumer_offsets, group_id, input_topics
+
+    settings = p.settings()
+    offsets = asyncio.run(consumer_offsets(settings, group_id(settings, ROLES),
+                                           input_topics(settings, ROLES)))
+    return sum(lag for _, lag in offsets.values())
+
+
+def _commits_catch_up(p, wait_until) -> None:
+    """Liveness of the offset guards: after an exact audit, the group's commits reach
+    the end of every input partition (none is held back by a record never acked)."""
+    wait_until(lambda: _group_lag(p) == 0, timeout=90, interval=2,
+               what="the worker group to commit every input partition to its end")
+
+
 def test_rules_model_end_to_end_report_and_views(pipeline_factory, tmp_path: Path,
                                                  wait_until) -> None:
     p = pipeline_factory(RETRO_REPORT__ROLLUP_SECONDS="1")
@@ -251,6 +270,7 @@ def test_crash_and_restart_counts_every_record_once(pipeline_factory, tmp_path: 
     result = _audit(p)
     assert result["ok"], (result, p.worker_logs())
     assert result["raw_records"] == total
+    _commits_catch_up(p, wait_until)
 
 
 def test_workers_joining_and_leaving_mid_stream_lose_nothing(pipeline_factory, tmp_path: Path,
@@ -292,3 +312,4 @@ def test_workers_joining_and_leaving_mid_stream_lose_nothing(pipeline_factory, t
     result = _audit(p)
     assert result["ok"], (result, p.worker_logs())
     assert result["raw_records"] == total
+    _commits_catch_up(p, wait_until)
