@@ -26,8 +26,11 @@ mid-stream:
    pipeline is built for (fragment ids and report coverage make re-runs no-ops).
 
 With these, a record that never reached an agent holds its partition's commit back
-instead of being lost; faust seeks back to the committed offset after every
-rebalance, and a restart re-reads it too (``/healthz`` reports a stalled lag).
+instead of being lost. Such holes still happen (a fetch in flight across a rebalance
+can swallow a record inside aiokafka or faust), so ``HeldCommits`` watches for a
+partition whose commit has not moved for a while although it has lag and nothing in
+flight, and the worker seeks it back to its committed offset: the record is read
+again. A restart would re-read it too (``/healthz`` reports a stalled lag).
 
 faust's Cython stream iterator inlines its own ack path, so the guards also switch
 streams to the pure-Python iterator, which acks through ``Consumer.ack``.
@@ -37,6 +40,7 @@ from __future__ import annotations
 
 import logging
 from collections import defaultdict
+from dataclasses import dataclass, field
 from typing import Any
 
 from streams.errors import ConfigError
@@ -151,6 +155,53 @@ def may_commit(acked: list[int], committed: int | None) -> bool:
     every input partition a commit; for one that still has none (partitions added
     while workers run) the guard falls back to faust's own rule."""
     return committed is not None and bool(acked) and min(acked) == committed
+
+
+@dataclass
+class HeldCommits:
+    """Spots partitions whose commit is held back by a record no agent will ever see.
+
+    Pure bookkeeping: ``observe`` gets, per partition, the committed offset, the high
+    watermark and whether any record of it is in flight (handed to an agent, not yet
+    acked); it returns the partitions to re-read from their commit: lag, nothing in
+    flight, and the same commit for ``after_seconds``. A slow agent keeps records in
+    flight; an idle partition has no lag; so a partition that matches is stuck, and
+    re-reading it costs at worst some duplicate work.
+    """
+
+    after_seconds: float
+    _since: dict[Any, tuple[int, float]] = field(default_factory=dict)
+
+    def observe(self, now: float,
+                partitions: dict[Any, tuple[int | None, int | None, bool]]) -> list[Any]:
+        due = []
+        for tp, (committed, highwater, in_flight) in partitions.items():
+            held = (committed is not None and highwater is not None
+                    and committed < highwater and not in_flight)
+            if not held:
+                self._since.pop(tp, None)
+                continue
+            first = self._since.get(tp)
+            if first is None or first[0] != committed:
+                self._since[tp] = (committed, now)
+            elif now - first[1] >= self.after_seconds:
+                due.append(tp)
+                del self._since[tp]
+        for tp in set(self._since) - set(partitions):
+            del self._since[tp]
+        return due
+
+
+def partition_states(consumer: Any) -> dict[Any, tuple[int | None, int | None, bool]]:
+    """(committed, high watermark, in flight) for each acking partition the consumer owns."""
+    acking = consumer.app.topics.acks_enabled_for
+    in_flight = {m.tp for m in list(consumer._unacked_messages) if not m.acked}
+    states = {}
+    for tp in consumer.assignment():
+        if acking(tp.topic):
+            states[tp] = (consumer._committed_offset.get(tp), consumer.highwater(tp),
+                          tp in in_flight)
+    return states
 
 
 class NoReadOffsets(defaultdict):

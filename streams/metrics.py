@@ -33,6 +33,11 @@ class Metrics:
             "retro_deadletter_total", "Records sent to the dead letter", ["stage", "reason"],
             registry=r,
         )
+        self.offset_rereads = Counter(
+            "retro_offset_rereads_total",
+            "Partitions re-read from their committed offset because a record never reached "
+            "an agent", ["topic"], registry=r,
+        )
         self.redactions = Counter(
             "retro_redactions_total", "Secrets and PII replaced by placeholders", ["kind"],
             registry=r,

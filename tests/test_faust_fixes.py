@@ -246,3 +246,47 @@ async def test_guard_delivers_every_record_after_a_seek() -> None:
     delivered = await _drain(h.app.consumer, BATCHES, seek_before=9, seek_to=6)
     assert set(range(5, 12)) <= set(delivered)
     assert not h.app.consumer._gap[TP("in", 0)]
+
+
+# -- re-reading a partition whose commit is held back -----------------------------------
+
+
+def test_a_held_commit_is_re_read_after_the_grace_period() -> None:
+    held = faust_fixes.HeldCommits(after_seconds=10)
+    stuck = {"p": (236, 300, False)}  # lag, nothing in flight
+    assert held.observe(0, stuck) == []
+    assert held.observe(9, stuck) == []
+    assert held.observe(10, stuck) == ["p"]
+    assert held.observe(11, stuck) == []  # the clock starts again after a re-read
+    assert held.observe(21, stuck) == ["p"]
+
+
+@pytest.mark.parametrize("state", [
+    (240, 300, False),  # the commit moved: progress, the clock restarts
+    (236, 300, True),   # a record is in flight: a slow agent, not a hole
+    (300, 300, False),  # no lag: an idle partition
+    (None, 300, False),  # commit not known yet
+])
+def test_progress_work_in_flight_or_no_lag_is_not_held(state: tuple) -> None:
+    held = faust_fixes.HeldCommits(after_seconds=10)
+    assert held.observe(0, {"p": (236, 300, False)}) == []
+    assert held.observe(5, {"p": state}) == []
+    assert held.observe(12, {"p": (236, 300, False)}) == []  # counted from 12, not 0
+    assert held.observe(22, {"p": (236, 300, False)}) == ["p"]
+
+
+def test_partition_states_read_fausts_bookkeeping() -> None:
+    from types import SimpleNamespace
+
+    from faust.types.tuples import TP
+
+    a, b, changelog = TP("in", 0), TP("in", 1), TP("changelog", 0)
+    waiting = SimpleNamespace(tp=b, acked=False)
+    consumer = SimpleNamespace(
+        app=SimpleNamespace(topics=SimpleNamespace(acks_enabled_for=lambda t: t == "in")),
+        _unacked_messages=[waiting],
+        _committed_offset={a: 5, b: 7},
+        assignment=lambda: {a, b, changelog},
+        highwater=lambda tp: 9,
+    )
+    assert faust_fixes.partition_states(consumer) == {a: (5, 9, False), b: (7, 9, True)}

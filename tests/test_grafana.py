@@ -78,6 +78,7 @@ NUMBER = re.compile(r"(?<![\w:])\d+(?:\.\d+)?(?:[eE][+-]?\d+)?[a-zA-Z]*")
 REQUIRED = {
     "retro-pipeline.json": {
         "retro_consumer_lag_messages",
+        "retro_offset_rereads_total",
         "retro_records_routed_total",
         "retro_deadletter_total",
         "retro_batches_total",
@@ -327,6 +328,7 @@ def test_alerts_cover_the_agreed_conditions() -> None:
     used = set().union(*(analyse(r["expr"])[0] for r in alert_rules()))
     assert {
         "retro_consumer_lag_messages",
+        "retro_offset_rereads_total",
         "retro_deadletter_total",
         "retro_model_rate_limited_total",
         "retro_model_retry_budget_exhausted_total",
