@@ -9,7 +9,6 @@ is its own consumer group (``retro-stream`` for all roles, ``retro-stream-batch`
 from __future__ import annotations
 
 import logging
-import time
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -127,11 +126,11 @@ def build_app(settings: Settings, *, roles: tuple[str, ...] = ROLES,
 
 def _wire_reread(app: Any, settings: Settings, metrics: Metrics) -> None:
     """Re-read a partition from its commit when a record never reached an agent and
-    holds the commit back (``faust_fixes.HeldCommits``)."""
+    holds the commit back (see ``streams/faust_fixes.py``)."""
     after = settings.kafka.reread_held_seconds
     if after <= 0:
         return
-    held = faust_fixes.HeldCommits(after_seconds=after)
+    held = StallDetector(stall_seconds=after)
 
     @app.timer(interval=max(1.0, min(5.0, after / 4)))
     async def reread_held() -> None:
@@ -139,17 +138,18 @@ def _wire_reread(app: Any, settings: Settings, metrics: Metrics) -> None:
         if app.rebalancing or not consumer.flow_active:
             return
         try:
-            states = faust_fixes.partition_states(consumer)
+            committed, lag = faust_fixes.commit_progress(consumer)
         except Exception as exc:  # a consumer between assignments; try again later
             logger.debug("partition states unavailable: %r", exc)
             return
-        for tp in held.observe(time.monotonic(), states):
-            committed = states[tp][0]
+        held.observe(committed, lag)
+        for tp in held.stalled():
             logger.warning("%s[%s]: commit held at %s for %.0fs with lag and nothing in "
                            "flight; re-reading from there", tp.topic, tp.partition,
-                           committed, after)
+                           committed[tp], after)
             metrics.offset_rereads.labels(tp.topic).inc()
-            await consumer.seek(tp, committed)
+            held.restart(tp)
+            await consumer.seek(tp, committed[tp])
 
 
 def _wire_lag(app: Any, settings: Settings, metrics: Metrics, gid: str,

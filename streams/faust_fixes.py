@@ -27,10 +27,11 @@ mid-stream:
 
 With these, a record that never reached an agent holds its partition's commit back
 instead of being lost. Such holes still happen (a fetch in flight across a rebalance
-can swallow a record inside aiokafka or faust), so ``HeldCommits`` watches for a
+can swallow a record inside aiokafka or faust), so the worker watches for a
 partition whose commit has not moved for a while although it has lag and nothing in
-flight, and the worker seeks it back to its committed offset: the record is read
-again. A restart would re-read it too (``/healthz`` reports a stalled lag).
+flight (``commit_progress`` fed to a ``StallDetector``), and the worker seeks it
+back to its committed offset: the record is read again. A restart would re-read it
+too (``/healthz`` reports a stalled lag).
 
 faust's Cython stream iterator inlines its own ack path, so the guards also switch
 streams to the pure-Python iterator, which acks through ``Consumer.ack``.
@@ -38,9 +39,9 @@ streams to the pure-Python iterator, which acks through ``Consumer.ack``.
 
 from __future__ import annotations
 
+import bisect
 import logging
 from collections import defaultdict
-from dataclasses import dataclass, field
 from typing import Any
 
 from streams.errors import ConfigError
@@ -86,13 +87,11 @@ def install() -> None:
         return _faust["ack"](self, message)
 
     def new_offset(self: Any, tp: Any) -> int | None:
-        acked = self._acked[tp]
-        behind = drop_below(acked, self._committed_offset[tp])
-        self._acked_index[tp].difference_update(behind)
-        committed = self._committed_offset[tp]
-        if committed is None and tp in getattr(self, "_retro_never_committed", ()):
-            return _faust["_new_offset"](self, tp)  # a partition added at run time
-        if not may_commit(acked, committed):
+        acked, committed = self._acked[tp], self._committed_offset[tp]
+        self._acked_index[tp].difference_update(drop_below(acked, committed))
+        # a partition the group never committed (added at run time) keeps faust's rule
+        never = committed is None and tp in getattr(self, "_retro_never_committed", ())
+        if not never and not may_commit(acked, committed):
             return None
         return _faust["_new_offset"](self, tp)
 
@@ -138,11 +137,7 @@ def drop_below(acked: list[int], committed: int | None) -> list[int]:
     """Remove (and return) acked offsets below the committed one: a seek moved the
     commit past them, so they no longer matter. ``acked`` is sorted in place."""
     acked.sort()
-    if committed is None:
-        return []
-    n = 0
-    while n < len(acked) and acked[n] < committed:
-        n += 1
+    n = 0 if committed is None else bisect.bisect_left(acked, committed)
     behind = acked[:n]
     del acked[:n]
     return behind
@@ -157,51 +152,23 @@ def may_commit(acked: list[int], committed: int | None) -> bool:
     return committed is not None and bool(acked) and min(acked) == committed
 
 
-@dataclass
-class HeldCommits:
-    """Spots partitions whose commit is held back by a record no agent will ever see.
-
-    Pure bookkeeping: ``observe`` gets, per partition, the committed offset, the high
-    watermark and whether any record of it is in flight (handed to an agent, not yet
-    acked); it returns the partitions to re-read from their commit: lag, nothing in
-    flight, and the same commit for ``after_seconds``. A slow agent keeps records in
-    flight; an idle partition has no lag; so a partition that matches is stuck, and
-    re-reading it costs at worst some duplicate work.
-    """
-
-    after_seconds: float
-    _since: dict[Any, tuple[int, float]] = field(default_factory=dict)
-
-    def observe(self, now: float,
-                partitions: dict[Any, tuple[int | None, int | None, bool]]) -> list[Any]:
-        due = []
-        for tp, (committed, highwater, in_flight) in partitions.items():
-            held = (committed is not None and highwater is not None
-                    and committed < highwater and not in_flight)
-            if not held:
-                self._since.pop(tp, None)
-                continue
-            first = self._since.get(tp)
-            if first is None or first[0] != committed:
-                self._since[tp] = (committed, now)
-            elif now - first[1] >= self.after_seconds:
-                due.append(tp)
-                del self._since[tp]
-        for tp in set(self._since) - set(partitions):
-            del self._since[tp]
-        return due
-
-
-def partition_states(consumer: Any) -> dict[Any, tuple[int | None, int | None, bool]]:
-    """(committed, high watermark, in flight) for each acking partition the consumer owns."""
+def commit_progress(consumer: Any) -> tuple[dict[Any, int], dict[Any, int]]:
+    """Committed offsets and held-back lag of the acking partitions the consumer owns,
+    for a ``StallDetector``: a partition with a record in flight (handed to an agent,
+    not yet acked) or no known commit counts as lag 0, since it is not stuck."""
     acking = consumer.app.topics.acks_enabled_for
     in_flight = {m.tp for m in list(consumer._unacked_messages) if not m.acked}
-    states = {}
+    committed: dict[Any, int] = {}
+    lag: dict[Any, int] = {}
     for tp in consumer.assignment():
-        if acking(tp.topic):
-            states[tp] = (consumer._committed_offset.get(tp), consumer.highwater(tp),
-                          tp in in_flight)
-    return states
+        if not acking(tp.topic):
+            continue
+        offset, highwater = consumer._committed_offset.get(tp), consumer.highwater(tp)
+        if offset is None or highwater is None or tp in in_flight:
+            lag[tp] = 0
+        else:
+            committed[tp], lag[tp] = offset, max(0, highwater - offset)
+    return committed, lag
 
 
 class NoReadOffsets(defaultdict):

@@ -22,13 +22,21 @@ class StallDetector:
     _since: dict[Partition, tuple[int, float]] = field(default_factory=dict)
 
     def observe(self, committed: dict[Partition, int], lag: dict[Partition, int]) -> None:
-        """Record one measurement of committed offsets and lag per partition."""
+        """Record one measurement of committed offsets and lag per partition; a
+        partition missing from ``lag`` is no longer watched (it moved to another worker)."""
         now = self.clock()
+        for part in set(self._since) - set(lag):
+            del self._since[part]
         for part, lag_value in lag.items():
             offset = committed.get(part, -1)
             previous = self._since.get(part)
             if lag_value <= 0 or previous is None or previous[0] != offset:
                 self._since[part] = (offset, now)
+
+    def restart(self, part: Partition) -> None:
+        """Start the clock again for ``part`` (something was done about it)."""
+        if part in self._since:
+            self._since[part] = (self._since[part][0], self.clock())
 
     def stalled(self) -> list[Partition]:
         """Partitions whose committed offset has not moved, with lag, for too long."""

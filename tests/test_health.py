@@ -42,3 +42,28 @@ def test_zero_disables_the_check() -> None:
     d.observe({("t", 0): 1}, {("t", 0): 9})
     clock.now = 10_000
     assert d.stalled() == []
+
+
+def test_restart_starts_the_clock_again() -> None:
+    clock = Clock()
+    d = StallDetector(stall_seconds=10, clock=clock)
+    p = ("t", 0)
+    d.observe({p: 236}, {p: 64})
+    clock.now = 10
+    assert d.stalled() == [p]
+    d.restart(p)
+    clock.now = 11
+    d.observe({p: 236}, {p: 64})
+    assert d.stalled() == []
+    clock.now = 20
+    assert d.stalled() == [p]
+
+
+def test_a_partition_that_moved_away_is_no_longer_watched() -> None:
+    clock = Clock()
+    d = StallDetector(stall_seconds=10, clock=clock)
+    mine, moved = ("t", 0), ("t", 1)
+    d.observe({mine: 1, moved: 1}, {mine: 0, moved: 5})
+    clock.now = 60
+    d.observe({mine: 1}, {mine: 0})  # a rebalance gave ("t", 1) to another worker
+    assert d.stalled() == []
