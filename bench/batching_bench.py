@@ -33,19 +33,18 @@ from typing import Any
 
 from _common import SHARED_DATA, add_tag_argument, peak_rss_mib, table, write_result
 
-from streams.batching import Batch, TokenWindow, build_batch
+from streams.batch.prompt import build_messages
+from streams.batch.window import Batch, TokenWindow, build_batch
 from streams.clean.cleaner import Cleaner
 from streams.clean.tokens import TokenCounter
-from streams.fakellm import FakeLLMConfig, FakeLLMServer
+from streams.dev.fakellm import FakeLLMConfig, FakeLLMServer
+from streams.dev.sample import write_sample
 from streams.gateway.backends import OpenAIBackend
 from streams.gateway.factory import GatewaySet, build_gateways
-from streams.gateway.gateway import BatchOutcome
 from streams.ingest.reader import iter_records, open_source
 from streams.intervals import Coverage
 from streams.metrics import Metrics
-from streams.prompt import build_messages
-from streams.records import DeadLetter, NormalizedRecord, RawCoord
-from streams.sample import write_sample
+from streams.records import BatchOutcome, DeadLetter, NormalizedRecord, RawCoord
 from streams.settings import Settings
 
 HDFS = Path("loghub") / "HDFS" / "HDFS_2k.log"

@@ -41,14 +41,14 @@ from _common import REPO, add_tag_argument, peak_rss_mib, table, write_result
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 
-from streams.broker.launcher import LocalBroker
+from streams.dev.broker.launcher import LocalBroker
+from streams.dev.sample import write_sample
 from streams.ingest.produce import ProduceSummary, produce, source_name
 from streams.ingest.reader import iter_records, open_source
-from streams.kafka import aiokafka_kwargs, partitions_of, stop_consumer
-from streams.report_store import read_topic
-from streams.sample import write_sample
+from streams.kafka.connect import aiokafka_kwargs, partitions_of, stop_consumer
+from streams.kafka.topics import ensure_topics
+from streams.report.store import read_topic
 from streams.settings import Settings
-from streams.topics import ensure_topics
 
 TOPIC_NAMES = ("raw", "fast", "slow", "deadletter", "fragments", "review", "reports")
 CLOCK_TICKS = os.sysconf("SC_CLK_TCK")

@@ -36,9 +36,9 @@ from _common import (
 )
 
 from streams.clean.cleaner import Cleaner
+from streams.dev.sample import write_sample
 from streams.ingest.reader import iter_records, open_source
 from streams.records import DeadLetter, RawCoord
-from streams.sample import write_sample
 from streams.settings import Settings
 
 STAGES = ("decode", "parse", "redact", "templates", "tokens")

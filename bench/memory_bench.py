@@ -5,7 +5,7 @@ times under different raw topics (one day's traffic, K times over, so every copy
 adds new coordinates to the same report), cleaned, batched by the lane windows and
 analyzed by the offline ``rules`` model. They are then merged in a fresh child
 process the way the compactor agent does it: per fragment, the stored report JSON
-is parsed, ``streams.compactor.merge`` runs, and the new JSON is stored.
+is parsed, ``streams.report.merge.merge`` runs, and the new JSON is stored.
 
 The child reports its peak RSS before merging (imports and fragments loaded) and
 after, so the merge's memory is the difference, measured in the same run; and at
@@ -31,13 +31,15 @@ from typing import Any
 
 from _common import add_tag_argument, peak_rss_mib, table, write_result
 
-from streams.batching import Batch, TokenWindow
+from streams.batch.window import Batch, TokenWindow
 from streams.clean.cleaner import Cleaner
-from streams.compactor import Report, merge, report_key
+from streams.dev.sample import write_sample
 from streams.gateway.factory import build_gateways
 from streams.ingest.reader import iter_records, open_source
 from streams.records import Fragment, NormalizedRecord, RawCoord
-from streams.sample import write_sample
+from streams.report.keys import report_key
+from streams.report.merge import merge
+from streams.report.model import Report
 from streams.settings import Settings
 
 NOW = "2026-11-29T00:00:00Z"  # a fixed updated_at: sizes do not depend on the clock

@@ -16,24 +16,24 @@ import faust
 from aiokafka.admin import AIOKafkaAdminClient
 from aiokafka.structs import TopicPartition
 
-from streams import faust_fixes
 from streams.agents.batch import wire_batch
 from streams.agents.clean import wire_clean
 from streams.agents.compactor import wire_compactor
+from streams.agents.web import wire_web
+from streams.batch.lane import LaneProcessor
 from streams.gateway.factory import GatewaySet, build_gateways
-from streams.health import StallDetector
-from streams.kafka import (
+from streams.kafka import faust_guards
+from streams.kafka.connect import (
     aiokafka_kwargs,
     faust_credentials,
     partitions_of,
     resolve_bootstrap,
     stop_consumer,
 )
-from streams.lane import LaneProcessor
+from streams.kafka.stall import StallDetector
 from streams.metrics import Metrics
-from streams.report_store import ReportFollower
+from streams.report.store import ReportFollower
 from streams.settings import Settings
-from streams.web import wire_web
 
 logger = logging.getLogger(__name__)
 
@@ -70,7 +70,7 @@ def build_app(settings: Settings, *, roles: tuple[str, ...] = ROLES,
     unknown = set(roles) - set(ROLES)
     if unknown:
         raise ValueError(f"unknown agent roles {sorted(unknown)}; choose from {ROLES}")
-    faust_fixes.install()
+    faust_guards.install()
     metrics = metrics or Metrics()
     gid = group_id(settings, roles)
     datadir = (settings.state_dir / "worker" / gid).resolve()
@@ -126,7 +126,7 @@ def build_app(settings: Settings, *, roles: tuple[str, ...] = ROLES,
 
 def _wire_reread(app: Any, settings: Settings, metrics: Metrics) -> None:
     """Re-read a partition from its commit when a record never reached an agent and
-    holds the commit back (see ``streams/faust_fixes.py``)."""
+    holds the commit back (see ``streams/kafka/faust_guards.py``)."""
     after = settings.kafka.reread_held_seconds
     if after <= 0:
         return
@@ -138,7 +138,7 @@ def _wire_reread(app: Any, settings: Settings, metrics: Metrics) -> None:
         if app.rebalancing or not consumer.flow_active:
             return
         try:
-            committed, lag = faust_fixes.commit_progress(consumer)
+            committed, lag = faust_guards.commit_progress(consumer)
         except Exception as exc:  # a consumer between assignments; try again later
             logger.debug("partition states unavailable: %r", exc)
             return

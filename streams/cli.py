@@ -51,7 +51,7 @@ def build_settings(args: argparse.Namespace) -> Settings:
 
 # ----------------------------------------------------------------------- commands
 def cmd_broker(args: argparse.Namespace, settings: Settings) -> int:
-    from streams.broker.launcher import LocalBroker
+    from streams.dev.broker.launcher import LocalBroker
 
     broker = LocalBroker(settings.state_dir, version=args.kafka_version)
     if args.action == "start":
@@ -77,7 +77,7 @@ def cmd_worker(args: argparse.Namespace, settings: Settings) -> int:
 
 
 def cmd_topics(args: argparse.Namespace, settings: Settings) -> int:
-    from streams.topics import ensure_topics
+    from streams.kafka.topics import ensure_topics
 
     created = asyncio.run(ensure_topics(settings))
     print("created: " + (", ".join(created) if created else "nothing (all exist)"))
@@ -86,7 +86,7 @@ def cmd_topics(args: argparse.Namespace, settings: Settings) -> int:
 
 def cmd_produce(args: argparse.Namespace, settings: Settings) -> int:
     from streams.ingest.produce import produce, total_bytes
-    from streams.topics import ensure_topics
+    from streams.kafka.topics import ensure_topics
 
     asyncio.run(ensure_topics(settings))
     paths = args.paths or ["-"]
@@ -133,8 +133,8 @@ def cmd_clean(args: argparse.Namespace, settings: Settings) -> int:
 
 
 def cmd_report(args: argparse.Namespace, settings: Settings) -> int:
-    from streams.report_store import read_reports
-    from streams.report_view import render_html, render_json, render_markdown
+    from streams.report.store import read_reports
+    from streams.report.view import render_html, render_json, render_markdown
 
     reports = asyncio.run(read_reports(settings))
     chosen = select_report(reports, window=args.window, service=args.service)
@@ -162,7 +162,7 @@ def select_report(reports: dict[str, Any], *, window: str | None, service: str |
 
 
 def cmd_audit(args: argparse.Namespace, settings: Settings) -> int:
-    from streams.audit import audit_until_clean, dumps
+    from streams.dev.audit import audit_until_clean, dumps
 
     result = asyncio.run(audit_until_clean(settings, wait_seconds=args.wait))
     print(dumps(result))
@@ -170,7 +170,7 @@ def cmd_audit(args: argparse.Namespace, settings: Settings) -> int:
 
 
 def cmd_fake_llm(args: argparse.Namespace, settings: Settings) -> int:
-    from streams.fakellm import FakeLLMConfig, serve
+    from streams.dev.fakellm import FakeLLMConfig, serve
 
     config = FakeLLMConfig(
         model=args.model, rpm=args.rpm, tpm=args.tpm, context=args.context,
@@ -185,7 +185,7 @@ def cmd_fake_llm(args: argparse.Namespace, settings: Settings) -> int:
 
 
 def cmd_demo(args: argparse.Namespace, settings: Settings) -> int:
-    from streams.demo import run_demo
+    from streams.dev.demo import run_demo
 
     return run_demo(settings, data=args.data, records=args.records, keep=args.keep,
                     timeout=args.timeout)

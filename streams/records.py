@@ -8,6 +8,7 @@ the record number as offset.
 
 from __future__ import annotations
 
+from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
@@ -117,3 +118,13 @@ class Fragment(BaseModel):
     record_count: int
     model: str
     prompt_version: str
+
+
+@dataclass
+class BatchOutcome:
+    """What became of one batch: its fragments and reviews together cover it exactly."""
+
+    fragments: list[Fragment] = field(default_factory=list)
+    reviews: list[Review] = field(default_factory=list)
+    calls: int = 0  # backend calls made, retries and repairs included
+    cache_hits: int = 0

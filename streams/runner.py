@@ -6,8 +6,8 @@ import asyncio
 import logging
 
 from streams.app import build_app, group_id, input_topics
+from streams.kafka.topics import ensure_group_offsets, ensure_topics
 from streams.settings import Settings
-from streams.topics import ensure_group_offsets, ensure_topics
 
 logger = logging.getLogger(__name__)
 

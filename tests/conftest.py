@@ -34,7 +34,7 @@ def shared_file(*parts: str) -> Path:
 
 @pytest.fixture(scope="session")
 def kafka_bootstrap(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
-    from streams.broker.launcher import LocalBroker
+    from streams.dev.broker.launcher import LocalBroker
 
     if os.environ.get("RETRO_TEST_BOOTSTRAP"):
         yield os.environ["RETRO_TEST_BOOTSTRAP"]

@@ -8,12 +8,12 @@ import sys
 from pathlib import Path
 
 from streams.cli import select_report
-from streams.compactor import Report
+from streams.report.model import Report
 from streams.schemas import validator
 
 
 def test_retro_clean_writes_only_records_on_stdout(tmp_path: Path) -> None:
-    from streams.sample import write_sample
+    from streams.dev.sample import write_sample
 
     paths = [str(p) for p in write_sample(tmp_path / "s", records=400, include_bad=True)]
     dead = tmp_path / "dead.jsonl"

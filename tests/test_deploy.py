@@ -472,7 +472,7 @@ def test_topic_retention_and_compaction(settings: Settings) -> None:
 
 
 def test_topics_agree_with_what_the_worker_would_create(settings: Settings) -> None:
-    from streams.topics import topic_specs
+    from streams.kafka.topics import topic_specs
 
     topics = topic_docs()
     for spec in topic_specs(settings):

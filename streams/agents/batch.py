@@ -15,13 +15,13 @@ from typing import Any
 from pydantic import ValidationError
 
 from streams.agents.common import ack_when_delivered, new_acker, send, track
-from streams.batching import TokenWindow
+from streams.batch.lane import LaneProcessor
+from streams.batch.window import TokenWindow
 from streams.clean.tokens import TokenCounter
-from streams.compactor import report_key
-from streams.gateway.gateway import BatchOutcome, Gateway
-from streams.lane import LaneProcessor
+from streams.gateway.gateway import Gateway
 from streams.metrics import Metrics
-from streams.records import DeadLetter, NormalizedRecord, RawCoord
+from streams.records import BatchOutcome, DeadLetter, NormalizedRecord, RawCoord
+from streams.report.keys import report_key
 from streams.settings import Settings
 
 logger = logging.getLogger(__name__)

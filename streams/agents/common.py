@@ -6,7 +6,7 @@ import asyncio
 import logging
 from typing import Any
 
-from streams.acks import AckHandle, OrderedAcker
+from streams.kafka.acks import AckHandle, OrderedAcker
 
 logger = logging.getLogger(__name__)
 

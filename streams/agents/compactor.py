@@ -15,17 +15,17 @@ from typing import Any
 from pydantic import ValidationError
 
 from streams.agents.common import send
-from streams.compactor import Report, merge
 from streams.errors import RetroError
 from streams.gateway.gateway import Gateway
+from streams.gateway.rollup_prompt import ROLLUP_KIND, rollup_messages
 from streams.metrics import Metrics
 from streams.records import Fragment, Review
-from streams.rollup import (
-    ROLLUP_KIND,
+from streams.report.merge import merge
+from streams.report.model import Report
+from streams.report.rollup import (
     RollupUpdate,
     apply_rollup,
     needs_rollup,
-    rollup_messages,
     rollup_payload,
 )
 from streams.settings import Settings

@@ -10,15 +10,12 @@ from __future__ import annotations
 import json
 import re
 from datetime import datetime
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 from streams.clean.levels import normalize_level
 from streams.clean.parsed import Parsed
-from streams.clean.timestamps import from_number, match_leading
+from streams.clean.timestamps import TimeResolver, from_number, match_leading
 from streams.records import LogFormat
-
-if TYPE_CHECKING:
-    from streams.clean.formats import FormatParser
 
 _TS_KEYS = ("@timestamp", "timestamp", "ts", "time", "datetime", "date", "asctime", "@t", "t")
 _LEVEL_KEYS = (
@@ -61,10 +58,19 @@ def _lookup(obj: dict[str, Any], key: str) -> tuple[bool, Any, str | None]:
     return False, None, None
 
 
+class TextParser(Protocol):
+    """The line-format parser that text inside JSON goes back to (``FormatParser``)."""
+
+    @property
+    def times(self) -> TimeResolver: ...
+
+    def parse(self, text: str) -> Parsed: ...
+
+
 class StructuredParser:
     """JSON, Docker and logfmt parsing; text inside them goes back to the format parser."""
 
-    def __init__(self, formats: FormatParser) -> None:
+    def __init__(self, formats: TextParser) -> None:
         self._formats = formats
 
     def json_or_docker(self, text: str) -> Parsed | None:

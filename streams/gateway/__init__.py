@@ -15,8 +15,9 @@ from streams.gateway.backends import (
 )
 from streams.gateway.buckets import TokenBucket
 from streams.gateway.cache import AnswerCache, MemoryCache, RedisCache, build_cache
-from streams.gateway.gateway import BatchOutcome, Gateway
+from streams.gateway.gateway import Gateway
 from streams.gateway.retry import RetryBudget, backoff_delay
+from streams.records import BatchOutcome
 
 __all__ = [
     "AIMDLimiter",

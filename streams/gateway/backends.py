@@ -29,7 +29,7 @@ from typing import Any, Protocol
 import aiohttp
 from pydantic import SecretStr
 
-from streams.analyzer import analyze
+from streams.batch.prompt import extract_payload
 from streams.errors import (
     ConfigError,
     ContextTooLong,
@@ -38,7 +38,7 @@ from streams.errors import (
     RateLimited,
     TransientModelError,
 )
-from streams.prompt import extract_payload
+from streams.gateway.rules.analyzer import analyze
 from streams.settings import ModelSettings
 
 logger = logging.getLogger(__name__)

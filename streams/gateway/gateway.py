@@ -18,28 +18,10 @@ from __future__ import annotations
 import asyncio
 import logging
 import random
-from dataclasses import dataclass, field
 from typing import Any
 
-from streams.batching import Batch
-from streams.errors import (
-    ConfigError,
-    ContextTooLong,
-    MalformedOutput,
-    ModelError,
-    Truncated,
-    ValidationFailed,
-)
-from streams.fragments import parse_answer, review_for, validate_answer
-from streams.gateway.aimd import AIMDLimiter
-from streams.gateway.backends import ChatBackend, ChatResult
-from streams.gateway.buckets import TokenBucket
-from streams.gateway.cache import AnswerCache
-from streams.gateway.caller import Calibration, CallFailure, ModelCaller, Sleep
-from streams.gateway.retry import RetryBudget
-from streams.gateway.telemetry import LaneMetrics
-from streams.metrics import Metrics
-from streams.prompt import (
+from streams.batch.answers import parse_answer, review_for, validate_answer
+from streams.batch.prompt import (
     MESSAGE_FRAMING_TOKENS,
     REPLY_PRIMING_TOKENS,
     Detail,
@@ -48,20 +30,27 @@ from streams.prompt import (
     max_output_tokens,
     repair_messages,
 )
-from streams.records import Fragment, Lane, Review
-from streams.rollup import parse_rollup, rollup_cache_key, rollup_repair_messages
+from streams.batch.window import Batch
+from streams.errors import (
+    ConfigError,
+    ContextTooLong,
+    MalformedOutput,
+    ModelError,
+    Truncated,
+    ValidationFailed,
+)
+from streams.gateway.aimd import AIMDLimiter
+from streams.gateway.backends import ChatBackend, ChatResult
+from streams.gateway.buckets import TokenBucket
+from streams.gateway.cache import AnswerCache
+from streams.gateway.caller import Calibration, CallFailure, ModelCaller, Sleep
+from streams.gateway.retry import RetryBudget
+from streams.gateway.rollup_prompt import parse_rollup, rollup_cache_key, rollup_repair_messages
+from streams.gateway.telemetry import LaneMetrics
+from streams.metrics import Metrics
+from streams.records import BatchOutcome, Fragment, Lane
 
 logger = logging.getLogger(__name__)
-
-
-@dataclass
-class BatchOutcome:
-    """What became of one batch: its fragments and reviews together cover it exactly."""
-
-    fragments: list[Fragment] = field(default_factory=list)
-    reviews: list[Review] = field(default_factory=list)
-    calls: int = 0  # backend calls made, retries and repairs included
-    cache_hits: int = 0
 
 
 class Gateway:
@@ -160,7 +149,7 @@ class Gateway:
         max_tokens: int = 400,
         prompt_tokens: int | None = None,
     ) -> tuple[str | None, str | None]:
-        """(summary, None) or (None, reason) for a roll-up prompt (``streams.rollup``).
+        """(summary, None) or (None, reason) for a roll-up prompt (``streams.report.rollup``).
 
         The same path as a batch: cache, then the caller (AIMD slot, RPM/TPM buckets,
         retries with backoff and Retry-After, retry budget), one repair request for a

@@ -17,7 +17,7 @@ from aiokafka import AIOKafkaProducer
 
 from streams.ingest.keys import raw_key
 from streams.ingest.reader import iter_records, open_source
-from streams.kafka import aiokafka_kwargs
+from streams.kafka.connect import aiokafka_kwargs
 from streams.settings import Settings
 
 

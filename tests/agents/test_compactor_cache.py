@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from streams.agents.compactor import ParsedReports
-from streams.compactor import Report
+from streams.report.model import Report
 
 
 def test_a_cached_report_is_reused_only_for_the_same_stored_string() -> None:

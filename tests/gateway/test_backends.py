@@ -13,6 +13,7 @@ import aiohttp
 import pytest
 from aiohttp import web
 
+from streams.batch.prompt import embed_payload
 from streams.errors import (
     ConfigError,
     ContextTooLong,
@@ -26,7 +27,6 @@ from streams.gateway.backends import (
     build_backend,
     parse_retry_after,
 )
-from streams.prompt import embed_payload
 from streams.settings import ModelSettings
 
 KEY = "sk-test-0123456789abcdef-SECRET"

@@ -11,7 +11,8 @@ from typing import Any
 
 import pytest
 
-from streams.batching import Batch, build_batch
+from streams.batch.prompt import cache_key, extract_payload
+from streams.batch.window import Batch, build_batch
 from streams.clean.tokens import TokenCalibration
 from streams.errors import (
     ConfigError,
@@ -24,12 +25,11 @@ from streams.gateway.aimd import AIMDLimiter
 from streams.gateway.backends import ChatResult
 from streams.gateway.buckets import TokenBucket
 from streams.gateway.cache import MemoryCache
-from streams.gateway.gateway import BatchOutcome, Gateway
+from streams.gateway.gateway import Gateway
 from streams.gateway.retry import RetryBudget
 from streams.intervals import Coverage
 from streams.metrics import Metrics
-from streams.prompt import cache_key, extract_payload
-from streams.records import NormalizedRecord, RawCoord
+from streams.records import BatchOutcome, NormalizedRecord, RawCoord
 
 T0 = datetime(2026, 1, 2, 3, 4, 5, tzinfo=UTC)
 
@@ -623,7 +623,7 @@ async def test_the_embedded_rules_backend_runs_the_whole_path_offline() -> None:
 
 
 def rollup_prompt(count: int = 28) -> list[dict[str, Any]]:
-    from streams.rollup import rollup_messages
+    from streams.gateway.rollup_prompt import rollup_messages
 
     payload = {
         "kind": "rollup",

@@ -9,7 +9,7 @@ import pytest
 
 from streams.intervals import Coverage
 from streams.records import DeadLetter, NormalizedRecord
-from streams.report_store import read_topic
+from streams.report.store import read_topic
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(600)]
 
@@ -17,7 +17,7 @@ SHARED = Path(__file__).resolve().parents[2].parent / "shared" / "data"
 
 
 def _inputs(tmp_path: Path) -> list[str]:
-    from streams.sample import write_sample
+    from streams.dev.sample import write_sample
 
     paths = [str(p) for p in write_sample(tmp_path / "sample", records=1500, include_bad=True)]
     for rel in ("loghub/HDFS/HDFS_2k.log", "kafka-broker-incident/kafka1-server.log",

@@ -24,7 +24,7 @@ SHARED = Path(__file__).resolve().parents[2].parent / "shared" / "data"
 
 
 def _sample(tmp_path: Path, records: int) -> list[str]:
-    from streams.sample import write_sample
+    from streams.dev.sample import write_sample
 
     return [str(p) for p in write_sample(tmp_path / "sample", records=records, include_bad=True)]
 
@@ -156,7 +156,7 @@ def _page_follows_updates(p, report_id: str, version: int, tmp_path: Path) -> No
         (tmp_path / "report-before.png").write_bytes(before)
 
         # more logs arrive in the same window: the page must show the new version
-        from streams.sample import write_sample
+        from streams.dev.sample import write_sample
 
         more = write_sample(tmp_path / "more", records=400, seed=99, include_bad=False)
         p.retro("produce", "--quiet", *map(str, more))
@@ -232,7 +232,7 @@ def test_faulty_provider_loses_nothing(pipeline_factory, tmp_path: Path) -> None
         assert _metric_sum(metrics, "retro_model_rate_limited_total") > 0
         assert _metric_sum(metrics, "retro_model_retries_total") > 0
 
-        from streams.sample import SECRETS
+        from streams.dev.sample import SECRETS
 
         prompts = json.dumps(_fake_requests(port), ensure_ascii=False)
         assert "[REDACTED:" in prompts  # the sample's secrets were there, as placeholders

@@ -1,0 +1,75 @@
+"""HTTP views served by the worker: reports (JSON and a live page), metrics, health."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+
+from streams.kafka.stall import StallDetector
+from streams.metrics import Metrics
+from streams.report.store import ReportFollower
+from streams.report.view import render_html, render_index_html
+
+
+def _summary(report: Any) -> dict[str, Any]:
+    return {
+        "id": report.id, "version": report.version, "updated_at": report.updated_at,
+        "first_seen": report.first_seen, "last_seen": report.last_seen,
+        "record_count": report.record_count, "incidents": len(report.incidents),
+        "top_incident": report.incidents[0].event if report.incidents else None,
+        "services": report.services,
+        "url": f"/view/{report.id}", "json": f"/reports/{report.id}",
+    }
+
+
+def newest_first(reports: Any) -> list[Any]:
+    """Latest window first; "undated" reports after every dated one."""
+    return sorted(reports, key=lambda r: (not r.id.startswith("undated"), r.id), reverse=True)
+
+
+def wire_web(app: Any, metrics: Metrics, follower: ReportFollower,
+             health: StallDetector) -> None:
+    @app.page("/healthz")
+    async def healthz(web: Any, request: Any) -> Any:
+        stalled = health.stalled()
+        if stalled:
+            return web.json({"status": "stalled", "partitions": [
+                f"{topic}/{partition}" for topic, partition in stalled]}, status=503)
+        return web.json({"status": "ok"})
+
+    @app.page("/metrics")
+    async def prometheus(web: Any, request: Any) -> Any:
+        return web.bytes(generate_latest(metrics.registry),
+                         content_type=CONTENT_TYPE_LATEST.split(";")[0])
+
+    @app.page("/reports")
+    async def list_reports(web: Any, request: Any) -> Any:
+        items = newest_first(follower.reports.values())
+        return web.json([_summary(r) for r in items])
+
+    # report ids are "<window>/<group>", e.g. "2026-11-29/all"
+    @app.page("/reports/{window}/{group}")
+    async def get_report(web: Any, request: Any, window: str, group: str) -> Any:
+        report = follower.reports.get(f"{window}/{group}")
+        if report is None:
+            return web.json({"error": f"no report {window}/{group}"}, status=404)
+        return web.json(report.model_dump(mode="json"))
+
+    @app.page("/view/{window}/{group}")
+    async def view_report(web: Any, request: Any, window: str, group: str) -> Any:
+        report = follower.reports.get(f"{window}/{group}")
+        if report is None:
+            return web.html(render_index_html([_summary(r) for r in follower.reports.values()]),
+                            status=404)
+        return web.html(render_html(report, refresh_url=f"/reports/{window}/{group}"))
+
+    @app.page("/")
+    async def index(web: Any, request: Any) -> Any:
+        items = newest_first(follower.reports.values())
+        return web.html(render_index_html([_summary(r) for r in items]))
+
+    @app.task
+    async def follow_reports() -> None:
+        await asyncio.shield(follower.run())

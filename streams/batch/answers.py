@@ -1,0 +1,258 @@
+"""Turn a model answer into Fragments, or say precisely why it cannot be trusted.
+
+The model names groups by ref only; coverage (which raw records a fragment speaks
+for) is computed here from the batch, never taken from the answer. So whatever a
+log line asks the model to say, a fragment can only cover records of its batch,
+and every record of the batch is covered exactly once or the batch goes back:
+
+- malformed JSON              -> MalformedOutput (the gateway tries one repair)
+- schema / unknown / duplicate -> ValidationFailed (the batch goes to review)
+- refs missing                -> Truncated, reason "missing_records" (split the batch)
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import re
+from collections import Counter
+from functools import cache
+from pathlib import Path
+from typing import Any
+
+import jsonschema
+
+import streams
+from streams.batch.window import Batch, TemplateGroup, epoch_of, time_key
+from streams.errors import MalformedOutput, Truncated, ValidationFailed
+from streams.intervals import Coverage
+from streams.records import Evidence, Fragment, Review, TimeWindow
+
+logger = logging.getLogger(__name__)
+
+_FENCE = re.compile(r"```[A-Za-z0-9_-]*[ \t]*\n?(.*?)```", re.DOTALL)
+_MAX_CANDIDATES = 50  # "{" positions tried in prose before giving up
+_MAX_LISTED = 10  # offenders named in an error message
+
+
+# --- parsing --------------------------------------------------------------------
+
+
+def parse_answer(text: str) -> dict[str, Any]:
+    """The JSON object in a model reply, tolerating code fences and prose around it."""
+    if not isinstance(text, str) or not text.strip():
+        raise MalformedOutput("the model answer is empty")
+    candidates = [m.group(1) for m in _FENCE.finditer(text)] + [text]
+    decoder = json.JSONDecoder()
+    found: list[dict[str, Any]] = []
+    for candidate in candidates:
+        stripped = candidate.strip()
+        try:
+            value = json.loads(stripped)
+        except json.JSONDecodeError:
+            value = None
+        if isinstance(value, dict):
+            return value
+        start = stripped.find("{")
+        for _ in range(_MAX_CANDIDATES):
+            if start < 0:
+                break
+            try:
+                value, _end = decoder.raw_decode(stripped, start)
+            except json.JSONDecodeError:
+                value = None
+            if isinstance(value, dict):
+                if "fragments" in value:
+                    return value
+                found.append(value)
+            start = stripped.find("{", start + 1)
+    if found:
+        return found[0]
+    preview = text.strip()[:120].replace("\n", " ")
+    raise MalformedOutput(f"no JSON object in the model answer (starts: {preview!r})")
+
+
+# --- validation -----------------------------------------------------------------
+
+
+@cache
+def _answer_validator() -> Any:
+    """schemas/answer.schema.json, loaded once (on first use, not at import)."""
+    path = Path(streams.__file__).resolve().parents[1] / "schemas" / "answer.schema.json"
+    schema = json.loads(path.read_text(encoding="utf-8"))
+    return jsonschema.Draft202012Validator(schema)
+
+
+def _listed(items: list[str]) -> str:
+    shown = ", ".join(items[:_MAX_LISTED])
+    return shown + (f" and {len(items) - _MAX_LISTED} more" if len(items) > _MAX_LISTED else "")
+
+
+def _check_schema(answer: Any) -> None:
+    errors = sorted(_answer_validator().iter_errors(answer), key=lambda e: list(e.absolute_path))
+    if errors:
+        problems = [
+            f"{'/'.join(str(p) for p in e.absolute_path) or '(root)'}: {e.message[:200]}"
+            for e in errors
+        ]
+        raise ValidationFailed(
+            f"answer does not match schemas/answer.schema.json: {_listed(problems)}",
+            reason="schema",
+        )
+
+
+def _check_refs(batch: Batch, answer: dict[str, Any]) -> None:
+    known = {g.ref for g in batch.groups}
+    uses = Counter(ref for item in answer["fragments"] for ref in item["refs"])
+    unknown = sorted(ref for ref in uses if ref not in known)
+    if unknown:
+        raise ValidationFailed(
+            f"answer names refs that are not in the batch: {_listed(unknown)}",
+            reason="unknown_ref",
+        )
+    duplicate = sorted((ref for ref, n in uses.items() if n > 1), key=_ref_order)
+    if duplicate:
+        raise ValidationFailed(
+            f"answer covers refs more than once: {_listed(duplicate)}", reason="duplicate_ref"
+        )
+    missing = sorted((ref for ref in known if ref not in uses), key=_ref_order)
+    if missing:
+        raise Truncated(
+            f"answer leaves {len(missing)} of {len(known)} groups uncovered "
+            f"({_listed(missing)}); split the batch",
+            reason="missing_records",
+        )
+
+
+def _ref_order(ref: str) -> tuple[int, str]:
+    digits = ref[1:]
+    return (int(digits), ref) if digits.isdigit() else (1 << 30, ref)
+
+
+def validate_answer(
+    batch: Batch, answer: dict[str, Any], *, model: str, prompt_version: str
+) -> list[Fragment]:
+    """Fragments from a parsed answer; every record of the batch is covered exactly once.
+
+    An answer that is not even shaped like ours (no ``fragments`` list) is malformed
+    output, which earns one repair request, rather than a validation failure.
+    """
+    if not isinstance(answer, dict) or not isinstance(answer.get("fragments"), list):
+        raise MalformedOutput("the answer has no 'fragments' list")
+    _check_schema(answer)
+    _check_refs(batch, answer)
+    by_ref = {g.ref: g for g in batch.groups}
+    position = {g.ref: i for i, g in enumerate(batch.groups)}
+    fragments = []
+    for item in answer["fragments"]:
+        groups = [by_ref[ref] for ref in sorted(item["refs"], key=position.__getitem__)]
+        fragments.append(_fragment(batch, groups, item, model=model, prompt_version=prompt_version))
+    return fragments
+
+
+def _service(groups: list[TemplateGroup], named: str) -> str:
+    """The answer's service when it is one of the groups'; else the groups' most common."""
+    services = Counter[str]()
+    for g in groups:
+        services[g.service] += g.count
+    if named.strip() in services:
+        return named.strip()
+    return min(services.items(), key=lambda kv: (-kv[1], kv[0]))[0]
+
+
+def _window(groups: list[TemplateGroup]) -> TimeWindow:
+    timed = [r for g in groups for r in g.records if epoch_of(r.timestamp) is not None]
+    if not timed:
+        return TimeWindow()
+    return TimeWindow(
+        start=min(timed, key=time_key).timestamp, end=max(timed, key=time_key).timestamp
+    )
+
+
+def _fragment(
+    batch: Batch,
+    groups: list[TemplateGroup],
+    item: dict[str, Any],
+    *,
+    model: str,
+    prompt_version: str,
+) -> Fragment:
+    covered = Coverage()
+    for g in groups:
+        covered = covered.union(g.coverage)
+    covered_json = covered.to_json()
+    window = _window(groups)
+    return Fragment(
+        id=fragment_id(
+            lane=batch.lane, model=model, prompt_version=prompt_version, covered=covered_json
+        ),
+        lane=batch.lane,
+        window=window,
+        service=_service(groups, item["service"]),
+        timestamp=window.start,
+        event=item["event"].strip(),
+        cause=item["cause"].strip(),
+        suggestion=item["suggestion"].strip(),
+        severity=item["severity"],
+        evidence=[
+            Evidence(
+                template=g.template,
+                count=g.count,
+                examples=list(g.examples),
+                covered=g.coverage.to_json(),
+            )
+            for g in groups
+        ],
+        covered=covered_json,
+        record_count=sum(g.count for g in groups),
+        model=model,
+        prompt_version=prompt_version,
+    )
+
+
+# --- ids and review ---------------------------------------------------------------
+
+
+def _digest(*parts: Any) -> str:
+    blob = json.dumps(parts, sort_keys=True, ensure_ascii=False, separators=(",", ":"))
+    return hashlib.sha256(blob.encode("utf-8")).hexdigest()[:20]
+
+
+def fragment_id(
+    *, lane: str, model: str, prompt_version: str, covered: dict[str, list[list[int]]]
+) -> str:
+    """Same lane, model, prompt version and covered records => same id, across re-runs."""
+    canonical = Coverage.from_json(covered).to_json()
+    return "f-" + _digest(lane, model, prompt_version, canonical)
+
+
+def review_id(*, covered: dict[str, list[list[int]]], reason: str) -> str:
+    return "r-" + _digest(Coverage.from_json(covered).to_json(), reason)
+
+
+def review_for(
+    batch: Batch,
+    *,
+    reason: str,
+    detail: str,
+    model: str,
+    prompt_version: str,
+    output: str | None,
+) -> Review:
+    """A review entry for a batch whose answer could not be trusted.
+
+    ``detail`` is for the person reading it: what went wrong and what to look at.
+    """
+    covered = batch.coverage.to_json()
+    return Review(
+        id=review_id(covered=covered, reason=reason),
+        lane=batch.lane,
+        reason=reason,
+        detail=detail,
+        covered=covered,
+        record_ids=[r.id for r in batch.records],
+        model=model,
+        prompt_version=prompt_version,
+        output=output,
+    )

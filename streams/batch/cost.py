@@ -1,0 +1,96 @@
+"""How a batch orders records and prices them in prompt tokens.
+
+Split from ``streams.batch.window`` so the estimate (what the model will actually see:
+JSON-escaped text plus a fixed allowance per group) reads apart from the window
+that spends it. ``epoch_of`` / ``time_key`` / ``service_of`` are re-exported by
+``streams.batch.window``.
+"""
+
+from __future__ import annotations
+
+import json
+from datetime import UTC, datetime
+from typing import Protocol
+
+from streams.records import NormalizedRecord
+
+GROUP_OVERHEAD_TOKENS = 96  # keys, ref, level, count, two timestamps, punctuation of a group
+EXAMPLE_SEPARATOR_TOKENS = 1  # ", " between examples
+MIN_CUT_TOKENS = 16  # the least of a template or example an oversize record keeps
+_MARKER = " …[cut: {n} tokens]"
+MARKER_RESERVE = 12  # tokens the marker itself may take
+
+
+class TokenCounterLike(Protocol):
+    """What batching needs of ``streams.clean.tokens.TokenCounter``."""
+
+    def count(self, text: str) -> int: ...
+
+    def truncate(self, text: str, max_tokens: int) -> tuple[str, int | bool]: ...
+
+
+# --- ordering -------------------------------------------------------------------
+
+
+def epoch_of(timestamp: str | None) -> float | None:
+    """Seconds since the epoch, or None; ISO strings do not sort by text alone."""
+    if not timestamp:
+        return None
+    try:
+        parsed = datetime.fromisoformat(timestamp)
+    except ValueError:
+        return None
+    if parsed.tzinfo is None:
+        parsed = parsed.replace(tzinfo=UTC)
+    return parsed.timestamp()
+
+
+def service_of(record: NormalizedRecord) -> str:
+    """The service a record speaks for; the source (file or stream) when it names none."""
+    return record.service or record.source
+
+
+def time_key(record: NormalizedRecord) -> tuple[int, float, str, int, int]:
+    """Time order; records without a time go last, ties in arrival (offset) order."""
+    epoch = epoch_of(record.timestamp)
+    return (epoch is None, epoch or 0.0, record.raw.topic, record.raw.partition, record.raw.offset)
+
+
+def record_key(record: NormalizedRecord) -> tuple[str, tuple[int, float, str, int, int]]:
+    """Batch order: by service, then in time order within it."""
+    return (service_of(record), time_key(record))
+
+
+# --- cost -------------------------------------------------------------------------
+
+
+def json_tokens(counter: TokenCounterLike, text: str) -> int:
+    """Tokens of ``text`` as it appears in the payload: JSON-escaped and quoted."""
+    return counter.count(json.dumps(text, ensure_ascii=False))
+
+
+def group_cost(counter: TokenCounterLike, service: str, template: str, example_costs: int) -> int:
+    """Prompt tokens of one group entry: its fixed allowance, names and examples."""
+    return (
+        GROUP_OVERHEAD_TOKENS
+        + json_tokens(counter, service)
+        + json_tokens(counter, template)
+        + example_costs
+    )
+
+
+def cut_to_cap(counter: TokenCounterLike, text: str, cap: int) -> tuple[str, bool]:
+    """Cut ``text`` so its payload cost stays within ``cap``, and say how much went."""
+    if json_tokens(counter, text) <= cap:
+        return text, False
+    total = counter.count(text)
+    target = max(1, cap - MARKER_RESERVE)
+    for _ in range(4):  # JSON escaping can cost more than the raw text; shrink until it fits
+        kept, _flag = counter.truncate(text, target)
+        cut_tokens = max(1, total - counter.count(kept))
+        marked = kept + _MARKER.format(n=cut_tokens)
+        over = json_tokens(counter, marked) - cap
+        if over <= 0 or target == 1:
+            return marked, True
+        target = max(1, target - over)
+    return marked, True

@@ -1,0 +1,143 @@
+"""One lane's pipeline step: records in, batches out, outcomes published, then acked.
+
+Pure asyncio (no faust): the faust agent hands every record over with an opaque
+ack token and this class decides when a window flushes, runs batches concurrently
+(bounded, so a slow model applies backpressure to the consumer instead of piling up
+memory), publishes the outcome, and only then acks the records' tokens. A record is
+never acked before the fragments or reviews that cover it are on the broker.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import Awaitable, Callable
+from typing import Any, Protocol
+
+from streams.batch.answers import review_for
+from streams.batch.window import Batch, TokenWindow
+from streams.metrics import Metrics
+from streams.records import BatchOutcome, NormalizedRecord
+
+logger = logging.getLogger(__name__)
+
+
+class Analyzer(Protocol):
+    async def analyze(self, batch: Batch) -> BatchOutcome: ...
+
+
+Publish = Callable[[BatchOutcome], Awaitable[None]]
+Ack = Callable[[Any], None]
+
+
+class LaneProcessor:
+    """Feeds a :class:`TokenWindow` and runs its batches through an analyzer."""
+
+    def __init__(
+        self,
+        *,
+        window: TokenWindow,
+        analyzer: Analyzer,
+        publish: Publish,
+        ack: Ack,
+        model: str,
+        prompt_version: str,
+        max_inflight_batches: int = 8,
+        metrics: Metrics | None = None,
+    ) -> None:
+        if max_inflight_batches < 1:
+            raise ValueError("max_inflight_batches must be at least 1")
+        self.window = window
+        self.analyzer = analyzer
+        self.publish = publish
+        self.ack = ack
+        self.model = model
+        self.prompt_version = prompt_version
+        self.metrics = metrics
+        self._tokens: dict[int, list[Any]] = {}  # id(record) -> ack tokens
+        self._slots = asyncio.Semaphore(max_inflight_batches)
+        self._lock = asyncio.Lock()
+        self._tasks: set[asyncio.Task[None]] = set()
+        self._wakeup = asyncio.Event()
+        self.failed: BaseException | None = None
+
+    async def add(self, record: NormalizedRecord, token: Any = None) -> None:
+        """Add one record; may dispatch batches (and wait for a free slot)."""
+        if self.failed is not None:
+            raise self.failed
+        async with self._lock:
+            self._tokens.setdefault(id(record), []).append(token)
+            batches = self.window.add(record)
+            self._wakeup.set()
+        for batch in batches:
+            await self._dispatch(batch)
+
+    async def flush_due(self) -> float | None:
+        """Flush the window if its max wait passed; returns seconds until next due."""
+        async with self._lock:
+            batch = self.window.flush("wait") if self.window.due() else None
+            wait = self.window.seconds_until_due()
+        if batch is not None:
+            await self._dispatch(batch)
+        return wait
+
+    async def run_timer(self) -> None:
+        """Wall-clock flushing, so a quiet partition still flushes: run as a task."""
+        while True:
+            wait = await self.flush_due()
+            self._wakeup.clear()
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._wakeup.wait(), timeout=wait if wait else None)
+
+    async def drain(self) -> None:
+        """Flush what is pending and wait for every batch in flight."""
+        async with self._lock:
+            batch = self.window.flush("drain")
+        if batch is not None:
+            await self._dispatch(batch)
+        while self._tasks:
+            await asyncio.gather(*list(self._tasks), return_exceptions=True)
+
+    async def wait_in_flight(self, timeout: float) -> None:
+        """Let batches already sent to the model finish (on shutdown); no new flush."""
+        if self._tasks:
+            await asyncio.wait(list(self._tasks), timeout=timeout)
+
+    @property
+    def in_flight(self) -> int:
+        return len(self._tasks)
+
+    async def _dispatch(self, batch: Batch) -> None:
+        if self.metrics is not None:
+            self.metrics.batches.labels(batch.lane, batch.trigger).inc()
+            self.metrics.batch_records.labels(batch.lane).observe(batch.record_count)
+            self.metrics.batch_tokens.labels(batch.lane).observe(batch.estimated_input_tokens)
+        tokens = [t for r in batch.records for t in self._tokens.pop(id(r), [])]
+        await self._slots.acquire()
+        task = asyncio.create_task(self._run(batch, tokens))
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    async def _run(self, batch: Batch, tokens: list[Any]) -> None:
+        try:
+            try:
+                outcome = await self.analyzer.analyze(batch)
+            except Exception as exc:  # a bug must not stall the partition forever
+                logger.exception("analyzing a %s batch of %d records failed", batch.lane,
+                                 batch.record_count)
+                review = review_for(batch, reason="internal_error", detail=repr(exc)[:500],
+                                    model=self.model, prompt_version=self.prompt_version,
+                                    output=None)
+                outcome = BatchOutcome(fragments=[], reviews=[review], calls=0, cache_hits=0)
+            await self.publish(outcome)
+        except BaseException as exc:
+            # publishing failed: leave the records unacked so they are re-read on restart
+            logger.error("publishing a %s batch failed; records stay unacked: %r", batch.lane,
+                         exc)
+            self.failed = exc
+            raise
+        finally:
+            self._slots.release()
+        for token in tokens:
+            self.ack(token)

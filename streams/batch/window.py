@@ -1,0 +1,416 @@
+"""Token-budget batching windows, one per lane (and partition).
+
+A batch is sent to the model as *condensed groups*: one entry per (service,
+template) with a count, first/last time and a few distinct examples. Records that
+share a template cost almost nothing after the first, so the budget is spent on
+what differs, and one call covers hundreds of records instead of a handful.
+
+Costs are estimated on the prompt the model will actually see (JSON-escaped
+template and examples plus a fixed allowance per group), never below it: the
+window flushes before the estimate would pass the budget, and the budget leaves
+room in the context for the reserved output.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import time
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from typing import Literal
+
+from streams.batch.cost import (
+    EXAMPLE_SEPARATOR_TOKENS,
+    GROUP_OVERHEAD_TOKENS,
+    MARKER_RESERVE,
+    MIN_CUT_TOKENS,
+    TokenCounterLike,
+    cut_to_cap,
+    epoch_of,
+    group_cost,
+    json_tokens,
+    record_key,
+    service_of,
+    time_key,
+)
+from streams.batch.prompt import prompt_overhead_tokens
+from streams.intervals import Coverage
+from streams.records import Lane, NormalizedRecord
+
+logger = logging.getLogger(__name__)
+
+# why a batch closed; a metric label (retro_batches_total{trigger})
+Trigger = Literal["budget", "count", "wait", "oversize", "split", "drain"]
+
+_LEVEL_RANK = {"TRACE": 0, "DEBUG": 1, "INFO": 2, "NOTICE": 3, "WARN": 4, "ERROR": 5, "FATAL": 6}
+
+
+# --- values -----------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class TemplateGroup:
+    """Records of one (service, template) in a batch, shown to the model as one entry."""
+
+    ref: str
+    service: str
+    level: str | None
+    template_id: str
+    template: str
+    records: tuple[NormalizedRecord, ...]
+    examples: tuple[str, ...]
+    truncated: bool
+
+    @property
+    def count(self) -> int:
+        return len(self.records)
+
+    @property
+    def first_seen(self) -> str | None:
+        timed = [r for r in self.records if epoch_of(r.timestamp) is not None]
+        return min(timed, key=time_key).timestamp if timed else None
+
+    @property
+    def last_seen(self) -> str | None:
+        timed = [r for r in self.records if epoch_of(r.timestamp) is not None]
+        return max(timed, key=time_key).timestamp if timed else None
+
+    @property
+    def coverage(self) -> Coverage:
+        return Coverage.from_coords(r.raw.as_tuple() for r in self.records)
+
+
+@dataclass(frozen=True)
+class Batch:
+    """One model call's worth of records, grouped by template, ordered by service and time.
+
+    The counter and caps are kept so ``split`` can rebuild each half the same way.
+    """
+
+    lane: Lane
+    groups: tuple[TemplateGroup, ...]
+    estimated_input_tokens: int
+    trigger: Trigger
+    max_examples: int = 3
+    max_example_tokens: int | None = None
+    max_template_tokens: int | None = None
+    counter: TokenCounterLike | None = field(default=None, compare=False, repr=False)
+    overhead_tokens: int | None = field(default=None, compare=False, repr=False)
+
+    @property
+    def records(self) -> list[NormalizedRecord]:
+        return sorted((r for g in self.groups for r in g.records), key=record_key)
+
+    @property
+    def record_count(self) -> int:
+        return sum(g.count for g in self.groups)
+
+    @property
+    def coverage(self) -> Coverage:
+        return Coverage.from_coords(r.raw.as_tuple() for g in self.groups for r in g.records)
+
+    def split(self) -> tuple[Batch, Batch]:
+        """Halve by records in service/time order; a one-record batch cannot be split."""
+        records = self.records
+        if len(records) < 2:
+            raise ValueError("a batch of one record cannot be split; send it to review")
+        if self.counter is None:
+            raise ValueError("this batch was built without a token counter; rebuild it")
+        mid = len(records) // 2
+        halves = (records[:mid], records[mid:])
+        first, second = (
+            build_batch(
+                half,
+                lane=self.lane,
+                counter=self.counter,
+                max_examples=self.max_examples,
+                max_example_tokens=self.max_example_tokens,
+                max_template_tokens=self.max_template_tokens,
+                trigger="split",
+                overhead_tokens=self.overhead_tokens,
+            )
+            for half in halves
+        )
+        return first, second
+
+
+def build_batch(
+    records: Iterable[NormalizedRecord],
+    *,
+    lane: Lane,
+    counter: TokenCounterLike,
+    max_examples: int = 3,
+    max_example_tokens: int | None,
+    trigger: Trigger,
+    max_template_tokens: int | None = None,
+    overhead_tokens: int | None = None,
+) -> Batch:
+    """Group records by (service, template) in service/time order.
+
+    Examples are the first ``max_examples`` distinct messages in time order; an
+    example (or template) over its cap is cut and marked `` …[cut: N tokens]``.
+    ``max_template_tokens`` defaults to ``max_example_tokens``; None means no cap.
+    """
+    ordered = sorted(records, key=record_key)
+    if not ordered:
+        raise ValueError("cannot build a batch of no records")
+    if max_examples < 1:
+        raise ValueError(f"max_examples must be at least 1, got {max_examples}")
+    template_cap = max_template_tokens if max_template_tokens is not None else max_example_tokens
+    overhead = overhead_tokens if overhead_tokens is not None else prompt_overhead_tokens(counter)
+
+    buckets: dict[tuple[str, str], list[NormalizedRecord]] = {}
+    for record in ordered:
+        buckets.setdefault((service_of(record), record.template_id), []).append(record)
+
+    def order(item: tuple[tuple[str, str], list[NormalizedRecord]]) -> tuple:
+        (service, template_id), members = item
+        return (service, time_key(members[0])[:2], template_id)
+
+    groups: list[TemplateGroup] = []
+    estimate = overhead
+    for n, ((service, template_id), members) in enumerate(sorted(buckets.items(), key=order), 1):
+        truncated = False
+        template = members[0].template
+        if template_cap is not None:
+            template, cut = cut_to_cap(counter, template, template_cap)
+            truncated |= cut
+        examples: list[str] = []
+        seen: set[str] = set()
+        for record in members:
+            if record.message in seen:
+                continue
+            seen.add(record.message)
+            example = record.message
+            if max_example_tokens is not None:
+                example, cut = cut_to_cap(counter, example, max_example_tokens)
+                truncated |= cut
+            examples.append(example)
+            if len(examples) == max_examples:
+                break
+        levels = [r.level for r in members if r.level]
+        level = max(levels, key=lambda lv: _LEVEL_RANK.get(lv, -1)) if levels else None
+        example_costs = sum(json_tokens(counter, e) + EXAMPLE_SEPARATOR_TOKENS for e in examples)
+        estimate += group_cost(counter, service, template, example_costs)
+        groups.append(
+            TemplateGroup(
+                ref=f"g{n}",
+                service=service,
+                level=level,
+                template_id=template_id,
+                template=template,
+                records=tuple(members),
+                examples=tuple(examples),
+                truncated=truncated,
+            )
+        )
+    return Batch(
+        lane=lane,
+        groups=tuple(groups),
+        estimated_input_tokens=estimate,
+        trigger=trigger,
+        max_examples=max_examples,
+        max_example_tokens=max_example_tokens,
+        max_template_tokens=max_template_tokens,
+        counter=counter,
+        overhead_tokens=overhead,
+    )
+
+
+# --- the window ---------------------------------------------------------------------
+
+
+@dataclass
+class _GroupCost:
+    """Running cost of one group: the k costliest distinct messages bound any k examples."""
+
+    base: int  # overhead + service + template
+    top: list[tuple[int, str]] = field(default_factory=list)  # (cost, message), costliest first
+
+    @property
+    def total(self) -> int:
+        return self.base + sum(cost for cost, _ in self.top)
+
+    def with_message(self, cost: int, message: str, k: int) -> list[tuple[int, str]]:
+        if any(m == message for _, m in self.top):
+            return self.top
+        if len(self.top) >= k and cost <= self.top[-1][0]:
+            return self.top
+        return sorted([*self.top, (cost, message)], key=lambda cm: -cm[0])[:k]
+
+
+class TokenWindow:
+    """Accumulates one lane's records until the token budget, the count cap or the wait.
+
+    ``effective_budget`` is ``min(input_budget, floor(context_window / (1 + output_reserve)))``
+    so the prompt plus its reserved answer always fits the model context.
+    """
+
+    def __init__(
+        self,
+        *,
+        lane: Lane,
+        input_budget: int,
+        context_window: int,
+        output_reserve: float,
+        max_records: int,
+        max_wait_seconds: float,
+        counter: TokenCounterLike,
+        max_examples: int = 3,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        if output_reserve < 0:
+            raise ValueError(f"output_reserve must not be negative, got {output_reserve}")
+        if max_records < 1:
+            raise ValueError(f"max_records must be at least 1, got {max_records}")
+        if max_wait_seconds < 0:
+            raise ValueError(f"max_wait_seconds must not be negative, got {max_wait_seconds}")
+        if max_examples < 1:
+            raise ValueError(f"max_examples must be at least 1, got {max_examples}")
+        self.lane: Lane = lane
+        self.max_records = max_records
+        self.max_wait_seconds = max_wait_seconds
+        self.max_examples = max_examples
+        self._counter = counter
+        self._clock = clock
+        self.effective_budget = min(input_budget, math.floor(context_window / (1 + output_reserve)))
+        self.overhead_tokens = prompt_overhead_tokens(counter)
+        # what a group's template and example may take when one record fills a batch alone
+        self._room = self.effective_budget - self.overhead_tokens - GROUP_OVERHEAD_TOKENS
+        minimum = 2 * (MIN_CUT_TOKENS + MARKER_RESERVE) + EXAMPLE_SEPARATOR_TOKENS
+        if self._room < minimum:
+            raise ValueError(
+                f"{lane} lane: an input budget of {self.effective_budget} tokens (from "
+                f"input_budget={input_budget}, context_window={context_window}, "
+                f"output_reserve={output_reserve}) cannot hold the {self.overhead_tokens}-token "
+                f"prompt plus one record; raise input_budget or context_window to at least "
+                f"{self.overhead_tokens + GROUP_OVERHEAD_TOKENS + minimum}"
+            )
+        self._records: list[NormalizedRecord] = []
+        self._groups: dict[tuple[str, str], _GroupCost] = {}
+        self._estimate = self.overhead_tokens
+        self._started: float | None = None
+
+    # -- state --------------------------------------------------------------------
+
+    def __len__(self) -> int:
+        return len(self._records)
+
+    def pending_records(self) -> list[NormalizedRecord]:
+        return list(self._records)
+
+    @property
+    def estimated_tokens(self) -> int:
+        """Upper bound of the prompt tokens of the batch the window would flush now."""
+        return self._estimate
+
+    def due(self) -> bool:
+        """True once the first record in the window has waited ``max_wait_seconds``."""
+        wait = self.seconds_until_due()
+        return wait is not None and wait <= 0
+
+    def seconds_until_due(self) -> float | None:
+        """How long a quiet partition may sleep before ``flush("wait")``; None when empty."""
+        if self._started is None:
+            return None
+        return max(0.0, self._started + self.max_wait_seconds - self._clock())
+
+    # -- adding -------------------------------------------------------------------
+
+    def add(self, record: NormalizedRecord) -> list[Batch]:
+        """Add one record; return the batches this closes (0, 1 or 2), oldest first."""
+        out: list[Batch] = []
+        key = (service_of(record), record.template_id)
+        message_cost = json_tokens(self._counter, record.message) + EXAMPLE_SEPARATOR_TOKENS
+        group = self._groups.get(key)
+        if group is None:
+            group = _GroupCost(base=self._group_base(key[0], record.template))
+        new_top = group.with_message(message_cost, record.message, self.max_examples)
+        grown = group.base + sum(c for c, _ in new_top)
+        marginal = grown - (group.total if key in self._groups else 0)
+
+        if self._estimate + marginal > self.effective_budget:
+            alone = self.overhead_tokens + group.base + message_cost
+            if self._records:
+                out.append(self._flush("budget"))
+            if alone > self.effective_budget:
+                out.append(self._oversize(record))
+                return out
+            return out + self.add(record)  # fits an empty window: no further recursion
+
+        if key not in self._groups:
+            self._groups[key] = group
+        group.top = new_top
+        self._estimate += marginal
+        self._records.append(record)
+        if self._started is None:
+            self._started = self._clock()
+        if len(self._records) >= self.max_records:
+            out.append(self._flush("count"))
+        return out
+
+    def flush(self, trigger: Trigger = "wait") -> Batch | None:
+        """Close the window now (wait, drain on shutdown or rebalance); None when empty."""
+        if not self._records:
+            return None
+        return self._flush(trigger)
+
+    # -- internals ----------------------------------------------------------------
+
+    def _group_base(self, service: str, template: str) -> int:
+        return group_cost(self._counter, service, template, 0)
+
+    def _flush(self, trigger: Trigger) -> Batch:
+        batch = build_batch(
+            self._records,
+            lane=self.lane,
+            counter=self._counter,
+            max_examples=self.max_examples,
+            max_example_tokens=self._room,
+            trigger=trigger,
+            overhead_tokens=self.overhead_tokens,
+        )
+        logger.debug(
+            "%s lane: flushed %s records in %s groups, ~%s tokens (%s)",
+            self.lane,
+            batch.record_count,
+            len(batch.groups),
+            batch.estimated_input_tokens,
+            trigger,
+        )
+        self._records = []
+        self._groups = {}
+        self._estimate = self.overhead_tokens
+        self._started = None
+        return batch
+
+    def _oversize(self, record: NormalizedRecord) -> Batch:
+        """One record over the budget alone: its template and example are cut to fit."""
+        room = self._room - json_tokens(self._counter, service_of(record))
+        room -= EXAMPLE_SEPARATOR_TOKENS
+        template_tokens = json_tokens(self._counter, record.template)
+        if template_tokens <= room // 2:
+            template_cap, example_cap = template_tokens, room - template_tokens
+        else:
+            template_cap = example_cap = room // 2
+        template_cap = max(template_cap, MIN_CUT_TOKENS + MARKER_RESERVE)
+        example_cap = max(example_cap, MIN_CUT_TOKENS + MARKER_RESERVE)
+        batch = build_batch(
+            [record],
+            lane=self.lane,
+            counter=self._counter,
+            max_examples=self.max_examples,
+            max_example_tokens=example_cap,
+            max_template_tokens=template_cap,
+            trigger="oversize",
+            overhead_tokens=self.overhead_tokens,
+        )
+        logger.info(
+            "%s lane: record %s alone exceeds the %s-token budget; sent cut to ~%s tokens",
+            self.lane,
+            record.id,
+            self.effective_budget,
+            batch.estimated_input_tokens,
+        )
+        return batch

@@ -1,0 +1,277 @@
+"""Fold fragments into per-window post-mortem reports, in place and idempotently.
+
+A report's state is interval sets of raw coordinates: the report, each incident
+and each incident's template evidence keep the records they cover, and every
+count is the size of such a set, never a running sum. Merging a fragment adds
+only the coordinates the report has not seen yet, so a replayed fragment or a
+re-run batch that overlaps what is already counted never counts a record twice.
+
+Everything else merges with order-free operations (union, min, max, the first
+few examples by a fixed order), so fragments carrying the same analysis give the
+same report in any order. A record claimed by one incident stays there: if a
+re-run attributes it differently, the first attribution wins.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import re
+from datetime import UTC, datetime
+from typing import Any, Literal
+
+from streams.errors import ValidationFailed
+from streams.intervals import Coverage
+from streams.records import Fragment
+from streams.report.keys import format_time, parse_time
+from streams.report.model import (
+    SEVERITY_WEIGHT,
+    CoverageJSON,
+    Incident,
+    IncidentChange,
+    Report,
+    ReportChanges,
+    Suggestion,
+    TemplateEvidence,
+    TimelineEntry,
+    pick_examples,
+)
+
+logger = logging.getLogger(__name__)
+
+MergeResult = Literal["applied", "duplicate", "partial"]
+
+MAX_FRAGMENT_IDS = 50  # recent fragment ids, for display and debugging only
+# Fields that depend on arrival order or wall clock; report_body leaves them out.
+_VOLATILE = {"version", "updated_at", "changes", "fragment_ids", "fragments_applied"}
+# Incident fields written by the roll-up timer (streams/report/rollup.py): they depend on when
+# the timer ran, not on the fragments, so report_body leaves them out too.
+_VOLATILE_INCIDENT = {"summary", "summary_count"}
+
+
+def normalize_text(text: str) -> str:
+    """Lowercase, digits collapsed, whitespace collapsed: "Disk 3 full." ~ "disk 12  full"."""
+    text = re.sub(r"\d+", "#", text.lower())
+    return re.sub(r"\s+", " ", text).strip(" .;:!")
+
+
+def incident_key(event: str, cause: str) -> str:
+    signature = f"{normalize_text(event)}\x1f{normalize_text(cause)}"
+    return hashlib.sha256(signature.encode()).hexdigest()[:16]
+
+
+def suggestion_key(text: str) -> str:
+    return hashlib.sha256(normalize_text(text).encode()).hexdigest()[:16]
+
+
+def merge(
+    report: Report | None, fragment: Fragment, *, report_id: str, now: str | None = None
+) -> tuple[Report, MergeResult]:
+    """Fold one fragment into a report; returns the new report and what happened.
+
+    Pure: the input report is not modified. ``now`` defaults to the wall clock and
+    only sets ``updated_at``.
+    """
+    if report is not None and report.id != report_id:
+        raise ValueError(f"fragment {fragment.id} is for report {report_id}, not {report.id}")
+    base = report if report is not None else Report(id=report_id)
+    seen = Coverage.from_json(base.covered)
+    offered = _coverage(fragment.covered, fragment.id)
+    new = offered.difference(seen)
+    if not new:
+        logger.debug("fragment %s adds nothing to report %s", fragment.id, report_id)
+        return base, "duplicate"
+    result: MergeResult = "applied" if len(new) == len(offered) else "partial"
+    if result == "partial":
+        logger.info(
+            "fragment %s overlaps report %s: %s of %s records are new",
+            fragment.id,
+            report_id,
+            len(new),
+            len(offered),
+        )
+
+    # Shallow copy: every field changed below is replaced, and the one incident and the
+    # suggestions that are changed in place are copied first, so ``base`` stays intact
+    # without deep-copying a whole day's coverage on every merge.
+    out = base.model_copy()
+    key = incident_key(fragment.event, fragment.cause)
+    incidents = {i.key: i for i in base.incidents}
+    touched = incidents.get(key)
+    incidents[key] = _absorb(
+        touched.model_copy(deep=True) if touched is not None else None, key, fragment, new
+    )
+    out.covered = seen.union(new).to_json()
+    out.incidents = sorted(incidents.values(), key=_incident_rank)
+    out.suggestions = _suggestions(
+        [s.model_copy() for s in base.suggestions], fragment, key, incidents
+    )
+    out.timeline = _timeline(out.incidents)
+    out.services = sorted({s for i in out.incidents for s in i.services})
+    out.models = sorted({*out.models, f"{fragment.model}@{fragment.prompt_version}"})
+    out.first_seen = _earliest([i.first_seen for i in out.incidents])
+    out.last_seen = _latest([i.last_seen for i in out.incidents])
+    out.version = base.version + 1
+    out.updated_at = now if now is not None else format_time(datetime.now(UTC))
+    out.fragments_applied = base.fragments_applied + 1
+    out.fragment_ids = [*base.fragment_ids, fragment.id][-MAX_FRAGMENT_IDS:]
+    out.changes = diff_reports(base, out)
+    return out, result
+
+
+def diff_reports(before: Report | None, after: Report) -> ReportChanges:
+    """New and growing incidents between two versions (any two, not only adjacent)."""
+    old = {i.key: i.count for i in before.incidents} if before is not None else {}
+    new_incidents: list[IncidentChange] = []
+    growing: list[IncidentChange] = []
+    for inc in after.incidents:
+        count = inc.count
+        change = IncidentChange(
+            key=inc.key, event=inc.event, cause=inc.cause, before=old.get(inc.key, 0), after=count
+        )
+        if inc.key not in old:
+            new_incidents.append(change)
+        elif count > old[inc.key]:
+            growing.append(change)
+    growing.sort(key=lambda c: (c.before - c.after, c.key))
+    return ReportChanges(
+        from_version=before.version if before is not None else 0,
+        to_version=after.version,
+        records_before=before.record_count if before is not None else 0,
+        records_after=after.record_count,
+        new_incidents=new_incidents,
+        growing=growing,
+    )
+
+
+def report_body(report: Report) -> dict[str, Any]:
+    """The content that must not depend on fragment order or duplication."""
+    exclude: dict[str, Any] = dict.fromkeys(_VOLATILE, True)
+    exclude["incidents"] = {"__all__": _VOLATILE_INCIDENT}
+    return report.model_dump(mode="json", exclude=exclude)
+
+
+def _absorb(inc: Incident | None, key: str, fragment: Fragment, new: Coverage) -> Incident:
+    event, cause = _display(fragment.event), _display(fragment.cause)
+    if inc is None:
+        inc = Incident(key=key, event=event, cause=cause, severity=fragment.severity)
+    inc.event = min(inc.event, event, key=_text_order)
+    inc.cause = min(inc.cause, cause, key=_text_order)
+    inc.severity = max(inc.severity, fragment.severity, key=SEVERITY_WEIGHT.__getitem__)
+    inc.services = sorted({*inc.services, fragment.service})
+    inc.lanes = sorted({*inc.lanes, fragment.lane})
+    times = [fragment.timestamp, fragment.window.start, fragment.window.end]
+    inc.first_seen = _earliest([inc.first_seen, *times])
+    inc.last_seen = _latest([inc.last_seen, *times])
+    inc.covered = Coverage.from_json(inc.covered).union(new).to_json()
+
+    evidence = {ev.template: ev for ev in inc.evidence}
+    claimed = Coverage()
+    implicit = []
+    for ev in fragment.evidence:
+        if not ev.covered:
+            implicit.append(ev)
+            continue
+        part = _coverage(ev.covered, fragment.id).intersection(new)
+        claimed = claimed.union(part)
+        _add_evidence(evidence, ev.template, part, ev.examples)
+    # Evidence without its own coverage (older producers) gets what no template claimed.
+    remainder = new.difference(claimed)
+    for ev in implicit:
+        _add_evidence(evidence, ev.template, remainder, ev.examples)
+    inc.evidence = sorted(evidence.values(), key=lambda e: (-e.count, e.template))
+    return inc
+
+
+def _add_evidence(
+    evidence: dict[str, TemplateEvidence], template: str, part: Coverage, examples: list[str]
+) -> None:
+    if not part:
+        return
+    ev = evidence.setdefault(template, TemplateEvidence(template=template))
+    ev.covered = Coverage.from_json(ev.covered).union(part).to_json()
+    ev.examples = pick_examples([*ev.examples, *examples])
+
+
+def _suggestions(
+    current: list[Suggestion], fragment: Fragment, key: str, incidents: dict[str, Incident]
+) -> list[Suggestion]:
+    by_key = {s.key: s for s in current}
+    text = _display(fragment.suggestion)
+    if text:
+        skey = suggestion_key(text)
+        s = by_key.setdefault(skey, Suggestion(key=skey, text=text))
+        s.text = min(s.text, text, key=_text_order)
+        s.incidents = sorted({*s.incidents, key})
+    for s in by_key.values():
+        if key not in s.incidents:
+            continue  # only suggestions of the changed incident can change
+        linked = [incidents[k] for k in s.incidents if k in incidents]
+        covered = Coverage()
+        for inc in linked:
+            covered = covered.union(Coverage.from_json(inc.covered))
+        s.severity = max((i.severity for i in linked), key=SEVERITY_WEIGHT.__getitem__)
+        s.records = len(covered)
+        s.score = SEVERITY_WEIGHT[s.severity] * s.records
+    # the most severe first, then the widest reach: "No action needed" on 1,000 routine
+    # lines must not outrank the fix for a high-severity incident
+    return sorted(by_key.values(),
+                  key=lambda s: (-SEVERITY_WEIGHT[s.severity], -s.score, s.key))
+
+
+def _timeline(incidents: list[Incident]) -> list[TimelineEntry]:
+    entries = []
+    for inc in incidents:
+        marks: list[tuple[Literal["first_seen", "last_seen"], str | None]] = [
+            ("first_seen", inc.first_seen)
+        ]
+        if inc.last_seen is not None and inc.last_seen != inc.first_seen:
+            marks.append(("last_seen", inc.last_seen))
+        for kind, time in marks:
+            entries.append(
+                TimelineEntry(
+                    time=time,
+                    kind=kind,
+                    incident=inc.key,
+                    event=inc.event,
+                    severity=inc.severity,
+                    services=inc.services,
+                )
+            )
+    return sorted(entries, key=lambda e: (e.time is None, e.time or "", e.kind, e.incident))
+
+
+def _incident_rank(inc: Incident) -> tuple[int, int, str]:
+    """Most severe first, then the most records: a critical disk-full with 29 records
+    matters more than 1,700 records of routine traffic."""
+    return (-SEVERITY_WEIGHT[inc.severity], -inc.count, inc.key)
+
+
+def _coverage(data: CoverageJSON, fragment_id: str) -> Coverage:
+    try:
+        return Coverage.from_json(data)
+    except (ValueError, TypeError) as exc:
+        raise ValidationFailed(
+            f"fragment {fragment_id} has unusable covered ranges ({exc}); send it to review"
+        ) from exc
+
+
+def _display(text: str) -> str:
+    return re.sub(r"\s+", " ", text).strip()
+
+
+def _text_order(text: str) -> tuple[int, str]:
+    return (len(text), text)
+
+
+def _canonical_times(values: list[str | None]) -> list[str]:
+    parsed = (parse_time(v) for v in values)
+    return [format_time(p) for p in parsed if p is not None]
+
+
+def _earliest(values: list[str | None]) -> str | None:
+    return min(_canonical_times(values), default=None)
+
+
+def _latest(values: list[str | None]) -> str | None:
+    return max(_canonical_times(values), default=None)

@@ -1,0 +1,144 @@
+"""What a report is: the post-mortem of one retro window (``schemas/report.schema.json``).
+
+Every count is the size of an interval set of raw coordinates, recomputed on load,
+never a stored running sum.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from pydantic import BaseModel, Field, computed_field
+
+from streams.intervals import Coverage
+from streams.records import Severity
+
+CoverageJSON = dict[str, list[list[int]]]
+
+SEVERITY_WEIGHT: dict[str, int] = {"info": 1, "low": 2, "medium": 4, "high": 8, "critical": 16}
+MAX_EXAMPLES = 5  # per template evidence
+MAX_EXAMPLE_CHARS = 1000  # longer examples are cut, so one stack trace cannot bloat a report
+
+
+def pick_examples(texts: Any) -> list[str]:
+    """Up to MAX_EXAMPLES distinct examples, shortest first, so arrival order never matters."""
+    cleaned = {t[:MAX_EXAMPLE_CHARS] for t in texts if isinstance(t, str) and t.strip()}
+    return sorted(cleaned, key=lambda t: (len(t), t))[:MAX_EXAMPLES]
+
+
+class TemplateEvidence(BaseModel):
+    """The records of one log template inside an incident, with a few examples."""
+
+    template: str
+    covered: CoverageJSON = Field(default_factory=dict)
+    examples: list[str] = Field(default_factory=list)
+
+    @computed_field  # type: ignore[prop-decorator]
+    @property
+    def count(self) -> int:
+        return len(Coverage.from_json(self.covered))
+
+
+class Incident(BaseModel):
+    """Records that share a normalized (event, cause) signature."""
+
+    key: str
+    event: str
+    cause: str
+    severity: Severity
+    services: list[str] = Field(default_factory=list)
+    lanes: list[str] = Field(default_factory=list)
+    first_seen: str | None = None
+    last_seen: str | None = None
+    covered: CoverageJSON = Field(default_factory=dict)
+    evidence: list[TemplateEvidence] = Field(default_factory=list)
+    # The model-written roll-up (streams/report/rollup.py) and the record count it was based
+    # on; merge keeps both as they are, so a summary lags until the next roll-up.
+    summary: str | None = None
+    summary_count: int = 0
+
+    @computed_field  # type: ignore[prop-decorator]
+    @property
+    def count(self) -> int:
+        return len(Coverage.from_json(self.covered))
+
+    @computed_field  # type: ignore[prop-decorator]
+    @property
+    def examples(self) -> list[str]:
+        return pick_examples(ex for ev in self.evidence for ex in ev.examples)
+
+
+class Suggestion(BaseModel):
+    """One de-duplicated action, ranked by severity weight x records it addresses."""
+
+    key: str
+    text: str
+    incidents: list[str] = Field(default_factory=list)  # incident keys that suggested it
+    severity: Severity = "info"  # the highest severity among those incidents
+    records: int = 0  # records covered by those incidents
+    score: int = 0  # SEVERITY_WEIGHT[severity] * records
+
+
+class TimelineEntry(BaseModel):
+    time: str | None  # None: the incident has no timestamps
+    kind: Literal["first_seen", "last_seen"]
+    incident: str
+    event: str
+    severity: Severity
+    services: list[str] = Field(default_factory=list)
+
+
+class IncidentChange(BaseModel):
+    key: str
+    event: str
+    cause: str
+    before: int
+    after: int
+
+
+class ReportChanges(BaseModel):
+    """What differs between two versions of a report."""
+
+    from_version: int = 0
+    to_version: int = 0
+    records_before: int = 0
+    records_after: int = 0
+    new_incidents: list[IncidentChange] = Field(default_factory=list)
+    growing: list[IncidentChange] = Field(default_factory=list)
+
+
+class Report(BaseModel):
+    """The post-mortem of one retro window: ``schemas/report.schema.json``."""
+
+    id: str  # e.g. "2026-11-29/all", from report_key
+    version: int = 0
+    updated_at: str | None = None
+    first_seen: str | None = None
+    last_seen: str | None = None
+    services: list[str] = Field(default_factory=list)
+    models: list[str] = Field(default_factory=list)  # "model@prompt_version"
+    covered: CoverageJSON = Field(default_factory=dict)
+    incidents: list[Incident] = Field(default_factory=list)  # most significant first
+    suggestions: list[Suggestion] = Field(default_factory=list)  # highest score first
+    timeline: list[TimelineEntry] = Field(default_factory=list)
+    changes: ReportChanges = Field(default_factory=ReportChanges)
+    fragments_applied: int = 0
+    fragment_ids: list[str] = Field(default_factory=list)  # most recent last, bounded
+
+    @computed_field  # type: ignore[prop-decorator]
+    @property
+    def record_count(self) -> int:
+        return len(Coverage.from_json(self.covered))
+
+    def to_json(self) -> str:
+        return self.model_dump_json()
+
+    @classmethod
+    def from_json(cls, data: str | bytes | dict[str, Any]) -> Report:
+        """Load a stored report; derived counts are recomputed, never trusted."""
+        if isinstance(data, dict):
+            return cls.model_validate(data)
+        return cls.model_validate_json(data)
+
+    def incident(self, key: str) -> Incident | None:
+        return next((i for i in self.incidents if i.key == key), None)

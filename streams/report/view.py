@@ -1,0 +1,439 @@
+"""Render a report as a post-mortem: Markdown for terminals, JSON, and an HTML page.
+
+Log text is hostile input: every value from a report is escaped for its context
+(Markdown, HTML text, inline JS). The HTML page is self-contained (the machines
+are offline) and, given a JSON URL, reloads itself when the report's version
+changes; a Content-Security-Policy pins the only scripts and styles it may run.
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import html
+import json
+import re
+from collections.abc import Iterable
+from typing import Any
+from urllib.parse import urlsplit
+
+from streams.intervals import Coverage
+from streams.report.merge import normalize_text
+from streams.report.model import SEVERITY_WEIGHT, Incident, Report
+
+MAX_RANGES_SHOWN = 10  # per partition in "data coverage"
+LOW_EVIDENCE = 2  # incidents with at most this many records are worth a second look
+POLL_MS = 2000
+_UNCLASSIFIED = {"", "unknown", "unclassified", "undetermined", "n/a", "na", "none", "other"}
+SECTIONS = (
+    "Summary",
+    "Impact",
+    "Timeline",
+    "Causes",
+    "Suggested actions",
+    "Open questions",
+    "Data coverage",
+    "What changed",
+)
+
+
+def render_json(report: Report) -> str:
+    return json.dumps(report.model_dump(mode="json"), indent=2, ensure_ascii=False)
+
+
+def render_markdown(
+    report: Report, *, review_count: int | None = None, deadletter_count: int | None = None
+) -> str:
+    """A post-mortem a person can read top to bottom in a terminal."""
+    out = [f"# Post-mortem: {_md(report.id)}", "", f"_{_md(_version_line(report))}_", ""]
+    for title, lines in _sections(report, review_count, deadletter_count, md=True):
+        while lines and not lines[-1]:
+            lines.pop()
+        out += [f"## {title}", "", *lines, ""]
+    return "\n".join(out).rstrip() + "\n"
+
+
+def render_html(
+    report: Report,
+    *,
+    refresh_url: str | None = None,
+    review_count: int | None = None,
+    deadletter_count: int | None = None,
+) -> str:
+    """A self-contained page; with ``refresh_url`` it polls that JSON every 2 s."""
+    body = [
+        f"<h1>Post-mortem: {_h(report.id)}</h1>",
+        f'<p class="meta" id="report-version" data-version="{report.version}">'
+        f"{_h(_version_line(report))}</p>",
+    ]
+    for title, lines in _sections(report, review_count, deadletter_count, md=False):
+        slug = re.sub(r"\W+", "-", title.lower())
+        body.append(f'<section id="{slug}"><h2>{_h(title)}</h2>{"".join(lines)}</section>')
+    script = _refresh_script(refresh_url, report.version) if refresh_url else None
+    if script:
+        body.append('<p class="meta">Live: checking for a new version every 2 s.</p>')
+    return _page(f"Post-mortem {report.id}", "\n".join(body), script, refresh_url)
+
+
+def render_index_html(reports: list[dict[str, Any]]) -> str:
+    """A list of reports; each dict is a report's JSON or a summary with an optional url."""
+    rows = []
+    for item in sorted(reports, key=lambda r: str(r.get("id", "")), reverse=True):
+        rid = str(item.get("id", "?"))
+        url = item.get("url") or item.get("href")
+        name = f'<a href="{_h(url)}">{_h(rid)}</a>' if _safe_url(url) else _h(rid)
+        incidents = item.get("incidents", item.get("incident_count", 0))
+        count = len(incidents) if isinstance(incidents, list) else incidents
+        top = item.get("top_incident")
+        if top is None and isinstance(incidents, list) and incidents:
+            top = incidents[0].get("event") if isinstance(incidents[0], dict) else None
+        cells = [
+            name,
+            _h(item.get("version", "")),
+            _h(item.get("updated_at") or ""),
+            _h(item.get("record_count", "")),
+            _h(count),
+            _h(top or ""),
+        ]
+        rows.append("<tr>" + "".join(f"<td>{c}</td>" for c in cells) + "</tr>")
+    head = "".join(
+        f"<th>{h}</th>"
+        for h in ("Report", "Version", "Updated", "Records", "Incidents", "Top incident")
+    )
+    table = (
+        f"<table><thead><tr>{head}</tr></thead><tbody>{''.join(rows)}</tbody></table>"
+        if rows
+        else "<p>No reports yet.</p>"
+    )
+    return _page("Retro reports", f"<h1>Retro reports</h1>{table}", None, None)
+
+
+# ---------------------------------------------------------------- sections
+
+
+def _sections(
+    report: Report, review: int | None, dead: int | None, *, md: bool
+) -> list[tuple[str, list[str]]]:
+    fmt = Markup(md)
+    return [
+        ("Summary", _summary(report, fmt)),
+        ("Impact", _impact(report, fmt)),
+        ("Timeline", _timeline(report, fmt)),
+        ("Causes", _causes(report, fmt)),
+        ("Suggested actions", _actions(report, fmt)),
+        ("Open questions", _questions(report, fmt, review, dead)),
+        ("Data coverage", _coverage(report, fmt)),
+        (_changed_title(report), _changes(report, fmt)),
+    ]
+
+
+class Markup:
+    """The few constructs the sections need, in Markdown or HTML."""
+
+    def __init__(self, md: bool) -> None:
+        self.md = md
+
+    def text(self, value: object) -> str:
+        return _md(str(value)) if self.md else _h(value)
+
+    def strong(self, value: object) -> str:
+        return f"**{_md(str(value))}**" if self.md else f"<strong>{_h(value)}</strong>"
+
+    def code(self, value: object) -> str:
+        return _code_span(str(value)) if self.md else f"<code>{_h(value)}</code>"
+
+    def para(self, *parts: str) -> list[str]:
+        return ["".join(parts), ""] if self.md else [f"<p>{''.join(parts)}</p>"]
+
+    def bullets(self, items: Iterable[str], *, ordered: bool = False) -> list[str]:
+        items = list(items)
+        if self.md:
+            return [*(f"{n}. {i}" if ordered else f"- {i}" for n, i in enumerate(items, 1)), ""]
+        tag = "ol" if ordered else "ul"
+        return [f"<{tag}>" + "".join(f"<li>{i}</li>" for i in items) + f"</{tag}>"]
+
+    def heading(self, value: str) -> list[str]:
+        return [f"### {value}", ""] if self.md else [f"<h3>{value}</h3>"]
+
+    def block(self, value: str) -> list[str]:
+        if self.md:
+            fence = "`" * max(3, _longest_run(value, "`") + 1)
+            return [fence, value, fence, ""]
+        return [f"<pre><code>{_h(value)}</code></pre>"]
+
+
+def _summary(report: Report, f: Markup) -> list[str]:
+    if not report.incidents:
+        return f.para("No records have been analysed for this window yet.")
+    span = _span(report.first_seen, report.last_seen)
+    span = f" {f.text(span.strip())}" if span else ""
+    n = len(report.incidents)
+    services = ", ".join(f.code(s) for s in report.services) or "no named service"
+    lead = (
+        f"{_num(report.record_count)} log records{span} were grouped into "
+        f"{n} incident{'s' if n != 1 else ''} across {services}. "
+    )
+    top = report.incidents[:3]
+    if not any(i.summary for i in top):
+        brief = [
+            f"{f.strong(i.event)} ({f.text(i.cause)}; {_num(i.count)} records, {i.severity})"
+            for i in top
+        ]
+        return f.para(lead, "Most significant: ", "; ".join(brief), ".")
+    # Model-written summaries (streams/report/rollup.py) say more than the cause text: one
+    # bullet per incident, the summary where there is one, else the cause.
+    items = [
+        f"{f.strong(i.event)} ({_num(i.count)} records, {i.severity}): "
+        f"{f.text(i.summary)}{_stale(i)}"
+        if i.summary
+        else f"{f.strong(i.event)} ({f.text(i.cause)}; {_num(i.count)} records, {i.severity})"
+        for i in top
+    ]
+    return [*f.para(lead, "Most significant:"), *f.bullets(items)]
+
+
+def _impact(report: Report, f: Markup) -> list[str]:
+    """Services by their worst incident; records are counted per incident, not per
+    service (an incident may span services), so no per-service record count is shown."""
+    if not report.incidents:
+        return f.para("None recorded.")
+    rows = []
+    for svc in report.services:
+        linked = [i for i in report.incidents if svc in i.services]
+        worst = max(linked, key=lambda i: SEVERITY_WEIGHT[i.severity])
+        events = ", ".join(dict.fromkeys(i.event for i in linked if i.severity != "info"))
+        rows.append((SEVERITY_WEIGHT[worst.severity], svc, worst.severity, len(linked), events))
+    rows.sort(key=lambda r: (-r[0], r[1]))
+    per_service = [
+        f"{f.code(svc)}: worst {f.strong(sev)}, {n} incident(s)" + (f": {f.text(ev)}" if ev else "")
+        for _, svc, sev, n, ev in rows
+    ]
+    per_severity = []
+    for sev in sorted(SEVERITY_WEIGHT, key=SEVERITY_WEIGHT.__getitem__, reverse=True):
+        linked = [i for i in report.incidents if i.severity == sev]
+        if linked:
+            per_severity.append(
+                f"{f.strong(sev)}: {len(linked)} incident(s), {_num(_records(linked))} records"
+            )
+    return [
+        *f.para("Services affected:"),
+        *f.bullets(per_service),
+        *f.para("Records by severity:"),
+        *f.bullets(per_severity),
+    ]
+
+
+def _timeline(report: Report, f: Markup) -> list[str]:
+    if not report.timeline:
+        return f.para("Nothing yet.")
+    items = []
+    for e in report.timeline:
+        when = f.code(e.time) if e.time else "undated"
+        what = "first seen" if e.kind == "first_seen" else "last seen"
+        services = ", ".join(f.code(s) for s in e.services)
+        items.append(f"{when}: {what}: {f.strong(e.event)} ({e.severity}; {services})")
+    return f.bullets(items)
+
+
+def _causes(report: Report, f: Markup) -> list[str]:
+    if not report.incidents:
+        return f.para("No incidents.")
+    out: list[str] = []
+    for n, inc in enumerate(report.incidents, 1):
+        out += f.heading(f"{n}. {f.text(inc.event)} ({inc.severity})")
+        if inc.summary:
+            out += f.para(f"Summary: {f.text(inc.summary)}{_stale(inc)}")
+        facts = [
+            f"Cause: {f.text(inc.cause)}",
+            f"Records: {_num(inc.count)}",
+            f"Seen: {f.text(_span(inc.first_seen, inc.last_seen).strip() or 'undated')}",
+            "Services: " + ", ".join(f.code(s) for s in inc.services),
+        ]
+        out += f.bullets(facts)
+        for ev in inc.evidence:
+            out += f.para(f"Template {f.code(ev.template)} ({_num(ev.count)} records):")
+            for example in ev.examples:
+                out += f.block(example)
+    return out
+
+
+def _actions(report: Report, f: Markup) -> list[str]:
+    if not report.suggestions:
+        return f.para("None suggested yet.")
+    items = [
+        f"{f.strong(s.text)} ({s.severity}; {_num(s.records)} records in "
+        f"{len(s.incidents)} incident(s))"
+        for s in report.suggestions
+    ]
+    return f.bullets(items, ordered=True)
+
+
+def _questions(report: Report, f: Markup, review: int | None, dead: int | None) -> list[str]:
+    items = []
+    for inc in report.incidents:
+        if normalize_text(inc.cause) in _UNCLASSIFIED or "unknown" in normalize_text(inc.cause):
+            items.append(f"What causes {f.strong(inc.event)}? The analysis left it unclassified.")
+        elif inc.count <= LOW_EVIDENCE and inc.severity != "info":
+            items.append(f"Is {f.strong(inc.event)} real? Only {inc.count} record(s) support it.")
+        if inc.first_seen is None:
+            items.append(f"When did {f.strong(inc.event)} happen? Its records carry no time.")
+    if review:
+        items.append(f"{_num(review)} batch(es) went to human review and are not counted here.")
+    if dead:
+        items.append(f"{_num(dead)} record(s) could not be read (dead letters).")
+    return f.bullets(items) if items else f.para("None so far.")
+
+
+def _coverage(report: Report, f: Markup) -> list[str]:
+    parts = Coverage.from_json(report.covered).parts()
+    items = []
+    for name in sorted(parts):
+        ranges = parts[name].ranges
+        shown = ", ".join(str(a) if a == b else f"{a}-{b}" for a, b in ranges[:MAX_RANGES_SHOWN])
+        hidden = len(ranges) - MAX_RANGES_SHOWN
+        more = f" and {hidden} more ranges" if hidden > 0 else ""
+        items.append(f"{f.code(name)}: offsets {shown}{more} ({_num(len(parts[name]))} records)")
+    models = ", ".join(f.code(m) for m in report.models) or "none"
+    total = (
+        f"Total: {_num(report.record_count)} records in {len(parts)} partition(s), "
+        f"from {_num(report.fragments_applied)} fragment(s); analysed by {models}."
+    )
+    return [*f.bullets(items), *f.para(total)] if items else f.para(total)
+
+
+def _changed_title(report: Report) -> str:
+    ch = report.changes
+    return f"What changed since version {ch.from_version}" if ch.from_version else "What changed"
+
+
+def _changes(report: Report, f: Markup) -> list[str]:
+    ch = report.changes
+    if ch.from_version == 0:
+        return f.para("This is the first version of the report.")
+    items = [f"New: {f.strong(c.event)} ({_num(c.after)} records)" for c in ch.new_incidents]
+    items += [
+        f"Growing: {f.strong(c.event)}: {_num(c.before)} -> {_num(c.after)} records"
+        for c in ch.growing
+    ]
+    items.append(f"Records: {_num(ch.records_before)} -> {_num(ch.records_after)}")
+    return f.bullets(items)
+
+
+# ---------------------------------------------------------------- helpers
+
+
+def _version_line(report: Report) -> str:
+    return f"version {report.version}, updated at {report.updated_at or 'never'}"
+
+
+def _stale(inc: Incident) -> str:
+    """A note when records arrived after the summary was written (the next roll-up fixes it)."""
+    if inc.summary_count >= inc.count:
+        return ""
+    return f" (written at {_num(inc.summary_count)} records)"
+
+
+def _records(incidents: list[Incident]) -> int:
+    covered = Coverage()
+    for inc in incidents:
+        covered = covered.union(Coverage.from_json(inc.covered))
+    return len(covered)
+
+
+def _span(first: str | None, last: str | None) -> str:
+    if first is None:
+        return ""
+    return f" from {first}" if first == last or last is None else f" from {first} to {last}"
+
+
+def _num(value: int) -> str:
+    return f"{value:,}"
+
+
+def _h(value: object) -> str:
+    return html.escape(str(value), quote=True)
+
+
+_MD_SPECIAL = re.compile(r"([\\`*_\[\]<>|])")
+
+
+def _md(text: str) -> str:
+    """Inline Markdown text: one line, punctuation that could become markup escaped."""
+    return _MD_SPECIAL.sub(r"\\\1", re.sub(r"\s+", " ", text).strip())
+
+
+def _code_span(text: str) -> str:
+    text = re.sub(r"\s+", " ", text).strip()
+    ticks = "`" * (_longest_run(text, "`") + 1)
+    pad = " " if text.startswith("`") or text.endswith("`") else ""
+    return f"{ticks}{pad}{text}{pad}{ticks}"
+
+
+def _longest_run(text: str, char: str) -> int:
+    return max((len(m) for m in re.findall(f"{re.escape(char)}+", text)), default=0)
+
+
+def _safe_url(url: object) -> bool:
+    if not isinstance(url, str) or not url:
+        return False
+    scheme = urlsplit(url).scheme.lower()
+    return scheme in ("", "http", "https")
+
+
+def _refresh_script(url: str, version: int) -> str:
+    target = json.dumps(url).replace("<", "\\u003c").replace(">", "\\u003e").replace("&", "\\u0026")
+    return (
+        "(function () {\n"
+        f"  var url = {target};\n"
+        f"  var current = {int(version)};\n"
+        "  function poll() {\n"
+        '    fetch(url, {cache: "no-store"})\n'
+        "      .then(function (r) { return r.ok ? r.json() : null; })\n"
+        "      .then(function (data) {\n"
+        "        if (!data) { return; }\n"
+        "        var v = data.version !== undefined ? data.version : (data.report || {}).version;\n"
+        "        if (v !== undefined && v !== current) { window.location.reload(); }\n"
+        "      })\n"
+        "      .catch(function () {})\n"
+        f"      .finally(function () {{ setTimeout(poll, {POLL_MS}); }});\n"
+        "  }\n"
+        f"  setTimeout(poll, {POLL_MS});\n"
+        "})();\n"
+    )
+
+
+_STYLE = """
+body { font: 15px/1.5 system-ui, sans-serif; max-width: 62rem; margin: 2rem auto;
+       padding: 0 1rem; color: #1d1d1f; background: #fff; }
+h1 { font-size: 1.6rem; } h2 { border-bottom: 1px solid #ddd; margin-top: 2rem; }
+.meta { color: #555; font-size: 0.9rem; }
+code, pre { font: 13px/1.4 ui-monospace, monospace; background: #f4f4f6; }
+pre { padding: 0.6rem; overflow-x: auto; white-space: pre-wrap; word-break: break-all; }
+table { border-collapse: collapse; width: 100%; }
+td, th { border-bottom: 1px solid #ddd; padding: 0.3rem 0.6rem; text-align: left; }
+"""
+
+
+def _csp_hash(text: str) -> str:
+    return "'sha256-" + base64.b64encode(hashlib.sha256(text.encode()).digest()).decode() + "'"
+
+
+def _page(title: str, body: str, script: str | None, refresh_url: str | None) -> str:
+    connect = "'self'"
+    if refresh_url:
+        parts = urlsplit(refresh_url)
+        if parts.scheme in ("http", "https") and parts.netloc:
+            connect += f" {parts.scheme}://{parts.netloc}"
+    scripts = _csp_hash(script) if script else "'none'"
+    csp = (
+        f"default-src 'none'; style-src {_csp_hash(_STYLE)}; "
+        f"script-src {scripts}; connect-src {connect}"
+    )
+    tail = f"<script>{script}</script>" if script else ""
+    return (
+        '<!DOCTYPE html>\n<html lang="en"><head><meta charset="utf-8">'
+        f'<meta http-equiv="Content-Security-Policy" content="{_h(csp)}">'
+        '<meta name="viewport" content="width=device-width, initial-scale=1">'
+        f"<title>{_h(title)}</title><style>{_STYLE}</style></head>\n"
+        f"<body>\n{body}\n{tail}</body></html>\n"
+    )

@@ -1,0 +1,202 @@
+"""LaneProcessor: windows flush on budget and wall clock; records are acked only
+after the outcome covering them is published; failures never lose a record."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+
+from streams.batch.answers import review_for
+from streams.batch.lane import LaneProcessor
+from streams.batch.window import Batch, TokenWindow
+from streams.intervals import Coverage
+from streams.records import BatchOutcome, NormalizedRecord, RawCoord
+
+
+class Words:
+    def count(self, text: str) -> int:
+        return max(1, len(text.split()))
+
+    def truncate(self, text: str, max_tokens: int) -> tuple[str, bool]:
+        words = text.split()
+        return " ".join(words[:max_tokens]), len(words) > max_tokens
+
+
+def record(
+    offset: int, template: str = "t1", message: str = "disk full on /var"
+) -> NormalizedRecord:
+    coord = RawCoord(topic="raw", partition=0, offset=offset)
+    return NormalizedRecord(
+        id=coord.id,
+        raw=coord,
+        source="s",
+        format="text",
+        timestamp=f"2026-11-29T10:00:{offset % 60:02d}.000Z",
+        level="ERROR",
+        service="svc",
+        message=message,
+        template_id=template,
+        template=message,
+        tokens=4,
+        cost=0.1,
+        lane="fast",
+    )
+
+
+class ReviewEverything:
+    """An analyzer that answers every batch with one review covering it."""
+
+    def __init__(self, delay: float = 0.0, fail: bool = False) -> None:
+        self.batches: list[Batch] = []
+        self.delay = delay
+        self.fail = fail
+        self.running = self.peak = 0
+
+    async def analyze(self, batch: Batch) -> BatchOutcome:
+        self.batches.append(batch)
+        self.running += 1
+        self.peak = max(self.peak, self.running)
+        await asyncio.sleep(self.delay)
+        self.running -= 1
+        if self.fail:
+            raise RuntimeError("bug in the analyzer")
+        review = review_for(
+            batch, reason="test", detail="", model="m", prompt_version="v1", output=None
+        )
+        return BatchOutcome(fragments=[], reviews=[review], calls=1, cache_hits=0)
+
+
+def window(max_records: int = 3, wait: float = 0.05) -> TokenWindow:
+    return TokenWindow(
+        lane="fast",
+        input_budget=4000,
+        context_window=8192,
+        output_reserve=0.3,
+        max_records=max_records,
+        max_wait_seconds=wait,
+        counter=Words(),
+    )
+
+
+async def test_acks_follow_publication_never_precede_it() -> None:
+    published: list[BatchOutcome] = []
+    acked: list[int] = []
+    gate = asyncio.Event()
+
+    async def publish(outcome: BatchOutcome) -> None:
+        await gate.wait()
+        published.append(outcome)
+
+    lane = LaneProcessor(
+        window=window(max_records=3),
+        analyzer=ReviewEverything(),
+        publish=publish,
+        ack=acked.append,
+        model="m",
+        prompt_version="v1",
+    )
+    for i in range(3):
+        await lane.add(record(i), token=i)
+    await asyncio.sleep(0.01)
+    assert acked == [], "acked before the outcome was published"
+    gate.set()
+    await lane.drain()
+    assert sorted(acked) == [0, 1, 2]
+    assert len(published) == 1
+
+
+async def test_a_quiet_partition_flushes_on_the_wall_clock() -> None:
+    acked: list[int] = []
+
+    async def publish(outcome: BatchOutcome) -> None:
+        return None
+
+    analyzer = ReviewEverything()
+    lane = LaneProcessor(
+        window=window(max_records=100, wait=0.05),
+        analyzer=analyzer,
+        publish=publish,
+        ack=acked.append,
+        model="m",
+        prompt_version="v1",
+    )
+    timer = asyncio.create_task(lane.run_timer())
+    try:
+        await lane.add(record(1), token=1)
+        for _ in range(100):  # no further record arrives
+            if acked:
+                break
+            await asyncio.sleep(0.01)
+    finally:
+        timer.cancel()
+    assert acked == [1]
+    assert analyzer.batches[0].trigger == "wait"
+
+
+async def test_an_analyzer_bug_becomes_a_review_not_a_stuck_partition() -> None:
+    outcomes: list[BatchOutcome] = []
+    acked: list[int] = []
+
+    async def publish(outcome: BatchOutcome) -> None:
+        outcomes.append(outcome)
+
+    lane = LaneProcessor(
+        window=window(max_records=2),
+        analyzer=ReviewEverything(fail=True),
+        publish=publish,
+        ack=acked.append,
+        model="m",
+        prompt_version="v1",
+    )
+    await lane.add(record(1), 1)
+    await lane.add(record(2), 2)
+    await lane.drain()
+    assert [r.reason for o in outcomes for r in o.reviews] == ["internal_error"]
+    assert Coverage.from_json(outcomes[0].reviews[0].covered) == Coverage.from_coords(
+        [("raw", 0, 1), ("raw", 0, 2)]
+    )
+    assert sorted(acked) == [1, 2]
+
+
+async def test_a_failed_publication_leaves_records_unacked_and_stops_intake() -> None:
+    acked: list[int] = []
+
+    async def publish(outcome: BatchOutcome) -> None:
+        raise ConnectionError("broker gone")
+
+    lane = LaneProcessor(
+        window=window(max_records=1),
+        analyzer=ReviewEverything(),
+        publish=publish,
+        ack=acked.append,
+        model="m",
+        prompt_version="v1",
+    )
+    await lane.add(record(1), 1)
+    await lane.drain()
+    assert acked == []
+    with pytest.raises(ConnectionError):
+        await lane.add(record(2), 2)
+
+
+async def test_in_flight_batches_are_bounded() -> None:
+    analyzer = ReviewEverything(delay=0.05)
+
+    async def publish(outcome: BatchOutcome) -> None:
+        return None
+
+    lane = LaneProcessor(
+        window=window(max_records=1),
+        analyzer=analyzer,
+        publish=publish,
+        ack=lambda t: None,
+        model="m",
+        prompt_version="v1",
+        max_inflight_batches=2,
+    )
+    for i in range(6):
+        await lane.add(record(i), i)
+    await lane.drain()
+    assert analyzer.peak == 2  # bounded, and the bound is used
+    assert len(analyzer.batches) == 6

@@ -1,0 +1,199 @@
+"""Prompt building: the payload contract, no coordinates, output bounds, cache keys."""
+
+from __future__ import annotations
+
+import json
+import random
+from datetime import UTC, datetime, timedelta
+
+import pytest
+
+from streams.batch.prompt import (
+    PAYLOAD_MARKER,
+    build_messages,
+    cache_key,
+    extract_payload,
+    max_output_tokens,
+    payload_of,
+    repair_messages,
+)
+from streams.batch.window import Batch, build_batch
+from streams.errors import ContextTooLong
+from streams.records import NormalizedRecord, RawCoord
+
+T0 = datetime(2026, 1, 2, 3, 4, 5, tzinfo=UTC)
+
+
+class WordCounter:
+    def count(self, text: str) -> int:
+        return len(text.split())
+
+    def truncate(self, text: str, max_tokens: int) -> tuple[str, int]:
+        words = text.split()
+        return " ".join(words[:max_tokens]), max(0, len(words) - max_tokens)
+
+
+def make_record(
+    offset: int,
+    *,
+    message: str,
+    service: str = "hdfs",
+    template_id: str = "t1",
+    template: str = "Connection to <*> refused",
+    seconds: float = 0.0,
+    topic: str = "retro.logs.raw",
+    partition: int = 0,
+    level: str | None = "WARN",
+) -> NormalizedRecord:
+    ts = (T0 + timedelta(seconds=seconds)).isoformat().replace("+00:00", "Z")
+    return NormalizedRecord(
+        id=f"{topic}/{partition}/{offset}",
+        raw=RawCoord(topic=topic, partition=partition, offset=offset),
+        source="app.log",
+        format="text",
+        timestamp=ts,
+        level=level,
+        service=service,
+        message=message,
+        template_id=template_id,
+        template=template,
+        tokens=len(message.split()),
+        cost=0.1,
+        lane="fast",
+    )
+
+
+def sample(offset_base: int = 1000, topic: str = "retro.logs.raw") -> list[NormalizedRecord]:
+    spec = [
+        ("hdfs", "t1", "Connection to <*> refused", "Connection to 10.0.0.1 refused"),
+        ("hdfs", "t1", "Connection to <*> refused", "Connection to 10.0.0.2 refused"),
+        ("hdfs", "t2", "Disk <*> full", "Disk /dev/sda1 full"),
+        ("api", "t3", "GET <*> took <*> ms", "GET /users took 5012 ms"),
+        ("api", "t3", "GET <*> took <*> ms", "GET /orders took 7020 ms"),
+    ]
+    return [
+        make_record(
+            offset_base + 7 * i,
+            message=msg,
+            service=svc,
+            template_id=tid,
+            template=tpl,
+            seconds=float(i),
+            topic=topic,
+        )
+        for i, (svc, tid, tpl, msg) in enumerate(spec)
+    ]
+
+
+def batch_of(records: list[NormalizedRecord], lane: str = "fast") -> Batch:
+    return build_batch(
+        records, lane=lane, counter=WordCounter(), max_example_tokens=None, trigger="wait"
+    )  # type: ignore[arg-type]
+
+
+def test_payload_round_trips_through_the_messages() -> None:
+    batch = batch_of(sample())
+    messages = build_messages(batch, detail="brief", prompt_version="v1")
+    assert [m["role"] for m in messages] == ["system", "user"]
+    payload = extract_payload(messages)
+    assert payload == payload_of(batch, detail="brief")
+    assert payload["lane"] == "fast" and payload["detail"] == "brief"
+    assert [g["ref"] for g in payload["groups"]] == ["g1", "g2", "g3"]
+    api = payload["groups"][0]
+    assert api == {
+        "ref": "g1",
+        "service": "api",
+        "level": "WARN",
+        "template": "GET <*> took <*> ms",
+        "count": 2,
+        "first_seen": "2026-01-02T03:04:08Z",
+        "last_seen": "2026-01-02T03:04:09Z",
+        "examples": ["GET /users took 5012 ms", "GET /orders took 7020 ms"],
+        "truncated": False,
+    }
+
+
+def test_prompt_names_no_coordinates_or_record_ids() -> None:
+    records = sample(offset_base=48213, topic="secret.topic.name")
+    batch = batch_of(records)
+    text = json.dumps(build_messages(batch, detail="detailed", prompt_version="v1"))
+    for r in records:
+        assert r.id not in text and str(r.raw.offset) not in text
+    assert "secret.topic.name" not in text and "app.log" not in text
+
+
+def test_system_message_states_the_contract_and_detail_changes_the_task() -> None:
+    batch = batch_of(sample())
+    brief = build_messages(batch, detail="brief", prompt_version="v1")
+    detailed = build_messages(batch, detail="detailed", prompt_version="v1")
+    system = brief[0]["content"]
+    for needle in ('"fragments"', '"refs"', "exactly one fragment", "info, low, medium, high"):
+        assert needle in system
+    assert "never instructions" in system
+    task_brief = brief[1]["content"].split(PAYLOAD_MARKER)[0]
+    task_detailed = detailed[1]["content"].split(PAYLOAD_MARKER)[0]
+    assert task_brief != task_detailed and "stack traces" in task_detailed
+    assert extract_payload(detailed)["detail"] == "detailed"
+    with pytest.raises(ValueError):
+        build_messages(batch, detail="verbose", prompt_version="v1")  # type: ignore[arg-type]
+
+
+def test_slow_lane_defaults_to_the_detailed_payload() -> None:
+    assert payload_of(batch_of(sample(), lane="slow"))["detail"] == "detailed"
+    assert payload_of(batch_of(sample(), lane="fast"))["detail"] == "brief"
+
+
+@pytest.mark.parametrize(
+    ("estimated", "context", "reserve", "minimum", "expected"),
+    [
+        (4000, 8192, 0.3, 256, 1200),  # the reserved share
+        (10, 8192, 0.3, 256, 256),  # at least the minimum
+        (10, 8192, 0.3, 1, 3),  # ceil, without float noise (10 * 0.3 = 3.0000000000000004)
+        (8000, 8192, 0.3, 256, 192),  # never past the context
+        (3001, 4000, 0.5, 256, 999),
+    ],
+)
+def test_max_output_tokens_bounds(
+    estimated: int, context: int, reserve: float, minimum: int, expected: int
+) -> None:
+    got = max_output_tokens(
+        estimated, context_window=context, output_reserve=reserve, minimum=minimum
+    )
+    assert got == expected
+    assert estimated + got <= context
+
+
+def test_max_output_tokens_refuses_a_prompt_that_fills_the_context() -> None:
+    with pytest.raises(ContextTooLong):
+        max_output_tokens(8192, context_window=8192, output_reserve=0.3)
+
+
+def test_cache_key_ignores_record_order_and_coordinates() -> None:
+    records = sample()
+    shuffled = list(records)
+    random.Random(7).shuffle(shuffled)
+    moved = sample(offset_base=900_000, topic="other.topic")
+    key = cache_key(batch_of(records), model="m", prompt_version="v1", detail="brief")
+    assert key == cache_key(batch_of(shuffled), model="m", prompt_version="v1", detail="brief")
+    assert key == cache_key(batch_of(moved), model="m", prompt_version="v1", detail="brief")
+
+
+def test_cache_key_changes_with_model_version_detail_and_content() -> None:
+    batch = batch_of(sample())
+    key = cache_key(batch, model="m", prompt_version="v1", detail="brief")
+    assert key != cache_key(batch, model="m2", prompt_version="v1", detail="brief")
+    assert key != cache_key(batch, model="m", prompt_version="v2", detail="brief")
+    assert key != cache_key(batch, model="m", prompt_version="v1", detail="detailed")
+    fewer = batch_of(sample()[:-1])
+    assert key != cache_key(fewer, model="m", prompt_version="v1", detail="brief")
+
+
+def test_repair_keeps_the_payload_and_shows_the_error() -> None:
+    original = build_messages(batch_of(sample()), detail="brief", prompt_version="v1")
+    repaired = repair_messages(original, "Sure! here you go {broken", "Expecting ',' delimiter")
+    assert repaired[: len(original)] == original
+    assert repaired[-2] == {"role": "assistant", "content": "Sure! here you go {broken"}
+    assert repaired[-1]["role"] == "user" and "Expecting ',' delimiter" in repaired[-1]["content"]
+    assert extract_payload(repaired) == extract_payload(original)
+    long = repair_messages(original, "x" * 100_000, "too long")
+    assert len(long[-2]["content"]) < 5000

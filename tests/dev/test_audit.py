@@ -1,0 +1,50 @@
+"""The audit's reconciliation: missing and double-counted raw coordinates."""
+
+from __future__ import annotations
+
+from streams.dev.audit import reconcile
+from streams.intervals import Coverage
+
+
+def cov(part: str, *ranges: tuple[int, int]) -> Coverage:
+    return Coverage.from_json({part: [list(r) for r in ranges]})
+
+
+RAW = cov("raw/0", (0, 99)).union(cov("raw/1", (0, 9)))
+
+
+def test_everything_claimed_once_is_clean() -> None:
+    result = reconcile(RAW, {
+        "reports": [cov("raw/0", (0, 49)), cov("raw/0", (50, 89))],
+        "review": [cov("raw/0", (90, 97))],
+        "deadletter": [cov("raw/0", (98, 99)), cov("raw/1", (0, 9))],
+    })
+    assert result.ok
+    assert result.claimed == {"reports": 90, "review": 8, "deadletter": 12}
+    assert result.raw_records == 110
+
+
+def test_missing_records_are_listed_by_partition() -> None:
+    result = reconcile(RAW, {"reports": [cov("raw/0", (0, 99))], "review": [],
+                             "deadletter": [cov("raw/1", (0, 4))]})
+    assert not result.ok
+    assert result.missing == {"raw/1": [[5, 9]]}
+    assert result.double_counted == {}
+
+
+def test_a_record_in_two_reports_or_report_and_review_is_double_counted() -> None:
+    result = reconcile(RAW, {
+        "reports": [cov("raw/0", (0, 60)), cov("raw/0", (55, 99)).union(cov("raw/1", (0, 9)))],
+        "review": [cov("raw/0", (99, 99))],
+        "deadletter": [],
+    })
+    assert not result.ok
+    assert result.double_counted == {"raw/0": [[55, 60], [99, 99]]}
+    assert result.missing == {}
+
+
+def test_claims_outside_the_raw_topic_are_reported_but_not_double() -> None:
+    result = reconcile(RAW, {"reports": [RAW, cov("raw/0", (100, 120))], "review": [],
+                             "deadletter": []})
+    assert result.ok
+    assert result.foreign == {"raw/0": [[100, 120]]}

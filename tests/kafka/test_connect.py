@@ -1,0 +1,54 @@
+"""Connection settings: bootstrap resolution, SASL and TLS for every client."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from streams.errors import ConfigError
+from streams.kafka.connect import aiokafka_kwargs, faust_credentials, resolve_bootstrap
+from streams.settings import Settings
+
+
+def test_named_bootstrap_wins(tmp_path: Path) -> None:
+    s = Settings(state_dir=tmp_path, kafka={"bootstrap": "kafka-0:9092,kafka-1:9092"})
+    assert resolve_bootstrap(s) == "kafka-0:9092,kafka-1:9092"
+
+
+def test_no_bootstrap_and_no_local_broker_says_what_to_do(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError, match="retro broker start"):
+        resolve_bootstrap(Settings(state_dir=tmp_path))
+
+
+def test_sasl_scram_reaches_aiokafka_and_faust() -> None:
+    s = Settings(kafka={"bootstrap": "k:9093", "security_protocol": "SASL_PLAINTEXT",
+                        "sasl_mechanism": "SCRAM-SHA-512", "sasl_username": "retro",
+                        "sasl_password": "pw"})
+    kwargs = aiokafka_kwargs(s)
+    assert kwargs["security_protocol"] == "SASL_PLAINTEXT"
+    assert kwargs["sasl_mechanism"] == "SCRAM-SHA-512"
+    assert (kwargs["sasl_plain_username"], kwargs["sasl_plain_password"]) == ("retro", "pw")
+    creds = faust_credentials(s)
+    assert creds is not None and creds.username == "retro"
+    assert "pw" not in repr(s)
+
+
+def test_sasl_without_credentials_is_a_config_error() -> None:
+    s = Settings(kafka={"bootstrap": "k:9093", "security_protocol": "SASL_SSL"})
+    with pytest.raises(ConfigError, match="RETRO_KAFKA__SASL_USERNAME"):
+        aiokafka_kwargs(s)
+
+
+def test_plaintext_has_no_tls_context() -> None:
+    s = Settings(kafka={"bootstrap": "k:9092"})
+    assert "ssl_context" not in aiokafka_kwargs(s)
+    assert faust_credentials(s) is None
+
+
+def test_ssl_builds_a_verifying_context() -> None:
+    s = Settings(kafka={"bootstrap": "k:9093", "security_protocol": "SSL"})
+    context = aiokafka_kwargs(s)["ssl_context"]
+    import ssl
+
+    assert context.verify_mode == ssl.CERT_REQUIRED

@@ -1,0 +1,439 @@
+"""The compactor: counts come from coverage, so order and duplication never matter."""
+
+from __future__ import annotations
+
+import csv
+import hashlib
+import itertools
+import json
+import random
+from collections import defaultdict
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+
+import jsonschema
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from streams.errors import ValidationFailed
+from streams.intervals import Coverage
+from streams.records import Evidence, Fragment, TimeWindow
+from streams.report.keys import report_key
+from streams.report.merge import (
+    incident_key,
+    merge,
+    report_body,
+)
+from streams.report.model import MAX_EXAMPLES, SEVERITY_WEIGHT, Report
+
+ROOT = Path(__file__).resolve().parents[2]
+DATA = ROOT / ".." / "shared" / "data"
+SCHEMA = json.loads((ROOT / "schemas" / "report.schema.json").read_text())
+SEVERITIES = ["info", "low", "medium", "high", "critical"]
+T0 = datetime(2026, 11, 29, 10, 0, tzinfo=UTC)
+# Distinct (event, cause) signatures; two incidents share a suggestion spelled differently.
+INCIDENTS = [
+    ("Disk full on datanode", "No space left on /data", "Free disk space on the datanodes"),
+    ("Broker connection refused", "Broker restarting", "Add client retries with backoff"),
+    ("Order service timeout", "Slow database query", "free  DISK space on the datanodes"),
+    ("Unknown failure", "unknown", "Investigate the stack traces"),
+]
+TEMPLATES = ["No space left on <*>", "Connection to <*> refused", "Timeout after <*> ms"]
+TEXTS = ["e1", "err 22", "a", "no space left on /data/3", "<script>x</script>", "timeout 5000 ms"]
+
+
+@dataclass(frozen=True)
+class Rec:
+    incident: int
+    service: str
+    template: int
+    severity: str
+    minute: int | None  # None: undated record
+    text: str
+
+
+def _iso(minute: int) -> str:
+    return (T0 + timedelta(minutes=minute)).isoformat().replace("+00:00", "Z")
+
+
+def _canon(minute: int) -> str:
+    return (T0 + timedelta(minutes=minute)).isoformat(timespec="milliseconds")[:-6] + "Z"
+
+
+def _top(texts: set[str]) -> list[str]:
+    return sorted(texts, key=lambda t: (len(t), t))[:MAX_EXAMPLES]
+
+
+def make_fragment(part: str, offsets: list[int], recs: dict[tuple[str, int], Rec]) -> Fragment:
+    """One fragment for records of a single (incident, service), as a batch would emit it."""
+    chosen = [recs[(part, o)] for o in offsets]
+    first = chosen[0]
+    assert all((r.incident, r.service) == (first.incident, first.service) for r in chosen)
+    topic, partition = part.rsplit("/", 1)
+    evidence = []
+    for t in sorted({r.template for r in chosen}):
+        offs = [o for o, r in zip(offsets, chosen, strict=True) if r.template == t]
+        evidence.append(
+            Evidence(
+                template=TEMPLATES[t],
+                count=len(offs),
+                examples=_top({recs[(part, o)].text for o in offs}),
+                covered=Coverage.from_coords((topic, int(partition), o) for o in offs).to_json(),
+            )
+        )
+    minutes = [r.minute for r in chosen if r.minute is not None]
+    start = _iso(min(minutes)) if minutes else None
+    end = _iso(max(minutes)) if minutes else None
+    event, cause, suggestion = INCIDENTS[first.incident]
+    covered = Coverage.from_coords((topic, int(partition), o) for o in offsets).to_json()
+    fid = hashlib.sha256(json.dumps([covered, first.incident]).encode()).hexdigest()[:12]
+    return Fragment(
+        id=fid,
+        lane="fast",
+        window=TimeWindow(start=start, end=end),
+        service=first.service,
+        timestamp=start,
+        event=event,
+        cause=cause,
+        suggestion=suggestion,
+        severity=max((r.severity for r in chosen), key=SEVERITIES.index),
+        evidence=evidence,
+        covered=covered,
+        record_count=len(offsets),
+        model="retro-rules-v1",
+        prompt_version="v1",
+    )
+
+
+def batch_fragments(part: str, lo: int, hi: int, recs: dict) -> list[Fragment]:
+    groups: dict[tuple[int, str], list[int]] = defaultdict(list)
+    for o in range(lo, hi + 1):
+        r = recs[(part, o)]
+        groups[(r.incident, r.service)].append(o)
+    return [make_fragment(part, offs, recs) for _, offs in sorted(groups.items())]
+
+
+rec_strategy = st.builds(
+    Rec,
+    incident=st.integers(0, len(INCIDENTS) - 1),
+    service=st.sampled_from(["hdfs", "kafka", "orders"]),
+    template=st.integers(0, len(TEMPLATES) - 1),
+    severity=st.sampled_from(SEVERITIES),
+    minute=st.one_of(st.none(), st.integers(0, 300)),
+    text=st.sampled_from(TEXTS),
+)
+
+
+@st.composite
+def scenarios(draw: st.DrawFn) -> tuple[dict, list[Fragment]]:
+    """Ground truth per record, cut into batches, plus overlapping re-runs of the same truth."""
+    recs: dict[tuple[str, int], Rec] = {}
+    fragments: list[Fragment] = []
+    spans = []
+    for p in range(draw(st.integers(1, 2))):
+        part, base = f"retro.logs.raw/{p}", draw(st.integers(0, 1000))
+        rows = draw(st.lists(rec_strategy, min_size=1, max_size=25))
+        for i, rec in enumerate(rows):
+            recs[(part, base + i)] = rec
+        last = base + len(rows) - 1
+        cuts = sorted(draw(st.sets(st.integers(base + 1, last), max_size=4)) if last > base else [])
+        bounds = [base, *cuts, last + 1]
+        for lo, nxt in itertools.pairwise(bounds):
+            fragments += batch_fragments(part, lo, nxt - 1, recs)
+        spans.append((part, base, last))
+    for _ in range(draw(st.integers(0, 3))):  # re-runs after a "crash": other boundaries
+        part, base, last = draw(st.sampled_from(spans))
+        lo = draw(st.integers(base, last))
+        fragments += batch_fragments(part, lo, draw(st.integers(lo, last)), recs)
+    return recs, fragments
+
+
+def apply_all(fragments: list[Fragment]) -> tuple[Report | None, list[str]]:
+    report, results = None, []
+    for n, frag in enumerate(fragments):
+        report, result = merge(report, frag, report_id="2026-11-29/all", now=f"t{n}")
+        results.append(result)
+    return report, results
+
+
+@settings(max_examples=60, deadline=None)
+@given(scenario=scenarios(), data=st.data())
+def test_any_order_any_duplication_gives_the_same_report(scenario, data) -> None:
+    recs, fragments = scenario
+    reference, _ = apply_all(fragments)
+    order = list(data.draw(st.permutations(fragments)))
+    for dup in data.draw(st.lists(st.sampled_from(fragments), max_size=6)):
+        order.insert(data.draw(st.integers(0, len(order))), dup)
+
+    report, seen, version = None, Coverage(), 0
+    for frag in order:
+        offered = Coverage.from_json(frag.covered)
+        report, result = merge(report, frag, report_id="2026-11-29/all", now="t")
+        new = offered.difference(seen)
+        expected = "duplicate" if not new else "applied" if new == offered else "partial"
+        assert result == expected
+        version += result != "duplicate"
+        assert report.version == version
+        seen = seen.union(offered)
+        assert report.record_count == len(seen)
+
+    assert report_body(report) == report_body(reference)
+    _check_against_truth(report, recs)
+
+
+def _check_against_truth(report: Report, recs: dict[tuple[str, int], Rec]) -> None:
+    truth: dict[int, list[Rec]] = defaultdict(list)
+    for rec in recs.values():
+        truth[rec.incident].append(rec)
+    assert report.record_count == len(recs)
+    assert len(report.incidents) == len(truth)
+    for idx, rows in truth.items():
+        event, cause, _ = INCIDENTS[idx]
+        inc = report.incident(incident_key(event, cause))
+        assert inc is not None
+        assert (inc.event, inc.cause) == (event, cause)
+        assert inc.count == len(rows)
+        assert inc.services == sorted({r.service for r in rows})
+        assert inc.severity == max((r.severity for r in rows), key=SEVERITIES.index)
+        minutes = [r.minute for r in rows if r.minute is not None]
+        assert inc.first_seen == (_canon(min(minutes)) if minutes else None)
+        assert inc.last_seen == (_canon(max(minutes)) if minutes else None)
+        per_template = {ev.template: ev for ev in inc.evidence}
+        assert set(per_template) == {TEMPLATES[r.template] for r in rows}
+        for t, ev in per_template.items():
+            mine = [r for r in rows if TEMPLATES[r.template] == t]
+            assert ev.count == len(mine)
+            assert ev.examples == _top({r.text for r in mine})
+    # Two incidents suggest the same action spelled differently: one suggestion.
+    sharing = [i for i in (0, 2) if i in truth]
+    if sharing:
+        (s,) = [s for s in report.suggestions if "datanodes" in s.text.lower()]
+        assert s.records == sum(len(truth[i]) for i in sharing)
+    ranks = [(SEVERITY_WEIGHT[s.severity], s.score) for s in report.suggestions]
+    assert ranks == sorted(ranks, reverse=True)  # most severe first, then widest reach
+
+
+# ---------------------------------------------------------------- examples
+
+
+def _frag(fid: str, covered: dict, **kw) -> Fragment:
+    fields = {
+        "id": fid,
+        "lane": "fast",
+        "window": TimeWindow(start="2026-11-29T10:00:00Z", end="2026-11-29T10:05:00Z"),
+        "service": "hdfs",
+        "timestamp": "2026-11-29T10:00:00Z",
+        "event": "Disk full on node 3",
+        "cause": "No space left",
+        "suggestion": "Free disk space",
+        "severity": "high",
+        "evidence": [Evidence(template="No space <*>", count=1, examples=["No space /d"])],
+        "covered": covered,
+        "record_count": 1,
+        "model": "m",
+        "prompt_version": "v1",
+    }
+    return Fragment(**(fields | kw))
+
+
+def test_duplicate_returns_the_report_unchanged() -> None:
+    first, result = merge(None, _frag("a", {"t/0": [[0, 9]]}), report_id="r", now="t1")
+    assert (result, first.version, first.record_count) == ("applied", 1, 10)
+    again, result = merge(first, _frag("a", {"t/0": [[0, 9]]}), report_id="r", now="t2")
+    assert result == "duplicate"
+    assert again.version == 1 and again.updated_at == "t1"
+    assert again.model_dump() == first.model_dump()
+    # A different fragment id over already-counted records is still a duplicate.
+    _, result = merge(first, _frag("b", {"t/0": [[2, 4]]}), report_id="r")
+    assert result == "duplicate"
+
+
+def test_partial_overlap_counts_only_new_records_and_reports_growth() -> None:
+    r1, _ = merge(None, _frag("a", {"t/0": [[0, 9]]}), report_id="r", now="t1")
+    before = r1.model_dump()
+    r2, result = merge(r1, _frag("b", {"t/0": [[5, 14]]}), report_id="r", now="t2")
+    assert result == "partial"
+    assert r1.model_dump() == before  # merge is pure
+    assert r2.version == 2 and r2.updated_at == "t2"
+    (inc,) = r2.incidents
+    assert inc.count == 15 and inc.evidence[0].count == 15
+    assert r2.changes.new_incidents == []
+    (grow,) = r2.changes.growing
+    assert (grow.before, grow.after) == (10, 15)
+    assert (r2.changes.from_version, r2.changes.to_version) == (1, 2)
+
+
+def test_new_incident_is_listed_in_changes_and_signature_is_normalized() -> None:
+    r1, _ = merge(None, _frag("a", {"t/0": [[0, 1]]}), report_id="r")
+    same, _ = merge(
+        r1,
+        _frag("b", {"t/0": [[2, 3]]}, event="disk  FULL on node 12", severity="critical"),
+        report_id="r",
+    )
+    assert len(same.incidents) == 1
+    assert same.incidents[0].severity == "critical"
+    assert same.incidents[0].event == "Disk full on node 3"  # shortest spelling wins
+    other, _ = merge(same, _frag("c", {"t/1": [[0, 0]]}, event="Broker down"), report_id="r")
+    assert [c.event for c in other.changes.new_incidents] == ["Broker down"]
+    assert other.changes.records_before == 4 and other.changes.records_after == 5
+
+
+def test_evidence_without_coverage_gets_unclaimed_records() -> None:
+    frag = _frag(
+        "a",
+        {"t/0": [[0, 9]]},
+        evidence=[
+            Evidence(template="A <*>", count=3, covered={"t/0": [[0, 2]]}),
+            Evidence(template="B <*>", count=7),
+        ],
+    )
+    report, _ = merge(None, frag, report_id="r")
+    counts = {ev.template: ev.count for ev in report.incidents[0].evidence}
+    assert counts == {"A <*>": 3, "B <*>": 7}
+
+
+def test_bad_ranges_and_wrong_report_are_rejected() -> None:
+    with pytest.raises(ValidationFailed, match="review"):
+        merge(None, _frag("a", {"t/0": [[9, 0]]}), report_id="r")
+    report, _ = merge(None, _frag("a", {"t/0": [[0, 0]]}), report_id="r")
+    with pytest.raises(ValueError, match="report"):
+        merge(report, _frag("b", {"t/0": [[1, 1]]}), report_id="other")
+
+
+def test_json_round_trip_recomputes_counts_and_validates_against_schema() -> None:
+    report, _ = merge(None, _frag("a", {"t/0": [[0, 9]]}), report_id="r", now="t1")
+    report, _ = merge(report, _frag("b", {"t/1": [[0, 4]]}, event="Other"), report_id="r")
+    doc = json.loads(report.to_json())
+    jsonschema.validate(doc, SCHEMA)
+    assert Report.from_json(report.to_json()) == report
+    doc["incidents"][0]["count"] = 999_999  # a stored count is never trusted
+    assert Report.from_json(doc).incidents[0].count == report.incidents[0].count
+
+
+def test_schema_names_every_model_field() -> None:
+    generated = Report.model_json_schema(mode="serialization")
+    assert set(SCHEMA["properties"]) == set(generated["properties"])
+    for name, ref in [("Incident", "incident"), ("Suggestion", "suggestion")]:
+        assert set(SCHEMA["$defs"][ref]["properties"]) == set(
+            generated["$defs"][name]["properties"]
+        )
+
+
+@pytest.mark.parametrize(
+    ("stamp", "window", "group_by", "expected"),
+    [
+        ("2026-11-29T13:45:00Z", "day", "all", "2026-11-29/all"),
+        ("2026-11-29T13:45:00Z", "hour", "service", "2026-11-29T13/hdfs"),
+        ("2026-11-29T13:45:00Z", "week", "all", "2026-W48/all"),
+        ("2026-11-30T00:00:00Z", "week", "all", "2026-W49/all"),
+        ("2027-01-01T08:00:00Z", "week", "service", "2026-W53/hdfs"),
+        ("2026-11-29T23:30:00-02:00", "day", "all", "2026-11-30/all"),  # converted to UTC
+        ("2026-11-29T23:30:00", "hour", "all", "2026-11-29T23/all"),  # naive means UTC
+        (None, "day", "all", "undated/all"),
+        ("not a time", "day", "service", "undated/hdfs"),
+    ],
+)
+def test_report_key(stamp, window, group_by, expected) -> None:
+    frag = _frag("a", {"t/0": [[0, 0]]}, timestamp=stamp, window=TimeWindow())
+    assert report_key(frag, window=window, group_by=group_by) == expected
+
+
+def test_report_key_falls_back_to_window_and_groups_by_source() -> None:
+    frag = _frag(
+        "a",
+        {"HDFS_2k.log/0": [[0, 3]]},
+        timestamp=None,
+        window=TimeWindow(start="2026-11-28T23:59:00Z"),
+        service="a/b c",
+    )
+    assert report_key(frag, window="day", group_by="source") == "2026-11-28/HDFS_2k.log"
+    assert report_key(frag, window="day", group_by="service") == "2026-11-28/a_b_c"
+    with pytest.raises(ValueError, match="window"):
+        report_key(frag, window="month", group_by="all")  # type: ignore[arg-type]
+
+
+def _lines(indexes: list[int]) -> dict[str, list[list[int]]]:
+    return Coverage.from_coords(("HDFS_2k.log", 0, i) for i in indexes).to_json()
+
+
+def test_real_hdfs_log_with_overlapping_reruns_counts_each_line_once() -> None:
+    path = DATA / "loghub" / "HDFS" / "HDFS_2k.log_structured.csv"
+    if not path.exists():
+        pytest.skip(f"{path} is not available")
+    rows = list(csv.DictReader(path.open(encoding="utf-8")))
+    rng = random.Random(7)
+    spans = [(lo, min(lo + 199, len(rows) - 1)) for lo in range(0, len(rows), 200)]
+    spans += [(lo, lo + rng.randint(0, 300)) for lo in rng.sample(range(len(rows) - 301), 8)]
+    fragments = []
+    for lo, hi in spans:
+        groups: dict[tuple[str, str], list[int]] = defaultdict(list)
+        for i in range(lo, hi + 1):
+            groups[(rows[i]["Level"], rows[i]["Component"])].append(i)
+        for (level, component), idx in sorted(groups.items()):
+            by_template: dict[str, list[int]] = defaultdict(list)
+            for i in idx:
+                by_template[rows[i]["EventTemplate"]].append(i)
+            stamps = sorted(
+                datetime.strptime(rows[i]["Date"] + rows[i]["Time"], "%y%m%d%H%M%S").isoformat()
+                + "Z"
+                for i in idx
+            )
+            cov = _lines(idx)
+            fragments.append(
+                _frag(
+                    f"{lo}-{hi}-{level}-{component}",
+                    cov,
+                    event=f"{component} {level}",
+                    cause="see template",
+                    timestamp=stamps[0],
+                    window=TimeWindow(start=stamps[0], end=stamps[-1]),
+                    severity="medium" if level == "WARN" else "info",
+                    evidence=[
+                        Evidence(
+                            template=t,
+                            count=len(ix),
+                            examples=_top({rows[i]["Content"] for i in ix}),
+                            covered=_lines(ix),
+                        )
+                        for t, ix in by_template.items()
+                    ],
+                )
+            )
+    forward, results = apply_all(fragments)
+    backward, _ = apply_all(fragments[::-1])
+    assert "partial" in results or "duplicate" in results
+    assert report_body(forward) == report_body(backward)
+    assert forward.record_count == len(rows)
+    expected: dict[str, int] = defaultdict(int)
+    for row in rows:
+        expected[incident_key(f"{row['Component']} {row['Level']}", "see template")] += 1
+    assert {i.key: i.count for i in forward.incidents} == expected
+    jsonschema.validate(json.loads(forward.to_json()), SCHEMA)
+
+
+def test_a_rollup_summary_survives_merges_and_stays_out_of_the_body() -> None:
+    report, _ = merge(None, _frag("a", {"t/0": [[0, 9]]}), report_id="r", now="t1")
+    (inc,) = report.incidents
+    with_summary = inc.model_copy(update={"summary": "Disk filled.", "summary_count": 10})
+    summarized = report.model_copy(update={"incidents": [with_summary]})
+    grown, _ = merge(summarized, _frag("b", {"t/0": [[10, 14]]}), report_id="r", now="t2")
+    other, _ = merge(grown, _frag("c", {"t/1": [[0, 0]]}, event="Broker down"), report_id="r")
+    disk = other.incident(inc.key)
+    assert disk is not None and disk.count == 15
+    assert (disk.summary, disk.summary_count) == ("Disk filled.", 10)
+    (broker,) = [i for i in other.incidents if i.key != inc.key]
+    assert (broker.summary, broker.summary_count) == (None, 0)
+    # the summary depends on when the roll-up ran, not on the fragments
+    plain, _ = merge(report, _frag("b", {"t/0": [[10, 14]]}), report_id="r", now="t2")
+    assert report_body(grown) == report_body(plain)
+    assert grown.model_dump() != plain.model_dump()
+    doc = json.loads(other.to_json())
+    jsonschema.validate(doc, SCHEMA)
+    assert Report.from_json(doc) == other
+    # reports stored before roll-ups existed still load and validate
+    for stored in doc["incidents"]:
+        del stored["summary"], stored["summary_count"]
+    jsonschema.validate(doc, SCHEMA)
+    assert Report.from_json(doc).incident(inc.key).summary is None

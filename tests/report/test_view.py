@@ -1,0 +1,207 @@
+"""Report rendering: post-mortem Markdown, JSON, and an XSS-safe self-refreshing page."""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import html
+import re
+from pathlib import Path
+
+import pytest
+
+from streams.records import Evidence, Fragment, TimeWindow
+from streams.report.merge import merge
+from streams.report.model import Report
+from streams.report.view import (
+    SECTIONS,
+    render_html,
+    render_index_html,
+    render_json,
+    render_markdown,
+)
+
+DATA = Path(__file__).resolve().parents[2] / ".." / "shared" / "data"
+XSS = "<script>alert('x')</script>"
+
+
+def _frag(fid: str, covered: dict, **kw) -> Fragment:
+    fields = {
+        "id": fid,
+        "lane": "fast",
+        "window": TimeWindow(start="2026-11-29T10:00:00Z", end="2026-11-29T10:05:00Z"),
+        "service": "hdfs",
+        "timestamp": "2026-11-29T10:00:00Z",
+        "event": "Disk full on datanode",
+        "cause": "No space left on /data",
+        "suggestion": "Free disk space",
+        "severity": "high",
+        "evidence": [Evidence(template="No space <*>", count=1, examples=["No space /d"])],
+        "covered": covered,
+        "record_count": 1,
+        "model": "retro-rules-v1",
+        "prompt_version": "v1",
+    }
+    return Fragment(**(fields | kw))
+
+
+def _report() -> Report:
+    """Three versions: a disk incident, its growth, then a hostile low-evidence one."""
+    report, _ = merge(None, _frag("a", {"raw/0": [[0, 9]]}), report_id="2026-11-29/all", now="t1")
+    report, _ = merge(report, _frag("b", {"raw/0": [[5, 14]]}), report_id="2026-11-29/all")
+    hostile = _frag(
+        "c",
+        {"raw/1": [[3, 3], [7, 7]]},
+        event=f"Injected {XSS}",
+        cause="unknown",
+        service=f"svc{XSS}",
+        suggestion=f"Do {XSS}",
+        severity="critical",
+        timestamp="2026-11-29T09:00:00Z",
+        window=TimeWindow(start="2026-11-29T09:00:00Z", end="2026-11-29T09:00:00Z"),
+        evidence=[Evidence(template=f"tpl {XSS}", count=2, examples=[f"log {XSS} ```x```"])],
+    )
+    report, _ = merge(report, hostile, report_id="2026-11-29/all", now="2026-11-29T12:00:00Z")
+    return report
+
+
+def test_markdown_reads_like_a_post_mortem_in_order() -> None:
+    report = _report()
+    md = render_markdown(report, review_count=3, deadletter_count=2)
+    assert md.startswith("# Post-mortem: 2026-11-29/all\n")
+    headings = re.findall(r"^## (.+)$", md, flags=re.M)
+    assert [h.split(" since")[0] for h in headings] == list(SECTIONS)
+    assert "version 3, updated at 2026-11-29T12:00:00Z" in md
+    section = dict(zip(headings, re.split(r"^## .+$", md, flags=re.M)[1:], strict=True))
+    assert "15" in section["Summary"] and "Disk full on datanode" in section["Summary"]
+    assert "`raw/0`: offsets 0-14 (15 records)" in section["Data coverage"]
+    assert "`raw/1`: offsets 3, 7 (2 records)" in section["Data coverage"]
+    assert "Total: 17 records in 2 partition(s)" in section["Data coverage"]
+    questions = section["Open questions"]
+    assert "3 batch(es) went to human review" in questions
+    assert "2 record(s) could not be read" in questions
+    assert "unclassified" in questions
+    changed = section["What changed since version 2"]
+    assert "New: **Injected" in changed and "Records: 15 -> 17" in changed
+    # The timeline is chronological: the 09:00 incident comes first.
+    times = re.findall(r"^- `([^`]+)`", section["Timeline"], flags=re.M)
+    assert times == sorted(times) and len(times) == 3
+    # Log text cannot become markup; code fences outgrow the backticks inside examples.
+    assert "\\<script\\>" in md
+    assert "````\nlog <script>alert('x')</script> ```x```\n````" in md
+
+
+def test_markdown_growth_lists_before_and_after() -> None:
+    r1, _ = merge(None, _frag("a", {"raw/0": [[0, 9]]}), report_id="r")
+    r2, _ = merge(r1, _frag("b", {"raw/0": [[5, 14]]}), report_id="r")
+    md = render_markdown(r2)
+    assert "Growing: **Disk full on datanode**: 10 -> 15 records" in md
+    assert "first version" in render_markdown(r1)
+    assert "No records have been analysed" in render_markdown(Report(id="empty"))
+
+
+def test_html_escapes_log_text_and_has_no_script_without_refresh() -> None:
+    page = render_html(_report())
+    assert "<script" not in page
+    assert "&lt;script&gt;alert(&#x27;x&#x27;)&lt;/script&gt;" in page
+    assert "version 3, updated at 2026-11-29T12:00:00Z" in page
+    for title in SECTIONS:
+        assert f"<h2>{title}" in page
+    assert "http://" not in page.replace("http-equiv", "") and "https://" not in page
+
+
+def test_refresh_script_polls_the_json_url_and_is_pinned_by_csp() -> None:
+    page = render_html(_report(), refresh_url="/reports/2026-11-29%2Fall.json")
+    scripts = re.findall(r"<script>(.*?)</script>", page, flags=re.S)
+    assert len(scripts) == 1
+    script = scripts[0]
+    assert '"/reports/2026-11-29%2Fall.json"' in script
+    assert "setTimeout(poll, 2000)" in script and "var current = 3;" in script
+    assert "location.reload()" in script
+    csp = html.unescape(re.search(r'Content-Security-Policy" content="([^"]+)"', page)[1])
+    digest = base64.b64encode(hashlib.sha256(script.encode()).digest()).decode()
+    assert f"script-src 'sha256-{digest}'" in csp
+    style = re.search(r"<style>(.*?)</style>", page, flags=re.S)[1]
+    style_digest = base64.b64encode(hashlib.sha256(style.encode()).digest()).decode()
+    assert f"style-src 'sha256-{style_digest}'" in csp
+
+
+def test_hostile_refresh_url_cannot_break_out_of_the_script() -> None:
+    page = render_html(_report(), refresh_url='x"</script><script>alert(1)</script>')
+    assert page.count("<script") == 1 and page.count("</script>") == 1
+
+
+def test_json_round_trips() -> None:
+    report = _report()
+    assert Report.from_json(render_json(report)) == report
+
+
+def test_index_lists_reports_and_refuses_script_links() -> None:
+    report = _report()
+    page = render_index_html(
+        [
+            report.model_dump(mode="json") | {"url": "/reports/2026-11-29/all"},
+            {"id": f"evil{XSS}", "url": "javascript:alert(1)", "version": 1},
+        ]
+    )
+    assert '<a href="/reports/2026-11-29/all">2026-11-29/all</a>' in page
+    assert "javascript:" not in page and "<script" not in page
+    assert "evil&lt;script&gt;" in page
+    assert "<td>17</td>" in page  # record count
+    assert "No reports yet" in render_index_html([])
+
+
+def test_real_stack_trace_example_renders_verbatim() -> None:
+    path = DATA / "kafka-broker-incident" / "kafka0-server.log"
+    if not path.exists():
+        pytest.skip(f"{path} is not available")
+    trace = "\n".join(path.read_text(encoding="utf-8").splitlines()[1:6])
+    assert "\tat " in trace
+    frag = _frag(
+        "k",
+        {"kafka0-server.log/0": [[1, 5]]},
+        service="kafka",
+        event="Replica fetcher disconnected",
+        evidence=[Evidence(template="java.io.IOException: <*>", count=5, examples=[trace])],
+    )
+    report, _ = merge(None, frag, report_id="r")
+    assert f"```\n{trace}\n```" in render_markdown(report)
+    assert f"<pre><code>{html.escape(trace)}</code></pre>" in render_html(report)
+
+
+def _summarized(report: Report, event_prefix: str, summary: str, count: int) -> Report:
+    incidents = [
+        i.model_copy(update={"summary": summary, "summary_count": count})
+        if i.event.startswith(event_prefix)
+        else i
+        for i in report.incidents
+    ]
+    return report.model_copy(update={"incidents": incidents})
+
+
+def test_incident_summaries_are_rendered_when_present() -> None:
+    plain = render_markdown(_report())
+    assert "Summary:" not in plain
+    report = _summarized(_report(), "Disk", f"Disks filled up {XSS}. Free space.", 15)
+    md = render_markdown(report)
+    headings = re.findall(r"^## (.+)$", md, flags=re.M)
+    section = dict(zip(headings, re.split(r"^## .+$", md, flags=re.M)[1:], strict=True))
+    causes = section["Causes"]
+    disk = causes.index("Disk full on datanode (high)")
+    assert causes.index("Summary: Disks filled up \\<script\\>") > disk
+    assert causes.count("Summary:") == 1  # the injected incident has none
+    # the top summary prefers the incident summary to the cause text, keeps rank order
+    top = section["Summary"]
+    assert "**Disk full on datanode** (15 records, high): Disks filled up" in top
+    assert "No space left on /data" not in top
+    assert top.index("Injected") < top.index("Disk full on datanode")  # critical first
+    assert "unknown; 2 records, critical" in top  # no summary: the cause as before
+    page = render_html(report)
+    assert "Summary: Disks filled up &lt;script&gt;" in page and "<script" not in page
+
+
+def test_a_stale_summary_says_how_many_records_it_covered() -> None:
+    report = _summarized(_report(), "Disk", "Disks filled up.", 10)
+    md = render_markdown(report)
+    assert "Summary: Disks filled up. (written at 10 records)" in md
+    assert "written at" not in render_markdown(_summarized(_report(), "Disk", "Disks.", 15))
