@@ -118,6 +118,9 @@ class Fragment(BaseModel):
     record_count: int
     model: str
     prompt_version: str
+    # the report its records belong to, from each record's own time and fields; None
+    # from producers before the place rule (the compactor then uses the message key)
+    report_id: str | None = None
 
 
 @dataclass

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import functools
 import logging
 from typing import Any
 
@@ -21,7 +22,7 @@ from streams.clean.tokens import TokenCounter
 from streams.gateway.gateway import Gateway
 from streams.metrics import Metrics
 from streams.records import BatchOutcome, DeadLetter, NormalizedRecord, RawCoord
-from streams.report.keys import report_key
+from streams.report.keys import record_place, report_key
 from streams.settings import Settings
 
 logger = logging.getLogger(__name__)
@@ -68,7 +69,9 @@ def _wire_lane(app: Any, settings: Settings, metrics: Metrics, topics: dict[str,
             max_wait_seconds=lane_settings.max_wait_seconds, counter=counter),
         analyzer=gateway, publish=publish, ack=acker.done,
         model=settings.model.name, prompt_version=settings.model.prompt_version,
-        max_inflight_batches=max(2, lane_settings.max_concurrency), metrics=metrics)
+        max_inflight_batches=max(2, lane_settings.max_concurrency), metrics=metrics,
+        place=functools.partial(record_place, window=settings.report.window,
+                                group_by=settings.report.group_by))
 
     async def lane_agent(stream: Any) -> None:
         timer = asyncio.create_task(processor.run_timer())

@@ -17,6 +17,7 @@ import json
 import logging
 import re
 from collections import Counter
+from collections.abc import Callable, Iterable, Iterator
 from functools import cache
 from pathlib import Path
 from typing import Any
@@ -24,10 +25,11 @@ from typing import Any
 import jsonschema
 
 import streams
+from streams.batch.cost import service_of
 from streams.batch.window import Batch, TemplateGroup, epoch_of, time_key
 from streams.errors import MalformedOutput, Truncated, ValidationFailed
 from streams.intervals import Coverage
-from streams.records import Evidence, Fragment, Review, TimeWindow
+from streams.records import Evidence, Fragment, NormalizedRecord, Review, TimeWindow
 
 logger = logging.getLogger(__name__)
 
@@ -209,6 +211,83 @@ def _fragment(
         model=model,
         prompt_version=prompt_version,
     )
+
+
+# --- a fragment per report: where each record belongs is a function of the record ----
+
+
+Place = Callable[[NormalizedRecord], str]
+
+
+def place_fragments(
+    fragments: list[Fragment], records: Iterable[NormalizedRecord], place: Place
+) -> list[Fragment]:
+    """Each fragment cut into one fragment per report its records belong to.
+
+    ``place`` names a record's report from the record alone (its own time and
+    fields), so a replay, a re-batching after a crash or a rebalance, or an
+    overlapping re-run puts every record in the same report, where the merge's
+    coverage check makes counting it twice impossible. Each part gets
+    ``report_id`` and an id derived from its own coverage.
+    """
+    by_coord = {r.raw.as_tuple(): r for r in records}
+    out: list[Fragment] = []
+    for fragment in fragments:
+        parts: dict[str, list[NormalizedRecord]] = {}
+        for coord in _coords(fragment.covered):
+            record = by_coord.get(coord)
+            if record is None:
+                raise ValueError(
+                    f"fragment {fragment.id} covers {coord}, which is not in its batch")
+            parts.setdefault(place(record), []).append(record)
+        for report_id in sorted(parts):
+            out.append(_part(fragment, report_id, parts[report_id], whole=len(parts) == 1))
+    return out
+
+
+def _coords(covered: dict[str, list[list[int]]]) -> Iterator[tuple[str, int, int]]:
+    for key, ranges in covered.items():
+        topic, partition = key.rsplit("/", 1)
+        for first, last in ranges:
+            for offset in range(first, last + 1):
+                yield topic, int(partition), offset
+
+
+def _part(
+    fragment: Fragment, report_id: str, records: list[NormalizedRecord], *, whole: bool
+) -> Fragment:
+    if whole:
+        return fragment.model_copy(update={"report_id": report_id})
+    coverage = Coverage.from_coords(r.raw.as_tuple() for r in records)
+    messages = [r.message for r in records]
+    evidence = []
+    for ev in fragment.evidence:
+        part = Coverage.from_json(ev.covered).intersection(coverage) if ev.covered else coverage
+        if not part:
+            continue
+        mine = [ex for ex in ev.examples if any(m.startswith(_stem(ex)) for m in messages)]
+        evidence.append(ev.model_copy(update={
+            "count": len(part), "covered": part.to_json(), "examples": mine or ev.examples[:1]}))
+    timed = [r for r in records if epoch_of(r.timestamp) is not None]
+    window = TimeWindow(
+        start=min(timed, key=time_key).timestamp if timed else None,
+        end=max(timed, key=time_key).timestamp if timed else None,
+    )
+    services = Counter(service_of(r) for r in records)
+    service = fragment.service if fragment.service in services else min(
+        services.items(), key=lambda kv: (-kv[1], kv[0]))[0]
+    covered = coverage.to_json()
+    return fragment.model_copy(update={
+        "id": fragment_id(lane=fragment.lane, model=fragment.model,
+                          prompt_version=fragment.prompt_version, covered=covered),
+        "report_id": report_id, "window": window, "timestamp": window.start,
+        "service": service, "evidence": evidence, "covered": covered,
+        "record_count": len(coverage)})
+
+
+def _stem(example: str) -> str:
+    """The start of an example, without the marker a cut example ends with."""
+    return example[:40]
 
 
 # --- ids and review ---------------------------------------------------------------

@@ -15,7 +15,7 @@ import logging
 from collections.abc import Awaitable, Callable
 from typing import Any, Protocol
 
-from streams.batch.answers import review_for
+from streams.batch.answers import Place, place_fragments, review_for
 from streams.batch.window import Batch, TokenWindow
 from streams.metrics import Metrics
 from streams.records import BatchOutcome, NormalizedRecord
@@ -45,6 +45,7 @@ class LaneProcessor:
         prompt_version: str,
         max_inflight_batches: int = 8,
         metrics: Metrics | None = None,
+        place: Place | None = None,
     ) -> None:
         if max_inflight_batches < 1:
             raise ValueError("max_inflight_batches must be at least 1")
@@ -55,6 +56,7 @@ class LaneProcessor:
         self.model = model
         self.prompt_version = prompt_version
         self.metrics = metrics
+        self.place = place  # a record's report; fragments are cut one per report
         self._tokens: dict[int, list[Any]] = {}  # id(record) -> ack tokens
         self._slots = asyncio.Semaphore(max_inflight_batches)
         self._lock = asyncio.Lock()
@@ -123,6 +125,9 @@ class LaneProcessor:
         try:
             try:
                 outcome = await self.analyzer.analyze(batch)
+                if self.place is not None and outcome.fragments:
+                    outcome.fragments = place_fragments(outcome.fragments, batch.records,
+                                                        self.place)
             except Exception as exc:  # a bug must not stall the partition forever
                 logger.exception("analyzing a %s batch of %d records failed", batch.lane,
                                  batch.record_count)

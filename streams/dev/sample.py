@@ -458,3 +458,35 @@ def count_logical_records(paths: Iterable[Path | str]) -> int:
         with open_source(str(path)) as stream:
             total += sum(1 for _ in iter_records(stream))
     return total
+
+
+_MULTIDAY_LINES = (
+    ("INFO", "db-pool", "connection {n} checked out in {ms} ms"),
+    ("WARN", "db-pool", "pool at {pct}% of max, {n} waiters"),
+    ("ERROR", "db-pool", "connection to 10.0.{a}.{b}:5432 refused"),
+    ("INFO", "kernel", "node{a} RAS KERNEL INFO instruction cache parity error corrected"),
+    ("FATAL", "kernel", "node{a} data TLB error interrupt"),
+    ("ERROR", "api", "request {n} failed: upstream timeout after {ms} ms"),
+    ("INFO", "api", "GET /api/orders/{n} 200 {ms}ms"),
+)
+
+
+def write_multiday(directory: Path, *, records: int = 2000, days: int = 4,
+                   seed: int = 11) -> list[Path]:
+    """A plain-text log whose records are spread over ``days`` UTC days out of time
+    order (as in a sampled or back-filled log, or one merged from several hosts), so
+    nearly every batch holds records of several days' reports."""
+    rng = random.Random(seed)
+    directory.mkdir(parents=True, exist_ok=True)
+    start = DEFAULT_START.replace(hour=12, minute=0, second=0, microsecond=0)
+    lines = []
+    for _ in range(records):
+        at = start + timedelta(seconds=rng.uniform(0, days * 86400))
+        level, service, text = rng.choice(_MULTIDAY_LINES)
+        message = text.format(n=rng.randint(1, 99999), ms=rng.randint(1, 9000),
+                              pct=rng.randint(50, 100), a=rng.randint(0, 63),
+                              b=rng.randint(1, 254))
+        lines.append(f"{_iso(at)} {level} [{service}] {message}")
+    path = directory / "multiday.log"
+    path.write_text("\n".join(lines) + "\n")
+    return [path]

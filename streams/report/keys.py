@@ -1,4 +1,10 @@
-"""Which report a fragment belongs to: "<UTC bucket>/<group>", and the time format reports use."""
+"""Which report a record belongs to: "<UTC bucket>/<group>", and the time format reports use.
+
+A record's report is a function of the record alone (``record_place``): its own
+timestamp and fields, never the batch it happened to travel in. Replays and
+re-batching after a crash or a rebalance therefore land every record in the same
+report, whose coverage check makes counting it twice impossible.
+"""
 
 from __future__ import annotations
 
@@ -7,7 +13,8 @@ import re
 from datetime import UTC, datetime
 from typing import Literal
 
-from streams.records import Fragment
+from streams.batch.cost import service_of
+from streams.records import Fragment, NormalizedRecord
 
 logger = logging.getLogger(__name__)
 
@@ -16,18 +23,42 @@ GroupBy = Literal["service", "source", "all"]
 UNDATED = "undated"
 
 
+def record_place(record: NormalizedRecord, *, window: Window, group_by: GroupBy) -> str:
+    """The id of the report a record belongs to, from the record alone.
+
+    The bucket is the record's own timestamp ("undated" without one); the group is
+    its service (the source when it names none), its source, or "all".
+    """
+    _check(window, group_by)
+    if group_by == "all":
+        group = "all"
+    elif group_by == "service":
+        group = service_of(record)
+    else:
+        group = record.source
+    return f"{_bucket(parse_time(record.timestamp), window)}/{_clean_group(group)}"
+
+
 def report_key(fragment: Fragment, *, window: Window, group_by: GroupBy) -> str:
-    """The id of the report a fragment belongs to: "<UTC bucket>/<group>"."""
-    if window not in ("hour", "day", "week"):
-        raise ValueError(f"report window must be hour, day or week, not {window!r}")
-    if group_by not in ("service", "source", "all"):
-        raise ValueError(f"report group_by must be service, source or all, not {group_by!r}")
+    """The report of a fragment: its ``report_id`` when it has one, which every fragment
+    cut by ``streams.batch.answers.place_fragments`` has; else (older producers) from
+    its earliest timestamp and its service or topics."""
+    _check(window, group_by)
+    if fragment.report_id:
+        return fragment.report_id
     when = None
     for value in (fragment.timestamp, fragment.window.start, fragment.window.end):
         when = parse_time(value)
         if when is not None:
             break
     return f"{_bucket(when, window)}/{_group(fragment, group_by)}"
+
+
+def _check(window: str, group_by: str) -> None:
+    if window not in ("hour", "day", "week"):
+        raise ValueError(f"report window must be hour, day or week, not {window!r}")
+    if group_by not in ("service", "source", "all"):
+        raise ValueError(f"report group_by must be service, source or all, not {group_by!r}")
 
 
 def parse_time(value: str | None) -> datetime | None:
@@ -66,5 +97,10 @@ def _group(fragment: Fragment, group_by: GroupBy) -> str:
         value = getattr(fragment, "source", None) or "+".join(
             sorted({k.rsplit("/", 1)[0] for k in fragment.covered})
         )
+    return _clean_group(value)
+
+
+def _clean_group(value: str) -> str:
+    """A group is one path segment of a report id: no slashes, no whitespace."""
     value = re.sub(r"[\s/]+", "_", value.strip())
     return value or "unknown"

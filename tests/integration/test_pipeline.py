@@ -318,3 +318,64 @@ def test_workers_joining_and_leaving_mid_stream_lose_nothing(pipeline_factory, t
     assert result["ok"], (result, p.worker_logs())
     assert result["raw_records"] == total
     _commits_catch_up(p)
+
+
+def test_multi_day_logs_through_crashes_and_a_rebalance_land_once(pipeline_factory,
+                                                                 tmp_path: Path,
+                                                                 wait_until) -> None:
+    """Records of several days, produced over 4 keys while the worker is SIGKILLed
+    twice and a second worker joins and leaves: re-batched records must land in the
+    report of their own day, so none is counted in two reports."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    from streams.dev.sample import write_multiday
+
+    p = pipeline_factory()
+    ports = [p.web_port, _free_port()]
+    paths = [str(x) for x in write_multiday(tmp_path / "multiday", records=3000, days=4)]
+    bgl = SHARED / "loghub" / "BGL" / "BGL_2k.log"
+    if bgl.exists():
+        paths.append(str(bgl))
+
+    def worker(i: int) -> subprocess.Popen[bytes]:
+        return p.start_worker(RETRO_WEB_PORT=str(ports[i]),
+                              RETRO_STATE_DIR=str(p.state_dir / f"w{i}"))
+
+    def consumed(i: int) -> float:
+        try:
+            with urllib.request.urlopen(f"http://127.0.0.1:{ports[i]}/metrics",
+                                        timeout=5) as r:
+                return _metric_sum(r.read().decode(), "retro_records_consumed_total")
+        except OSError:
+            return 0.0
+
+    first = worker(0)
+    with ThreadPoolExecutor(1) as pool:
+        producing = pool.submit(p.retro, "produce", "--quiet", "--spread", "4", "--rate",
+                                "60", *paths)
+        for _ in range(2):
+            wait_until(lambda: consumed(0) > 0, timeout=120, what="the worker consuming")
+            time.sleep(4)
+            p.kill(first, signal.SIGKILL)
+            first = worker(0)
+        wait_until(lambda: consumed(0) > 0, timeout=120, what="the restarted worker")
+        second = worker(1)
+        wait_until(lambda: consumed(1) > 0, timeout=120, what="the second worker consuming")
+        time.sleep(3)
+        p.kill(second, signal.SIGTERM)
+        assert not producing.done(), "records stopped flowing before the second worker left"
+        total = _produced(producing.result())
+    result = _audit(p, wait=300)
+    assert result["ok"], (result, p.worker_logs())
+    assert result["raw_records"] == total
+    days = {rid.split("/")[0] for rid in _report_ids(p)}
+    assert {"2026-11-28", "2026-11-29", "2026-11-30", "2026-12-01"} <= days, days
+    _commits_catch_up(p)
+
+
+def _report_ids(p) -> list[str]:
+    import asyncio
+
+    from streams.report.store import read_reports
+
+    return sorted(asyncio.run(read_reports(p.settings())))

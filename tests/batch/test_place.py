@@ -1,0 +1,219 @@
+"""A record's report is a function of the record: any batching gives the same reports.
+
+The double counting seen after crashes came from choosing a report from a batch's
+earliest timestamp: a record re-batched after a crash landed in another day's report.
+Fragments are now cut one per report, by each record's own time and fields.
+"""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+from itertools import pairwise
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from streams.batch.answers import place_fragments, validate_answer
+from streams.batch.lane import LaneProcessor
+from streams.batch.window import Batch, TokenWindow, build_batch
+from streams.intervals import Coverage
+from streams.records import BatchOutcome, Fragment, NormalizedRecord, RawCoord
+from streams.report.keys import record_place, report_key
+from streams.report.merge import merge
+from streams.report.model import Report
+
+T0 = datetime(2026, 3, 30, 22, 0, tzinfo=UTC)  # two hours before a day boundary
+SERVICES = ("api", "db", "auth")
+TEMPLATES = ("Connection to <*> refused", "User <*> logged in", "Disk <*> full")
+
+
+class _Words:
+    def count(self, text: str) -> int:
+        return len(text.split())
+
+    def truncate(self, text: str, max_tokens: int) -> tuple[str, int]:
+        words = text.split()
+        return " ".join(words[:max_tokens]), max(0, len(words) - max_tokens)
+
+
+def rec(offset: int, minutes: float | None, *, service: str | None = "api",
+        template: int = 0, partition: int = 0, source: str = "app.log") -> NormalizedRecord:
+    stamp = None
+    if minutes is not None:
+        stamp = (T0 + timedelta(minutes=minutes)).isoformat().replace("+00:00", "Z")
+    msg = TEMPLATES[template].replace("<*>", str(offset))
+    return NormalizedRecord(
+        id=f"raw/{partition}/{offset}", raw=RawCoord(topic="raw", partition=partition,
+                                                     offset=offset),
+        source=source, format="text", timestamp=stamp, level="ERROR", service=service,
+        message=msg, template_id=f"t{template}", template=TEMPLATES[template],
+        tokens=len(msg.split()), cost=1.0, lane="fast")
+
+
+def batch_of(records: list[NormalizedRecord]) -> Batch:
+    return build_batch(records, lane="fast", counter=_Words(), max_example_tokens=None,
+                       trigger="wait")
+
+
+def answer_all_in_one(batch: Batch) -> dict[str, object]:
+    """The answer that mixes most: every group in one finding."""
+    return {"fragments": [{"refs": [g.ref for g in batch.groups], "service": "api",
+                           "event": "Errors", "cause": "Unknown", "suggestion": "Look",
+                           "severity": "high"}]}
+
+
+def answer_per_group(batch: Batch) -> dict[str, object]:
+    return {"fragments": [{"refs": [g.ref], "service": g.service, "event": g.template,
+                           "cause": "Unknown", "suggestion": "Look", "severity": "low"}
+                          for g in batch.groups]}
+
+
+def fragments_of(records: list[NormalizedRecord], answer=answer_all_in_one, *,
+                 window: str = "day", group_by: str = "all") -> list[Fragment]:
+    batch = batch_of(records)
+    found = validate_answer(batch, answer(batch), model="m", prompt_version="v1")
+    return place_fragments(found, batch.records,
+                           lambda r: record_place(r, window=window, group_by=group_by))
+
+
+def compact(fragments: list[Fragment]) -> dict[str, Report]:
+    reports: dict[str, Report] = {}
+    for fragment in fragments:
+        rid = report_key(fragment, window="day", group_by="all")
+        reports[rid], _ = merge(reports.get(rid), fragment, report_id=rid, now="x")
+    return reports
+
+
+# --- the rule ------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(("window", "group_by", "expected"), [
+    ("day", "all", "2026-03-31/all"),
+    ("hour", "service", "2026-03-31T01/db"),
+    ("week", "source", "2026-W14/app.log"),
+])
+def test_record_place_comes_from_the_record(window, group_by, expected) -> None:
+    assert record_place(rec(1, 190, service="db"), window=window, group_by=group_by) == expected
+
+
+def test_a_record_without_time_or_service_still_has_one_place() -> None:
+    record = rec(1, None, service=None, source="k8s/pod a")
+    assert record_place(record, window="day", group_by="service") == "undated/k8s_pod_a"
+    with pytest.raises(ValueError, match="window"):
+        record_place(record, window="month", group_by="all")  # type: ignore[arg-type]
+
+
+def test_a_batch_across_midnight_gives_one_fragment_per_day() -> None:
+    records = [rec(i, 100 + 10 * i, template=i % 2) for i in range(6)]  # 23:40 .. 00:30
+    parts = fragments_of(records)
+    assert [f.report_id for f in parts] == ["2026-03-30/all", "2026-03-31/all"]
+    before, after = parts
+    assert before.record_count == 2 and after.record_count == 4
+    assert before.window.end < "2026-03-31" <= after.window.start
+    assert before.timestamp == before.window.start
+    # evidence is cut with the records: counts add up per template, examples stay with their day
+    assert sum(e.count for e in before.evidence) == 2
+    assert all("0" in ex or "1" in ex for e in before.evidence for ex in e.examples)
+    assert before.id != after.id and len({before.id, after.id}) == 2
+
+
+def test_a_fragment_within_one_report_is_kept_whole_with_its_id() -> None:
+    records = [rec(i, i, service=SERVICES[i % 3]) for i in range(5)]
+    batch = batch_of(records)
+    found = validate_answer(batch, answer_all_in_one(batch), model="m", prompt_version="v1")
+    placed = place_fragments(found, batch.records,
+                             lambda r: record_place(r, window="day", group_by="all"))
+    assert [f.id for f in placed] == [f.id for f in found]
+    assert placed[0].report_id == "2026-03-30/all"
+
+
+def test_grouping_by_service_names_each_part_by_its_records() -> None:
+    records = [rec(i, i, service=SERVICES[i % 3]) for i in range(6)]
+    parts = fragments_of(records, group_by="service")
+    assert {f.report_id: f.service for f in parts} == {
+        "2026-03-30/api": "api", "2026-03-30/auth": "auth", "2026-03-30/db": "db"}
+
+
+def test_a_fragment_covering_a_record_outside_its_batch_is_a_bug() -> None:
+    records = [rec(i, i) for i in range(3)]
+    fragment = fragments_of(records)[0]
+    with pytest.raises(ValueError, match="not in its batch"):
+        place_fragments([fragment], records[:2], lambda r: "x/all")
+
+
+# --- the property --------------------------------------------------------------------
+
+_records = st.lists(
+    st.tuples(st.one_of(st.none(), st.floats(0, 3 * 24 * 60)), st.sampled_from(SERVICES),
+              st.integers(0, 2)),
+    min_size=1, max_size=40,
+).map(lambda rows: [rec(i, m, service=s, template=t) for i, (m, s, t) in enumerate(rows)])
+
+
+def _batched(records: list[NormalizedRecord], cuts: list[int], order: list[int],
+             answer) -> list[Fragment]:
+    shuffled = [records[i % len(records)] for i in order]
+    unique = list({r.id: r for r in shuffled}.values())
+    unique += [r for r in records if r.id not in {u.id for u in unique}]
+    bounds = sorted({0, len(unique), *(c % (len(unique) + 1) for c in cuts)})
+    out: list[Fragment] = []
+    for lo, hi in pairwise(bounds):
+        out += fragments_of(unique[lo:hi], answer)
+    return out
+
+
+@settings(max_examples=60, deadline=None)
+@given(records=_records, cuts_a=st.lists(st.integers(0, 40), max_size=6),
+       cuts_b=st.lists(st.integers(0, 40), max_size=6),
+       order=st.permutations(range(40)), per_group=st.booleans())
+def test_any_batching_of_the_same_records_gives_the_same_reports(
+        records, cuts_a, cuts_b, order, per_group) -> None:
+    answer = answer_per_group if per_group else answer_all_in_one
+    first = _batched(records, cuts_a, list(range(40)), answer_all_in_one)
+    second = _batched(records, cuts_b, order, answer)
+
+    def coverage(reports: dict[str, Report]) -> dict[str, Coverage]:
+        return {rid: Coverage.from_json(r.covered) for rid, r in reports.items()}
+
+    one, other = compact(first), compact(second)
+    assert coverage(one) == coverage(other)
+    for record in records:  # every record is in the report its own place names
+        rid = record_place(record, window="day", group_by="all")
+        assert record.raw.offset in Coverage.from_json(one[rid].covered).parts()["raw/0"]
+
+    # a crash replays some of it re-batched: still nothing in two reports, nothing lost
+    replayed = compact(first + second)
+    assert coverage(replayed) == coverage(one)
+    assert sum(r.record_count for r in replayed.values()) == len(records)
+
+
+# --- the lane cuts what the analyzer found -------------------------------------------
+
+
+class _AllInOne:
+    async def analyze(self, batch: Batch) -> BatchOutcome:
+        found = validate_answer(batch, answer_all_in_one(batch), model="m", prompt_version="v1")
+        return BatchOutcome(fragments=found, calls=1)
+
+
+async def test_the_lane_publishes_one_fragment_per_report_and_acks_after() -> None:
+    published: list[BatchOutcome] = []
+    acked: list[int] = []
+
+    async def publish(outcome: BatchOutcome) -> None:
+        published.append(outcome)
+
+    lane = LaneProcessor(
+        window=TokenWindow(lane="fast", input_budget=4000, context_window=8192,
+                           output_reserve=0.3, max_records=6, max_wait_seconds=60,
+                           counter=_Words()),
+        analyzer=_AllInOne(), publish=publish, ack=acked.append, model="m",
+        prompt_version="v1",
+        place=lambda r: record_place(r, window="day", group_by="all"))
+    for i in range(6):
+        await lane.add(rec(i, 100 + 10 * i), token=i)
+    await lane.drain()
+    (outcome,) = published
+    assert [f.report_id for f in outcome.fragments] == ["2026-03-30/all", "2026-03-31/all"]
+    assert sorted(acked) == list(range(6))
