@@ -1,7 +1,7 @@
-"""`retro`: the command line. Each subcommand builds Settings once and calls one module.
+"""retro: turn raw logs into a continuously updated AI post-mortem, streamed through Kafka.
 
-Global flags override RETRO_* environment variables; ``--set section.key=value``
-reaches any setting (``--set fast.input_budget=3000``).
+Settings come from RETRO_* environment variables (README, "Configuration"); the
+options before the command override them for one run.
 """
 
 from __future__ import annotations
@@ -11,17 +11,30 @@ import asyncio
 import contextlib
 import json
 import logging
+import os
 import sys
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 
-from streams.errors import RetroError
+from pydantic import ValidationError
+
+from streams.errors import (
+    EXIT_AUDIT_FAILED,
+    EXIT_BROKEN_PIPE,
+    ConfigError,
+    KafkaUnreachable,
+    OutputError,
+    PortInUse,
+    RetroError,
+    UsageError,
+)
 from streams.settings import Settings
 
 logger = logging.getLogger("streams")
 
 
 def build_settings(args: argparse.Namespace) -> Settings:
+    """Settings from RETRO_* variables with this command line's options on top."""
     overrides: dict[str, Any] = {}
 
     def put(path: str, value: Any) -> None:
@@ -44,12 +57,26 @@ def build_settings(args: argparse.Namespace) -> Settings:
     for item in args.set or []:
         key, sep, value = item.partition("=")
         if not sep:
-            raise SystemExit(f"--set wants section.key=value, got {item!r}")
+            raise UsageError(f"--set wants section.key=value, got {item!r}")
         put(key.strip(), value)
-    return Settings(**overrides)
+    try:
+        return Settings(**overrides)
+    except ValidationError as exc:
+        first = exc.errors()[0]
+        where = ".".join(str(p) for p in first["loc"])
+        env = "RETRO_" + "__".join(str(p) for p in first["loc"]).upper()
+        raise ConfigError(f"setting {where} ({env} or --set {where}=...): "
+                          f"{first['msg']}, got {first.get('input')!r}") from None
 
 
 # ----------------------------------------------------------------------- commands
+def kafka(settings: Settings) -> None:
+    """Fail fast with one line naming the address when Kafka is not there."""
+    from streams.kafka.connect import check_reachable
+
+    check_reachable(settings)
+
+
 def cmd_broker(args: argparse.Namespace, settings: Settings) -> int:
     from streams.dev.broker.launcher import LocalBroker
 
@@ -70,15 +97,22 @@ def cmd_broker(args: argparse.Namespace, settings: Settings) -> int:
 
 
 def cmd_worker(args: argparse.Namespace, settings: Settings) -> int:
+    from streams.agents.web import check_web_port
+    from streams.app import ROLES
     from streams.runner import run_worker
 
     roles = tuple(r.strip() for r in args.agents.split(",") if r.strip())
+    if not roles or set(roles) - set(ROLES):
+        raise UsageError(f"--agents {args.agents!r}: choose from {', '.join(ROLES)}")
+    check_web_port(settings.web_host, settings.web_port)  # faust would fail after joining
+    kafka(settings)
     return run_worker(settings, roles=roles)
 
 
 def cmd_topics(args: argparse.Namespace, settings: Settings) -> int:
     from streams.kafka.topics import ensure_topics
 
+    kafka(settings)
     created = asyncio.run(ensure_topics(settings))
     print("created: " + (", ".join(created) if created else "nothing (all exist)"))
     return 0
@@ -86,10 +120,16 @@ def cmd_topics(args: argparse.Namespace, settings: Settings) -> int:
 
 def cmd_produce(args: argparse.Namespace, settings: Settings) -> int:
     from streams.ingest.produce import produce, total_bytes
+    from streams.ingest.reader import check_inputs
     from streams.kafka.topics import ensure_topics
 
+    paths = args.paths
+    if not paths:
+        raise UsageError("produce needs log files, or - to read stdin "
+                         "(e.g. `tail -F app.log | retro produce - --source app`)")
+    check_inputs(paths)
+    kafka(settings)
     asyncio.run(ensure_topics(settings))
-    paths = args.paths or ["-"]
     show = sys.stderr.isatty() and not args.quiet
     if not show:
         summary = asyncio.run(produce(paths, settings, rate=args.rate, source=args.source,
@@ -121,8 +161,14 @@ def cmd_produce(args: argparse.Namespace, settings: Settings) -> int:
 
 def cmd_clean(args: argparse.Namespace, settings: Settings) -> int:
     from streams.clean.offline import run_clean
+    from streams.ingest.reader import check_inputs
 
-    dead = open(args.deadletter, "w") if args.deadletter else None  # noqa: SIM115
+    check_inputs(args.paths)
+    try:
+        dead = open(args.deadletter, "w") if args.deadletter else None  # noqa: SIM115
+    except OSError as exc:
+        raise OutputError(f"--deadletter {args.deadletter}: cannot write "
+                          f"({exc.strerror or exc})") from None
     try:
         run_clean(args.paths, settings=settings, out=sys.stdout, deadletter=dead,
                   summary=sys.stderr)
@@ -136,6 +182,7 @@ def cmd_report(args: argparse.Namespace, settings: Settings) -> int:
     from streams.report.store import read_reports
     from streams.report.view import render_html, render_json, render_markdown
 
+    kafka(settings)
     reports = asyncio.run(read_reports(settings))
     chosen = select_report(reports, window=args.window, service=args.service)
     if chosen is None:
@@ -162,22 +209,41 @@ def select_report(reports: dict[str, Any], *, window: str | None, service: str |
 
 
 def cmd_audit(args: argparse.Namespace, settings: Settings) -> int:
-    from streams.dev.audit import audit_until_clean, dumps
+    from streams.dev.audit import audit_until_clean, dumps, missing_hint
 
+    kafka(settings)
     result = asyncio.run(audit_until_clean(settings, wait_seconds=args.wait))
-    print(dumps(result))
-    return 0 if result.ok else 2
+    print(dumps(result), flush=True)
+    hint = missing_hint(result)
+    if hint:
+        print(f"retro: {hint}", file=sys.stderr)
+    return 0 if result.ok else EXIT_AUDIT_FAILED
+
+
+def cmd_deadletter(args: argparse.Namespace, settings: Settings) -> int:
+    from streams.report.deadletters import read_deadletters, render_json, render_text
+
+    kafka(settings)
+    summary = asyncio.run(read_deadletters(settings, latest=args.latest))
+    print(render_json(summary, raw=args.raw) if args.format == "json" else render_text(summary))
+    return 0
 
 
 def cmd_fake_llm(args: argparse.Namespace, settings: Settings) -> int:
+    from streams.agents.web import port_free
     from streams.dev.fakellm import FakeLLMConfig, serve
 
-    config = FakeLLMConfig(
-        model=args.model, rpm=args.rpm, tpm=args.tpm, context=args.context,
-        base_latency=args.base_latency, per_input_token=args.per_input_token,
-        per_output_token=args.per_output_token, error_rate=args.error_rate,
-        timeout_rate=args.timeout_rate, malformed_rate=args.malformed_rate,
-        wrong_ids_rate=args.wrong_ids_rate, seed=args.seed)
+    try:
+        config = FakeLLMConfig(
+            model=args.model, rpm=args.rpm, tpm=args.tpm, context=args.context,
+            base_latency=args.base_latency, per_input_token=args.per_input_token,
+            per_output_token=args.per_output_token, error_rate=args.error_rate,
+            timeout_rate=args.timeout_rate, malformed_rate=args.malformed_rate,
+            wrong_ids_rate=args.wrong_ids_rate, seed=args.seed)
+    except ValueError as exc:  # names the field: "error_rate must be a number in [0, 1]"
+        raise UsageError(f"fake-llm: --{str(exc).replace('_', '-')}") from None
+    if not port_free(args.host, args.port):
+        raise PortInUse(f"port {args.port} on {args.host} is in use; choose another with --port")
     print(f"fake OpenAI-compatible provider on http://{args.host}:{args.port}/v1", flush=True)
     with contextlib.suppress(KeyboardInterrupt):
         asyncio.run(serve(config, args.host, args.port))
@@ -192,76 +258,151 @@ def cmd_demo(args: argparse.Namespace, settings: Settings) -> int:
 
 
 # ------------------------------------------------------------------------ parser
+EPILOG = """\
+first steps:
+  retro demo                        everything on this machine: broker, worker, sample, report
+  retro demo --data app.log,logs/   the same with your logs
+
+day to day:
+  retro broker start                a local Kafka broker (or point --bootstrap at yours)
+  retro worker                      clean, batch and compact records into reports
+  retro produce app.log.gz ...      send logs; `tail -F app.log | retro produce -` streams
+  retro report                      the latest post-mortem (md, json or html)
+  retro audit                       prove nothing was lost or counted twice
+  retro deadletter                  what was rejected and why
+
+`retro COMMAND --help` explains a command. Exit codes: 0 ok, 1 nothing found,
+2 audit failed, 64 usage, 66 input file, 69 Kafka unreachable, 70 local broker,
+73 output file, 75 port in use, 78 configuration.
+"""
+
+
+class _Parser(argparse.ArgumentParser):
+    """argparse that exits with the usage code (64), keeping 2 for a failed audit."""
+
+    def error(self, message: str) -> NoReturn:
+        self.print_usage(sys.stderr)
+        self.exit(UsageError.exit_code, f"{self.prog}: error: {message}\n")
+
+
 def make_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="retro", description=__doc__.splitlines()[0])
-    p.add_argument("--state-dir", type=Path, help="where the broker and worker keep state")
-    p.add_argument("--bootstrap", help="Kafka bootstrap servers (default: local broker)")
-    p.add_argument("--partitions", type=int, help="partitions of the data topics")
-    p.add_argument("--model-base-url", help="OpenAI-compatible endpoint (default: rules)")
-    p.add_argument("--log-level", help="DEBUG, INFO, WARNING")
-    p.add_argument("--set", action="append", metavar="KEY=VALUE", help="any setting")
-    sub = p.add_subparsers(dest="command", required=True)
+    p = _Parser(prog="retro", description=__doc__,
+                epilog=EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--state-dir", type=Path, metavar="DIR",
+                   help="folder for the local broker, worker state and demo files "
+                        "(default .retro; RETRO_STATE_DIR)")
+    p.add_argument("--bootstrap", metavar="HOST:PORT[,...]",
+                   help="Kafka bootstrap servers (default: the broker `retro broker start` "
+                        "runs; RETRO_KAFKA__BOOTSTRAP)")
+    p.add_argument("--partitions", type=int, metavar="N",
+                   help="partitions of the data topics when retro creates them (default 4)")
+    p.add_argument("--model-base-url", metavar="URL",
+                   help="OpenAI-compatible endpoint, e.g. http://127.0.0.1:8000/v1 "
+                        "(default: the offline rules model; RETRO_MODEL__BASE_URL)")
+    p.add_argument("--log-level", metavar="LEVEL",
+                   help="DEBUG, INFO (default) or WARNING (RETRO_LOG_LEVEL)")
+    p.add_argument("--set", action="append", metavar="KEY=VALUE",
+                   help="any setting by its dotted name, e.g. --set fast.input_budget=3000 "
+                        "(repeatable)")
+    sub = p.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
-    b = sub.add_parser("broker", help="a local Apache Kafka broker (KRaft)")
-    b.add_argument("action", choices=["start", "stop", "status"])
-    b.add_argument("--kafka-version", default="4.1.1")
-    b.set_defaults(func=cmd_broker)
+    def command(name: str, help: str, func: Any) -> argparse.ArgumentParser:
+        parser = sub.add_parser(name, help=help, description=help)
+        parser.set_defaults(func=func)
+        return parser
 
-    w = sub.add_parser("worker", help="run the faust worker with its agents")
-    w.add_argument("--agents", default="clean,batch,compactor",
-                   help="comma-separated roles: clean, batch, compactor")
-    w.set_defaults(func=cmd_worker)
+    b = command("broker", "a local Apache Kafka broker (KRaft) for trying retro out",
+                cmd_broker)
+    b.add_argument("action", choices=["start", "stop", "status"],
+                   help="start (or find the running one), stop, or show where it listens")
+    b.add_argument("--kafka-version", default="4.1.1", metavar="X.Y.Z",
+                   help="Apache Kafka release to fetch from Maven Central (default 4.1.1)")
 
-    sub.add_parser("topics", help="create the pipeline topics").set_defaults(func=cmd_topics)
+    w = command("worker", "run the pipeline's agents (a faust worker; scale by running more)",
+                cmd_worker)
+    w.add_argument("--agents", default="clean,batch,compactor", metavar="ROLES",
+                   help="comma-separated roles to run: clean, batch, compactor (default all); "
+                        "each role set is its own consumer group")
 
-    pr = sub.add_parser("produce", help="send log files to retro.logs.raw")
-    pr.add_argument("paths", nargs="*", help="files (gzip ok) or - for stdin")
-    pr.add_argument("--rate", type=float, help="records per second at most")
-    pr.add_argument("--source", help="source name (default: the file name)")
+    command("topics", "create the pipeline topics if missing (worker and produce do it too)",
+            cmd_topics)
+
+    pr = command("produce", "send log files to the raw topic, one message per log record",
+                 cmd_produce)
+    pr.add_argument("paths", nargs="*", metavar="PATH",
+                    help="log files (gzip is detected) or - for stdin")
+    pr.add_argument("--rate", type=float, metavar="N", help="send at most N records per second")
+    pr.add_argument("--source", help="source name for every record (default: the file name)")
     pr.add_argument("--spread", type=int, default=1, metavar="N",
                     help="spread each source over N keys (partitions); default 1")
-    pr.add_argument("--quiet", action="store_true")
-    pr.set_defaults(func=cmd_produce)
+    pr.add_argument("--quiet", action="store_true",
+                    help="no progress bar (it only shows on a terminal anyway)")
 
-    c = sub.add_parser("clean", help="clean files offline: normalized JSON lines on stdout")
-    c.add_argument("paths", nargs="+")
-    c.add_argument("--deadletter", help="write dead letters (JSON lines) to this file")
-    c.set_defaults(func=cmd_clean)
+    c = command("clean", "clean files offline, without Kafka: normalized JSON lines on stdout",
+                cmd_clean)
+    c.add_argument("paths", nargs="+", metavar="PATH",
+                   help="log files (gzip is detected) or - for stdin")
+    c.add_argument("--deadletter", metavar="FILE",
+                   help="write rejected records (JSON lines, reason and raw bytes) to FILE")
 
-    r = sub.add_parser("report", help="print the latest report")
-    r.add_argument("--window", help="window prefix, e.g. 2026-11-29")
-    r.add_argument("--service", help="service group")
-    r.add_argument("--format", choices=["md", "json", "html"], default="md")
-    r.set_defaults(func=cmd_report)
+    r = command("report", "print the latest report", cmd_report)
+    r.add_argument("--window", help="window prefix, e.g. 2026-11-29 (default: the latest)")
+    r.add_argument("--service", help="service group (with RETRO_REPORT__GROUP_BY=service)")
+    r.add_argument("--format", choices=["md", "json", "html"], default="md",
+                   help="output format (default md)")
 
-    a = sub.add_parser("audit", help="reconcile raw offsets with reports, review, dead letter")
-    a.add_argument("--wait", type=float, default=0.0,
+    a = command("audit", "check every raw record is in a report, review or dead letter once",
+                cmd_audit)
+    a.add_argument("--wait", type=float, default=0.0, metavar="SECONDS",
                    help="keep auditing up to this many seconds while records are in flight")
-    a.set_defaults(func=cmd_audit)
 
-    f = sub.add_parser("fake-llm", help="a simulated OpenAI-compatible provider")
-    f.add_argument("--host", default="127.0.0.1")
-    f.add_argument("--port", type=int, default=8000)
-    f.add_argument("--model", default="fake-gpt")
-    f.add_argument("--rpm", type=int)
-    f.add_argument("--tpm", type=int)
-    f.add_argument("--context", type=int, default=8192)
-    f.add_argument("--base-latency", type=float, default=0.02)
-    f.add_argument("--per-input-token", type=float, default=0.00002)
-    f.add_argument("--per-output-token", type=float, default=0.0002)
-    f.add_argument("--error-rate", type=float, default=0.0)
-    f.add_argument("--timeout-rate", type=float, default=0.0)
-    f.add_argument("--malformed-rate", type=float, default=0.0)
-    f.add_argument("--wrong-ids-rate", type=float, default=0.0)
-    f.add_argument("--seed", type=int, default=0)
-    f.set_defaults(func=cmd_fake_llm)
+    d = command("deadletter", "show what was dead-lettered and why (counts, latest entries)",
+                cmd_deadletter)
+    d.add_argument("--latest", type=int, default=10, metavar="N",
+                   help="how many of the newest entries to list (default 10)")
+    d.add_argument("--format", choices=["text", "json"], default="text",
+                   help="output format (default text)")
+    d.add_argument("--raw", action="store_true",
+                   help="with --format json, include each record's raw bytes (base64)")
 
-    d = sub.add_parser("demo", help="end to end: broker, worker, sample logs, report, audit")
-    d.add_argument("--data", help="log files or folders to use instead of the built-in sample")
-    d.add_argument("--records", type=int, default=3000, help="size of the generated sample")
-    d.add_argument("--keep", action="store_true", help="leave broker and worker running")
-    d.add_argument("--timeout", type=float, default=300.0)
-    d.set_defaults(func=cmd_demo)
+    f = command("fake-llm", "a simulated OpenAI-compatible provider (limits, latency, faults)",
+                cmd_fake_llm)
+    f.add_argument("--host", default="127.0.0.1", help="address to listen on (default 127.0.0.1)")
+    f.add_argument("--port", type=int, default=8000, help="port to listen on (default 8000)")
+    f.add_argument("--model", default="fake-gpt", help="model name it answers to")
+    f.add_argument("--rpm", type=int, metavar="N",
+                   help="requests per sliding minute before 429 (default unlimited)")
+    f.add_argument("--tpm", type=int, metavar="N",
+                   help="prompt + max_tokens per sliding minute before 429 (default unlimited)")
+    f.add_argument("--context", type=int, default=8192, metavar="TOKENS",
+                   help="context window; longer prompts get 400 context_length_exceeded")
+    f.add_argument("--base-latency", type=float, default=0.02, metavar="SECONDS",
+                   help="latency of every request")
+    f.add_argument("--per-input-token", type=float, default=0.00002, metavar="SECONDS",
+                   help="extra latency per prompt token")
+    f.add_argument("--per-output-token", type=float, default=0.0002, metavar="SECONDS",
+                   help="extra latency per completion token")
+    f.add_argument("--error-rate", type=float, default=0.0, metavar="SHARE",
+                   help="share of requests answered 500/502/503 (0 to 1)")
+    f.add_argument("--timeout-rate", type=float, default=0.0, metavar="SHARE",
+                   help="share of requests that stall past any client timeout, then 504")
+    f.add_argument("--malformed-rate", type=float, default=0.0, metavar="SHARE",
+                   help="share of answers that are not the JSON asked for")
+    f.add_argument("--wrong-ids-rate", type=float, default=0.0, metavar="SHARE",
+                   help="share of answers that drop a record reference or invent one")
+    f.add_argument("--seed", type=int, default=0, help="random seed of the faults")
+
+    dm = command("demo", "end to end on this machine: broker, worker, logs, report, audit",
+                 cmd_demo)
+    dm.add_argument("--data", metavar="PATH[,PATH...]",
+                    help="comma-separated log files and/or folders to use instead of the "
+                         "generated sample, e.g. --data app.log,/var/log/myapp")
+    dm.add_argument("--records", type=int, default=3000, metavar="N",
+                    help="size of the generated sample (default 3000, at least 300)")
+    dm.add_argument("--keep", action="store_true",
+                    help="leave the broker and worker running afterwards")
+    dm.add_argument("--timeout", type=float, default=300.0, metavar="SECONDS",
+                    help="give up waiting for the pipeline after this long (default 300)")
     return p
 
 
@@ -278,7 +419,24 @@ def main(argv: list[str] | None = None) -> int:
         return int(args.func(args, settings) or 0)
     except RetroError as exc:
         print(f"retro: {exc}", file=sys.stderr)
-        return 2
+        return exc.exit_code
+    except BrokenPipeError:
+        # the reader went away (`retro clean ... | head`): nobody is left to tell
+        with contextlib.suppress(OSError):
+            devnull = os.open(os.devnull, os.O_WRONLY)
+            os.dup2(devnull, sys.stdout.fileno())  # so the exit-time flush stays quiet
+        return EXIT_BROKEN_PIPE
+    except KeyboardInterrupt:
+        return 130  # 128 + SIGINT, as the shell reports it
+    except Exception as exc:
+        from aiokafka.errors import KafkaConnectionError
+
+        if not isinstance(exc, KafkaConnectionError):
+            raise
+        # the broker went away after the start-up check passed
+        print(f"retro: lost the connection to Kafka ({exc}); check that the broker is "
+              "still running", file=sys.stderr)
+        return KafkaUnreachable.exit_code
 
 
 if __name__ == "__main__":

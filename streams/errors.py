@@ -2,9 +2,14 @@
 
 Catch at the level you can act on::
 
-    RetroError
-    ├── ConfigError              settings are wrong; fix the environment or flags
-    ├── BrokerError              the local broker launcher failed (Java, Maven, ports)
+    RetroError                   exit 1 at the command line unless a subclass says
+    ├── UsageError               the command line is wrong (exit 64)
+    ├── InputError               a named input file is missing, a folder or unreadable (66)
+    ├── OutputError              an output file cannot be written (73)
+    ├── ConfigError              settings are wrong; fix the environment or flags (78)
+    ├── KafkaUnreachable         no bootstrap server answered in time (69)
+    ├── PortInUse                a port we must listen on is taken (75)
+    ├── BrokerError              the local broker launcher failed: Java, Maven, ports (70)
     ├── RecordError              one input record is unusable -> dead letter, never a crash
     │   ├── DecodeError          bytes are not text we can repair
     │   └── RecordTooLarge       over the configured size limit
@@ -19,6 +24,11 @@ Catch at the level you can act on::
 
 Every error carries a ``reason``: a short stable code used in dead-letter and
 review messages and as a metric label, plus a human message saying what to do.
+The command line prints that message as one line and exits with ``exit_code``, so
+scripts can tell the failures apart (codes follow BSD ``sysexits.h`` where one fits).
+Besides these, ``retro audit`` exits 2 when records are missing or double-counted,
+and a command whose reader closed the pipe (``retro clean ... | head``) exits 141,
+as a process killed by SIGPIPE would.
 """
 
 from __future__ import annotations
@@ -28,6 +38,7 @@ class RetroError(Exception):
     """Root of every error retro-stream raises on purpose."""
 
     reason: str = "error"
+    exit_code: int = 1
 
     def __init__(self, message: str, *, reason: str | None = None) -> None:
         super().__init__(message)
@@ -35,12 +46,39 @@ class RetroError(Exception):
             self.reason = reason
 
 
+class UsageError(RetroError):
+    reason = "usage"
+    exit_code = 64
+
+
+class InputError(RetroError):
+    reason = "input"
+    exit_code = 66
+
+
+class OutputError(RetroError):
+    reason = "output"
+    exit_code = 73
+
+
 class ConfigError(RetroError):
     reason = "config"
+    exit_code = 78
+
+
+class KafkaUnreachable(RetroError):
+    reason = "kafka_unreachable"
+    exit_code = 69
+
+
+class PortInUse(RetroError):
+    reason = "port_in_use"
+    exit_code = 75
 
 
 class BrokerError(RetroError):
     reason = "broker"
+    exit_code = 70
 
 
 class RecordError(RetroError):
@@ -89,3 +127,7 @@ class MalformedOutput(PermanentModelError):
 
 class ValidationFailed(RetroError):
     reason = "validation_failed"
+
+
+EXIT_AUDIT_FAILED = 2  # `retro audit`: records missing or counted twice
+EXIT_BROKEN_PIPE = 141  # 128 + SIGPIPE: the reader of stdout went away

@@ -20,16 +20,8 @@ from pathlib import Path
 
 import pytest
 
-REPO = Path(__file__).resolve().parents[1]
-SHARED_DATA = REPO.parent / "shared" / "data"
-
-
-def shared_file(*parts: str) -> Path:
-    """A file of ../shared/data, or skip the test cleanly when it is absent."""
-    path = SHARED_DATA.joinpath(*parts)
-    if not path.exists():
-        pytest.skip(f"{path} is not here (shared data is optional)")
-    return path
+# test modules share tests/helpers.py as ``import helpers``; importlib mode adds no paths
+sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 
 @pytest.fixture(scope="session")

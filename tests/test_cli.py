@@ -1,15 +1,81 @@
-"""The `retro` command line, run as a user would (no broker needed here)."""
+"""The `retro` command line, run as a user would (no broker needed here).
+
+Errors a user can hit are one line on stderr with a distinct exit code, never a
+traceback; the codes are the ``exit_code`` of each error class in streams.errors.
+"""
 
 from __future__ import annotations
 
+import argparse
 import json
+import os
 import subprocess
 import sys
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 
-from streams.cli import select_report
+import pytest
+
+from streams.cli import main, make_parser, select_report
+from streams.errors import (
+    EXIT_AUDIT_FAILED,
+    EXIT_BROKEN_PIPE,
+    BrokerError,
+    ConfigError,
+    InputError,
+    KafkaUnreachable,
+    OutputError,
+    PortInUse,
+    RetroError,
+    UsageError,
+)
 from streams.report.model import Report
 from streams.schemas import validator
+
+from helpers import busy_port, closed_port
+
+CLEAN_ENV = {k: v for k, v in os.environ.items() if not k.startswith("RETRO_")}
+
+
+@dataclass
+class Run:
+    code: int
+    out: str
+    err: str
+
+    def one_line_error(self, code: int, *fragments: str) -> None:
+        """Exit ``code``, and stderr is exactly one ``retro: ...`` line naming ``fragments``."""
+        lines = self.err.strip().splitlines()
+        assert self.code == code, (self.code, self.err)
+        assert len(lines) == 1 and lines[0].startswith("retro: "), self.err
+        assert "Traceback" not in self.err
+        for fragment in fragments:
+            assert fragment in lines[0], (fragment, lines[0])
+
+
+@pytest.fixture
+def retro(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+          capsys: pytest.CaptureFixture[str]) -> Callable[..., Run]:
+    """`retro ARGS` in this process, with no RETRO_* from the caller's environment."""
+    for name in [n for n in os.environ if n.startswith("RETRO_")]:
+        monkeypatch.delenv(name)
+    monkeypatch.chdir(tmp_path)
+
+    def run(*args: str, **env: str) -> Run:
+        for name, value in env.items():
+            monkeypatch.setenv(name, value)
+        code = main(["--state-dir", str(tmp_path / "state"), *args])
+        out, err = capsys.readouterr()
+        return Run(code, out, err)
+
+    return run
+
+
+def retro_process(*args: str, timeout: float = 60, **kwargs: object) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "streams", *args], capture_output=True,
+                          text=True, timeout=timeout, env=CLEAN_ENV, **kwargs)
 
 
 def test_retro_clean_writes_only_records_on_stdout(tmp_path: Path) -> None:
@@ -35,7 +101,7 @@ def test_retro_without_a_broker_says_what_to_do(tmp_path: Path) -> None:
     proc = subprocess.run([sys.executable, "-m", "streams", "--state-dir", str(tmp_path),
                            "audit"], capture_output=True, timeout=60, cwd=tmp_path,
                           env={"PATH": "/usr/bin:/bin"})
-    assert proc.returncode == 2
+    assert proc.returncode == ConfigError.exit_code
     assert "retro broker start" in proc.stderr.decode()
     assert "Traceback" not in proc.stderr.decode()
 
@@ -49,3 +115,182 @@ def test_select_report_by_window_and_service() -> None:
     assert select_report(reports, window="2026-11-29", service="b").id == "2026-11-29/b"
     assert select_report(reports, window="2026-11-28", service="a").id == "2026-11-28/all"
     assert select_report(reports, window="2025", service=None) is None
+
+
+# ---------------------------------------------------------------- errors a user hits
+def test_every_error_kind_has_its_own_exit_code() -> None:
+    codes = [UsageError.exit_code, InputError.exit_code, OutputError.exit_code,
+             ConfigError.exit_code, KafkaUnreachable.exit_code, PortInUse.exit_code,
+             BrokerError.exit_code, RetroError.exit_code, EXIT_AUDIT_FAILED, EXIT_BROKEN_PIPE]
+    assert len(set(codes)) == len(codes) and 0 not in codes
+
+
+@pytest.mark.parametrize("command", ["clean", "produce"])
+def test_a_missing_input_file_is_one_line(retro: Callable[..., Run], tmp_path: Path,
+                                          command: str) -> None:
+    missing = tmp_path / "nope.log"
+    retro(command, str(missing)).one_line_error(
+        InputError.exit_code, str(missing), "no such file")
+
+
+@pytest.mark.parametrize("command", ["clean", "produce"])
+def test_a_folder_as_input_is_one_line(retro: Callable[..., Run], tmp_path: Path,
+                                       command: str) -> None:
+    retro(command, str(tmp_path)).one_line_error(
+        InputError.exit_code, str(tmp_path), "folder", "*.log")
+
+
+def test_produce_checks_every_file_before_sending_any(retro: Callable[..., Run],
+                                                      tmp_path: Path) -> None:
+    good = tmp_path / "good.log"
+    good.write_text("2026-01-01 ERROR disk full\n")
+    # no broker exists: the input error must come first, before any Kafka talk
+    retro("produce", str(good), str(tmp_path / "typo.log")).one_line_error(
+        InputError.exit_code, "typo.log")
+
+
+def test_produce_without_paths_is_a_usage_error(retro: Callable[..., Run]) -> None:
+    retro("produce").one_line_error(UsageError.exit_code, "produce needs log files", " - ")
+
+
+def test_an_unwritable_deadletter_file_is_one_line(retro: Callable[..., Run],
+                                                   tmp_path: Path) -> None:
+    log = tmp_path / "a.log"
+    log.write_text("2026-01-01 ERROR disk full\n")
+    retro("clean", str(log), "--deadletter", str(tmp_path)).one_line_error(
+        OutputError.exit_code, "--deadletter", str(tmp_path))
+
+
+@pytest.mark.parametrize("data, code, says", [
+    ("{tmp}/nope", InputError.exit_code, "no such file or folder"),
+    ("{tmp}/empty", InputError.exit_code, "holds no log files"),
+    ("{tmp}/a.log,{tmp}/nope.log", InputError.exit_code, "nope.log"),
+    ("{tmp}/a.log,{tmp}/empty", InputError.exit_code, "holds no log files"),
+])
+def test_demo_checks_its_data_before_starting_anything(
+        retro: Callable[..., Run], tmp_path: Path, data: str, code: int, says: str) -> None:
+    (tmp_path / "empty").mkdir()
+    (tmp_path / "a.log").write_text("2026-01-01 ERROR disk full\n")
+    retro("demo", "--data", data.format(tmp=tmp_path)).one_line_error(code, says)
+    assert not (tmp_path / "state" / "broker").exists()  # no broker was started
+
+
+def test_demo_checks_the_sample_size_before_starting_anything(
+        retro: Callable[..., Run], tmp_path: Path) -> None:
+    retro("demo", "--records", "10").one_line_error(UsageError.exit_code, "--records", "300")
+    assert not (tmp_path / "state").exists()
+
+
+def test_demo_refuses_a_chosen_web_port_in_use_before_starting_anything(
+        retro: Callable[..., Run], tmp_path: Path) -> None:
+    with busy_port() as port:
+        retro("demo", RETRO_WEB_PORT=str(port)).one_line_error(
+            PortInUse.exit_code, str(port), "RETRO_WEB_PORT")
+    assert not (tmp_path / "state" / "broker").exists()
+
+
+def test_demo_moves_off_a_default_web_port_in_use(tmp_path: Path) -> None:
+    from streams.dev.demo import choose_web_port
+    from streams.settings import Settings
+
+    with busy_port() as port:
+        chosen, note = choose_web_port(Settings(web_port=port), user_chose=False)
+        assert chosen.web_port != port and note and str(chosen.web_port) in note
+        with pytest.raises(PortInUse, match="RETRO_WEB_PORT"):
+            choose_web_port(Settings(web_port=port), user_chose=True)  # keep it or refuse
+    free = Settings(web_port=chosen.web_port)
+    assert choose_web_port(free, user_chose=True) == (free, None)
+
+
+def test_demo_stops_what_it_started_even_after_the_worker_died() -> None:
+    """The worker already exited (its port was taken): the broker still stops."""
+    from streams.dev.demo import _Started
+
+    class Broker:
+        stops = 0
+
+        def stop(self) -> bool:
+            self.stops += 1
+            return True
+
+    started = _Started()
+    started.worker = subprocess.Popen([sys.executable, "-c", "pass"], start_new_session=True)
+    started.worker.wait()  # reaped: its process group is gone, killpg would raise
+    started.broker = Broker()  # type: ignore[assignment]
+    said: list[str] = []
+    started.stop(keep=False, say=said.append)
+    assert started.broker.stops == 1  # type: ignore[union-attr]
+    assert said == ["stopped the worker and the broker"]
+
+
+def test_worker_refuses_a_web_port_in_use(retro: Callable[..., Run]) -> None:
+    with busy_port() as port:
+        retro("worker", RETRO_WEB_PORT=str(port)).one_line_error(
+            PortInUse.exit_code, str(port), "RETRO_WEB_PORT")
+
+
+def test_an_unreachable_bootstrap_names_the_address_quickly() -> None:
+    with closed_port() as port:
+        began = time.monotonic()
+        proc = retro_process("--bootstrap", f"127.0.0.1:{port}", "audit")
+        took = time.monotonic() - began
+    Run(proc.returncode, proc.stdout, proc.stderr).one_line_error(
+        KafkaUnreachable.exit_code, f"127.0.0.1:{port}", "connection refused",
+        "RETRO_KAFKA__BOOTSTRAP")
+    assert "Unclosed" not in proc.stderr
+    assert took < 15
+
+
+def test_a_malformed_bootstrap_is_a_config_error(retro: Callable[..., Run]) -> None:
+    retro("--bootstrap", "kafka:x", "report").one_line_error(
+        ConfigError.exit_code, "'kafka:x'", "host:port")
+
+
+def test_a_closed_pipe_ends_retro_clean_quietly(tmp_path: Path) -> None:
+    """`retro clean ... | head`: the reader leaves early; no BrokenPipeError traceback."""
+    from streams.dev.sample import write_sample
+
+    paths = [str(p) for p in write_sample(tmp_path / "s", records=2000)]
+    proc = subprocess.Popen([sys.executable, "-m", "streams", "clean", *paths],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=CLEAN_ENV)
+    assert proc.stdout is not None and proc.stderr is not None
+    assert proc.stdout.readline().startswith(b"{")
+    proc.stdout.close()  # what `head -1` does after its line
+    err = proc.stderr.read().decode()
+    assert proc.wait(timeout=60) == EXIT_BROKEN_PIPE
+    assert err == ""
+
+
+def test_a_bad_setting_is_one_line(retro: Callable[..., Run], tmp_path: Path) -> None:
+    log = tmp_path / "a.log"
+    log.write_text("2026-01-01 ERROR disk full\n")
+    retro("clean", str(log), RETRO_WEB_PORT="abc").one_line_error(
+        ConfigError.exit_code, "RETRO_WEB_PORT", "'abc'")
+    retro("--set", "fast.input_budget", "clean", str(log)).one_line_error(
+        UsageError.exit_code, "--set")
+
+
+# ------------------------------------------------------------------------- help
+def _all_parsers() -> list[argparse.ArgumentParser]:
+    root = make_parser()
+    subs = [a for a in root._actions if isinstance(a, argparse._SubParsersAction)]
+    return [root, *subs[0].choices.values()]
+
+
+def test_every_option_and_command_has_help() -> None:
+    for parser in _all_parsers():
+        for action in parser._actions:
+            if isinstance(action, argparse._SubParsersAction):
+                assert all(c.help for c in action._choices_actions)
+                continue
+            assert action.help, f"{parser.prog} {action.dest} has no help text"
+
+
+def test_help_speaks_to_users() -> None:
+    text = make_parser().format_help()
+    assert "Settings once" not in text
+    for words in ("post-mortem", "retro demo", "retro deadletter", "Exit codes"):
+        assert words in text
+    demo = dict((p.prog, p) for p in _all_parsers())["retro demo"]
+    data = next(a for a in demo._actions if a.dest == "data")
+    assert data.help is not None and "comma-separated" in data.help

@@ -17,11 +17,11 @@ import pytest
 import yaml
 from pydantic import BaseModel
 
+from streams.app import ROLES
 from streams.settings import Settings, TopicSettings
 
 ROOT = Path(__file__).resolve().parents[1]
 DEPLOY = ROOT / "deploy"
-ROLES = ("clean", "batch", "compactor")
 # Which TopicSettings fields each autoscaled role consumes (streams/app.py).
 ROLE_INPUTS = {"clean": {"raw"}, "batch": {"fast", "slow"}}
 EXPECTED_KINDS: dict[str, set[tuple[str, str]]] = {

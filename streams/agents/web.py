@@ -3,14 +3,46 @@
 from __future__ import annotations
 
 import asyncio
+import socket
 from typing import Any
 
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
+from streams.errors import PortInUse
 from streams.kafka.stall import StallDetector
 from streams.metrics import Metrics
 from streams.report.store import ReportFollower
 from streams.report.view import render_html, render_index_html
+
+
+def port_free(host: str, port: int) -> bool:
+    """Whether a server could listen on host:port now (aiohttp binds with SO_REUSEADDR)."""
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    with socket.socket(family, socket.SOCK_STREAM) as s:
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            s.bind((host, port))
+        except OSError:
+            return False
+    return True
+
+
+def free_port(host: str) -> int:
+    """A port nothing listens on now, chosen by the kernel."""
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    with socket.socket(family, socket.SOCK_STREAM) as s:
+        s.bind((host, 0))
+        return int(s.getsockname()[1])
+
+
+def check_web_port(host: str, port: int) -> None:
+    """Fail before starting, naming the setting, when the HTTP port is taken.
+
+    faust would otherwise log a traceback and exit after joining the group.
+    """
+    if not port_free(host, port):
+        raise PortInUse(f"port {port} on {host} is in use (another worker?); set "
+                        "RETRO_WEB_PORT to a free port (and RETRO_WEB_HOST to listen elsewhere)")
 
 
 def _summary(report: Any) -> dict[str, Any]:

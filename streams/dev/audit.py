@@ -66,8 +66,8 @@ async def raw_coverage(settings: Settings) -> Coverage:
     topic = settings.topics.raw
     consumer = AIOKafkaConsumer(**aiokafka_kwargs(settings), group_id=None,
                                 enable_auto_commit=False)
-    await consumer.start()
-    try:
+    try:  # a failed start() must still stop the consumer, or asyncio warns "Unclosed"
+        await consumer.start()
         parts = await partitions_of(consumer, topic)
         tps = [TopicPartition(topic, p) for p in parts]
         if not tps:
@@ -115,3 +115,23 @@ async def audit_until_clean(settings: Settings, *, wait_seconds: float,
 
 def dumps(result: AuditResult) -> str:
     return json.dumps(result.to_json(), indent=2)
+
+
+def missing_count(result: AuditResult) -> int:
+    return len(Coverage.from_json(result.missing))
+
+
+def missing_hint(result: AuditResult) -> str | None:
+    """Why records may be missing, for stderr; None when nothing is missing.
+
+    Records are claimed only once a worker processed them, so the usual reason is
+    that none is running or that it has not caught up yet. Asking whether the worker
+    groups have members would tell the two apart, but aiokafka 0.14's
+    ``describe_consumer_groups`` failed to decode Kafka 4.1's answer when tried.
+    """
+    count = missing_count(result)
+    if not count:
+        return None
+    return (f"{count} raw records are not accounted for yet: if no `retro worker` is "
+            "running, that is why (records count once a worker processed them); start one, "
+            "or audit again with --wait 60 while it catches up")

@@ -1,24 +1,32 @@
 """`retro demo`: the whole pipeline on one machine, from nothing to a report.
 
-Starts the local broker (unless RETRO_KAFKA__BOOTSTRAP names one), creates the
+Checks its inputs, the Kafka address and the web port first, then starts the local
+broker (unless RETRO_KAFKA__BOOTSTRAP names one or it already runs), creates the
 topics, starts a worker process, produces a multi-source sample (the generated one,
 or files you name), waits until the audit is clean, then prints the report and the
-audit. The model is the offline `rules` analyzer unless RETRO_MODEL__BASE_URL is set.
+audit. Whatever happens, it stops what it started (unless --keep). The model is the
+offline `rules` analyzer unless RETRO_MODEL__BASE_URL is set.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import signal
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
+from typing import IO
 
+from streams.agents.web import check_web_port, free_port, port_free
 from streams.dev.audit import audit_until_clean, dumps
 from streams.dev.broker.launcher import LocalBroker
-from streams.errors import RetroError
+from streams.errors import EXIT_AUDIT_FAILED, InputError, PortInUse, RetroError, UsageError
+from streams.ingest.reader import check_inputs
+from streams.kafka.connect import check_reachable
 from streams.kafka.topics import ensure_topics
 from streams.report.rollup import needs_rollup
 from streams.report.store import read_reports
@@ -29,80 +37,168 @@ SKIP_SUFFIXES = ("_structured.csv", "_templates.csv", ".json", ".md")
 SKIP_NAMES = {"LICENSE", "CITATION"}
 
 
-def input_files(data: str | None, settings: Settings, records: int) -> list[str]:
-    if not data:
-        from streams.dev.sample import write_sample
+def data_files(data: str) -> list[str]:
+    """The log files named by ``--data`` (files and folders, comma-separated).
 
-        return [str(p) for p in write_sample(settings.state_dir / "sample", records=records,
-                                             include_bad=True)]
+    Checked before anything starts, so a typo costs no broker start-up.
+    """
     found: list[str] = []
-    for item in data.split(","):
+    for item in (i.strip() for i in data.split(",")):
+        if not item:
+            continue
         path = Path(item)
         if path.is_dir():
-            found += sorted(str(p) for p in path.rglob("*") if p.is_file()
+            inside = sorted(str(p) for p in path.rglob("*") if p.is_file()
                             and p.name not in SKIP_NAMES and not p.name.endswith(SKIP_SUFFIXES))
+            if not inside:
+                raise InputError(f"--data {item}: the folder holds no log files")
+            found += inside
+        elif not path.exists():
+            raise InputError(f"--data {item}: no such file or folder")
         else:
-            found.append(str(path))
+            found.append(item)
+    if not found:
+        raise UsageError("--data names no files; give files or folders, comma-separated")
+    check_inputs(found)
     return found
+
+
+def sample_files(settings: Settings, records: int) -> list[str]:
+    """The generated multi-source sample (with bad records), written under the state dir."""
+    from streams.dev.sample import write_sample
+
+    return [str(p) for p in write_sample(settings.state_dir / "sample", records=records,
+                                         include_bad=True)]
+
+
+def choose_web_port(settings: Settings, *, user_chose: bool) -> tuple[Settings, str | None]:
+    """Settings with a web port the worker can listen on, and a note if it moved.
+
+    A port the user chose (RETRO_WEB_PORT, ``--set web_port=``) is kept or refused;
+    the default moves to a free one, since the demo is meant to just run.
+    """
+    host, port = settings.web_host, settings.web_port
+    if port_free(host, port):
+        return settings, None
+    if user_chose:
+        check_web_port(host, port)  # raises PortInUse naming RETRO_WEB_PORT
+    chosen = free_port(host)
+    note = (f"port {port} is in use; the worker serves on {chosen} instead "
+            "(RETRO_WEB_PORT chooses)")
+    return settings.model_copy(update={"web_port": chosen}), note
 
 
 def run_demo(settings: Settings, *, data: str | None, records: int, keep: bool,
              timeout: float) -> int:
     say = _printer()
-    broker = None
+    # everything that can be checked is checked before anything starts
+    from streams.dev.sample import MIN_RECORDS
+
+    paths = data_files(data) if data else None
+    if paths is None and records < MIN_RECORDS:
+        raise UsageError(f"--records must be at least {MIN_RECORDS} (got {records})")
+    if settings.kafka.bootstrap:
+        check_reachable(settings)
+    settings, moved = choose_web_port(
+        settings, user_chose="web_port" in settings.model_fields_set)
+    if moved:
+        say(moved)
     env = dict(os.environ)
-    if not settings.kafka.bootstrap:
-        broker = LocalBroker(settings.state_dir)
-        say("starting the local Kafka broker (first run fetches the jars with Maven)...")
-        state = broker.start(timeout=180)
-        say(f"broker ready at {state.bootstrap} (state in {state.directory})")
-        env["RETRO_KAFKA__BOOTSTRAP"] = state.bootstrap
-        settings = settings.model_copy(update={"kafka": settings.kafka.model_copy(
-            update={"bootstrap": state.bootstrap})})
+    env["RETRO_WEB_PORT"] = str(settings.web_port)
     env["RETRO_STATE_DIR"] = str(settings.state_dir.resolve())
     if not settings.report.rollup_seconds:
         # the demo shows incident summaries: with the offline model they cost nothing
         env.setdefault("RETRO_REPORT__ROLLUP_SECONDS", "2")
-    asyncio.run(ensure_topics(settings))
-    model = settings.model.effective_backend
-    say(f"model backend: {model}" + (f" at {settings.model.base_url}" if model == "openai"
-                                     else " (offline analyzer, no key needed)"))
-
-    log_path = settings.state_dir / "demo-worker.log"
-    log = log_path.open("wb")
-    worker = subprocess.Popen([sys.executable, "-m", "streams", "worker"], env=env,
-                              stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
-    say(f"worker started (pid {worker.pid}, log {log_path}, "
-        f"web http://{settings.web_host}:{settings.web_port}/)")
+    started = _Started()
     try:
-        paths = input_files(data, settings, records)
+        if settings.kafka.bootstrap:
+            env["RETRO_KAFKA__BOOTSTRAP"] = settings.kafka.bootstrap
+        else:
+            broker = LocalBroker(settings.state_dir)
+            if broker.status() is None:  # a broker the user started is theirs to stop
+                started.broker = broker
+                say("starting the local Kafka broker (first run fetches the jars with "
+                    "Maven)...")
+            state = broker.start(timeout=180)
+            say(f"broker ready at {state.bootstrap} (state in {state.directory})"
+                + ("" if started.broker else "; it was running, so it stays running"))
+            env["RETRO_KAFKA__BOOTSTRAP"] = state.bootstrap
+            settings = settings.model_copy(update={"kafka": settings.kafka.model_copy(
+                update={"bootstrap": state.bootstrap})})
+        asyncio.run(ensure_topics(settings))
+        model = settings.model.effective_backend
+        say(f"model backend: {model}" + (f" at {settings.model.base_url}" if model == "openai"
+                                         else " (offline analyzer, no key needed)"))
+
+        log_path = settings.state_dir / "demo-worker.log"
+        started.log = log_path.open("wb")
+        started.worker = subprocess.Popen(
+            [sys.executable, "-m", "streams", "worker"], env=env, stdout=started.log,
+            stderr=subprocess.STDOUT, start_new_session=True)
+        say(f"worker started (pid {started.worker.pid}, log {log_path}, "
+            f"web http://{settings.web_host}:{settings.web_port}/)")
+        if paths is None:
+            paths = sample_files(settings, records)
         say(f"producing {len(paths)} files to {settings.topics.raw}...")
         produce_cmd = [sys.executable, "-m", "streams", "produce", *paths]
-        subprocess.run(produce_cmd, env=env, check=True)
-        started = time.monotonic()
+        produced = subprocess.run(produce_cmd, env=env, check=False)
+        if produced.returncode != 0:
+            raise RetroError(f"`retro produce` failed (exit {produced.returncode})")
+        began = time.monotonic()
         say("waiting for the pipeline to account for every record...")
-        result = asyncio.run(_audit_while_running(settings, worker, timeout, log_path))
-        say(f"pipeline settled in {time.monotonic() - started:.1f}s")
+        result = asyncio.run(_audit_while_running(settings, started.worker, timeout, log_path))
+        say(f"pipeline settled in {time.monotonic() - began:.1f}s")
         reports = asyncio.run(_summarized_reports(settings, wait_seconds=30.0))
         for report_id in sorted(reports):
             print(render_markdown(reports[report_id]))
             print()
         print("## Audit\n\n```json\n" + dumps(result) + "\n```")
-        return 0 if result.ok else 2
+        return 0 if result.ok else EXIT_AUDIT_FAILED
     finally:
-        if keep:
-            say("leaving the worker and broker running (--keep); stop with "
-                f"`kill {worker.pid}` and `retro broker stop`")
-        else:
-            os.killpg(worker.pid, signal.SIGTERM)
-            try:
-                worker.wait(timeout=60)
-            except subprocess.TimeoutExpired:
-                os.killpg(worker.pid, signal.SIGKILL)
-            if broker is not None:
-                broker.stop()
-                say("worker and broker stopped")
-        log.close()
+        started.stop(keep=keep, say=say)
+
+
+class _Started:
+    """What the demo started, so that exactly that is stopped, whatever failed."""
+
+    def __init__(self) -> None:
+        self.broker: LocalBroker | None = None
+        self.worker: subprocess.Popen[bytes] | None = None
+        self.log: IO[bytes] | None = None
+
+    def stop(self, *, keep: bool, say: Callable[[str], None]) -> None:
+        try:
+            if keep:
+                how = ([f"`kill {self.worker.pid}`"] if self.worker else []) + (
+                    ["`retro broker stop`"] if self.broker else [])
+                if how:
+                    say(f"leaving what the demo started running (--keep); stop it with "
+                        f"{' and '.join(how)}")
+                return
+            stopped = []
+            if self.worker is not None:
+                _stop_process_group(self.worker)
+                stopped.append("worker")
+            if self.broker is not None:
+                self.broker.stop()
+                stopped.append("broker")
+            if stopped:
+                say(f"stopped the {' and the '.join(stopped)}")
+        finally:
+            if self.log is not None:
+                self.log.close()
+
+
+def _stop_process_group(proc: subprocess.Popen[bytes]) -> None:
+    """SIGTERM, then SIGKILL after 60 s; a process that already exited is fine."""
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(proc.pid, signal.SIGTERM)
+    try:
+        proc.wait(timeout=60)
+    except subprocess.TimeoutExpired:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait(timeout=30)
 
 
 async def _audit_while_running(settings: Settings, worker: subprocess.Popen[bytes],
@@ -114,6 +210,10 @@ async def _audit_while_running(settings: Settings, worker: subprocess.Popen[byte
         if result.ok or result.double_counted or time.monotonic() >= deadline:
             return result
         if worker.poll() is not None:
+            log = log_path.read_text(errors="replace")
+            if "address already in use" in log:
+                raise PortInUse(f"the worker could not listen on port {settings.web_port}: "
+                                "it is in use; set RETRO_WEB_PORT to a free port")
             raise RetroError(f"the worker exited with code {worker.returncode}; see {log_path}")
 
 

@@ -21,12 +21,11 @@ from __future__ import annotations
 import asyncio
 import heapq
 import logging
-from collections.abc import Callable
 from types import TracebackType
 
-logger = logging.getLogger(__name__)
+from streams.clock import Clock
 
-Clock = Callable[[], float]
+logger = logging.getLogger(__name__)
 
 
 class AIMDLimiter:

@@ -11,12 +11,10 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Awaitable, Callable
+
+from streams.clock import Clock, Sleep
 
 logger = logging.getLogger(__name__)
-
-Clock = Callable[[], float]
-Sleep = Callable[[float], Awaitable[None]]
 
 
 class TokenBucket:

@@ -11,11 +11,11 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable
 from typing import Any, Protocol
 
 from cachetools import TTLCache
 
+from streams.clock import Clock
 from streams.errors import ConfigError
 
 logger = logging.getLogger(__name__)
@@ -41,7 +41,7 @@ class MemoryCache:
         *,
         ttl_seconds: float,
         max_size: int,
-        timer: Callable[[], float] = time.monotonic,
+        timer: Clock = time.monotonic,
     ) -> None:
         if ttl_seconds <= 0:
             raise ValueError(f"cache ttl_seconds must be positive, got {ttl_seconds}")

@@ -12,10 +12,10 @@ from __future__ import annotations
 import asyncio
 import logging
 import random
-from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any, Protocol
 
+from streams.clock import Sleep
 from streams.errors import (
     ContextTooLong,
     ModelError,
@@ -30,8 +30,6 @@ from streams.gateway.retry import RetryBudget, backoff_delay
 from streams.gateway.telemetry import LaneMetrics, call_status
 
 logger = logging.getLogger(__name__)
-
-Sleep = Callable[[float], Awaitable[None]]
 
 
 class Calibration(Protocol):

@@ -79,11 +79,11 @@ async def produce(
         max_batch_size=256 * 1024,
         compression_type="lz4" if _has_lz4() else None,
     )
-    await producer.start()
-    started = time.monotonic()
     pacer = _Pacer(rate)
     pending: list[asyncio.Future] = []
-    try:
+    try:  # stop even when start() fails, or asyncio warns about an unclosed producer
+        await producer.start()
+        started = time.monotonic()
         for path in paths:
             name = source or source_name(path)
             header_file = path.encode()

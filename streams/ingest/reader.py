@@ -13,10 +13,14 @@ from __future__ import annotations
 import gzip
 import io
 import logging
+import os
 import re
 import sys
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
+from pathlib import Path
 from typing import BinaryIO
+
+from streams.errors import InputError
 
 logger = logging.getLogger(__name__)
 
@@ -66,6 +70,24 @@ _STRONG_CONTINUATION = re.compile(rb"(?:[ \t]|Caused by:|Suppressed:|\.\.\. \d+ 
 # the source looks like bare text and every line is its own record.
 WEAK_PER_START = 4
 WEAK_ALLOWANCE = 8
+
+
+def check_inputs(paths: Iterable[str]) -> None:
+    """Fail before any work starts, naming the first path that is not a readable file.
+
+    A run that dies on its third file has already sent the first two; "-" is stdin.
+    """
+    for path in paths:
+        if path == "-":
+            continue
+        p = Path(path)
+        if not p.exists():
+            raise InputError(f"{path}: no such file")
+        if p.is_dir():
+            raise InputError(f"{path}: is a folder; name the log files in it "
+                             f"(e.g. {path.rstrip('/')}/*.log)")
+        if not os.access(p, os.R_OK):
+            raise InputError(f"{path}: not readable (permission denied)")
 
 
 def open_source(path: str) -> BinaryIO:

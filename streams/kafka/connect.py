@@ -7,10 +7,13 @@ broker that ``retro broker start`` launched (its state file says where it listen
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import logging
+import socket
 import ssl
 from typing import Any
 
-from streams.errors import ConfigError
+from streams.errors import ConfigError, KafkaUnreachable
 from streams.kafka.local import local_broker_state
 from streams.settings import Settings
 
@@ -26,6 +29,105 @@ def resolve_bootstrap(settings: Settings) -> str:
             f"`retro broker start` (state dir {settings.state_dir.resolve()})"
         )
     return state.bootstrap
+
+
+DEFAULT_KAFKA_PORT = 9092  # what aiokafka assumes for a bootstrap entry without a port
+CONNECT_TIMEOUT_SECONDS = 5.0  # a TCP connect to a bootstrap server
+ANSWER_TIMEOUT_SECONDS = 15.0  # its first metadata answer (a busy broker can be slow)
+
+
+def bootstrap_addresses(bootstrap: str) -> list[tuple[str, int]]:
+    """(host, port) of every ``host[:port]`` entry, or a ConfigError naming the bad one.
+
+    Checked here because aiokafka reports a bad entry as a traceback from deep inside.
+    """
+    addresses = []
+    for entry in (e.strip() for e in bootstrap.split(",")):
+        if not entry:
+            continue
+        plain = entry.split("://", 1)[-1]  # PLAINTEXT://host:port is accepted too
+        if plain.startswith("["):  # [::1]:9092
+            host, _, rest = plain[1:].partition("]")
+            port_text = rest.removeprefix(":")
+        elif plain.count(":") == 1:
+            host, _, port_text = plain.partition(":")
+        else:
+            host, port_text = plain, ""
+        port = int(port_text) if port_text.isdigit() else None
+        if not host or (port_text and (port is None or not 0 < port < 65536)):
+            raise ConfigError(
+                f"bootstrap server {entry!r} is not host:port (from --bootstrap or "
+                "RETRO_KAFKA__BOOTSTRAP, e.g. kafka-0.kafka:9092,kafka-1.kafka:9092)")
+        addresses.append((host, port or DEFAULT_KAFKA_PORT))
+    if not addresses:
+        raise ConfigError("the bootstrap server list is empty (--bootstrap or "
+                          "RETRO_KAFKA__BOOTSTRAP, e.g. kafka:9092)")
+    return addresses
+
+
+def check_reachable(settings: Settings, *, timeout: float = CONNECT_TIMEOUT_SECONDS,
+                    answer_timeout: float = ANSWER_TIMEOUT_SECONDS) -> str:
+    """The bootstrap servers, once one accepts a connection and Kafka answers there.
+
+    Clients would otherwise retry for their whole request timeout and then fail with a
+    traceback that does not say which address to fix.
+    """
+    bootstrap = resolve_bootstrap(settings)
+    source = ("--bootstrap / RETRO_KAFKA__BOOTSTRAP" if settings.kafka.bootstrap
+              else f"the local broker's state in {settings.state_dir}")
+    failures = []
+    for host, port in bootstrap_addresses(bootstrap):
+        try:
+            with socket.create_connection((host, port), timeout=timeout):
+                break
+        except OSError as exc:
+            failures.append(f"{host}:{port} ({_why(exc)})")
+    else:
+        raise KafkaUnreachable(
+            f"cannot reach Kafka at {', '.join(failures)}: check the address in {source}, "
+            "that the broker is running (`retro broker status` for the local one) and that "
+            "nothing blocks the port")
+    problem = asyncio.run(_kafka_problem(settings, answer_timeout))
+    if problem:
+        raise KafkaUnreachable(
+            f"{bootstrap} accepts connections but Kafka does not answer ({problem}): check "
+            f"the address in {source} and RETRO_KAFKA__SECURITY_PROTOCOL / SASL / SSL settings")
+    return bootstrap
+
+
+async def _kafka_problem(settings: Settings, timeout: float) -> str | None:
+    """Why a metadata request to the cluster fails, or None when it succeeds."""
+    from aiokafka.admin import AIOKafkaAdminClient
+    from aiokafka.errors import KafkaConnectionError
+
+    admin = AIOKafkaAdminClient(**aiokafka_kwargs(settings), request_timeout_ms=int(
+        timeout * 1000))
+    client_log = logging.getLogger("aiokafka")
+    level = client_log.level
+    try:
+        client_log.setLevel(logging.CRITICAL)  # its "Unable connect" line repeats ours
+        await asyncio.wait_for(admin.start(), timeout)
+    except TimeoutError:
+        return f"no answer within {timeout:.0f}s"
+    except KafkaConnectionError:
+        return "the connection closed without a Kafka answer"
+    except Exception as exc:  # any failure here is the answer we report
+        return str(exc) or type(exc).__name__
+    finally:
+        with contextlib.suppress(Exception):
+            await admin.close()
+        client_log.setLevel(level)
+    return None
+
+
+def _why(exc: OSError) -> str:
+    if isinstance(exc, TimeoutError):
+        return "no answer, timed out"
+    if isinstance(exc, socket.gaierror):
+        return "unknown host"
+    if isinstance(exc, ConnectionRefusedError):
+        return "connection refused"
+    return exc.strerror or type(exc).__name__
 
 
 def ssl_context(settings: Settings) -> ssl.SSLContext | None:

@@ -9,8 +9,9 @@ Kubernetes liveness probe restarts the pod and its partitions move to a healthy 
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
 from dataclasses import dataclass, field
+
+from streams.clock import Clock
 
 Partition = tuple[str, int]
 
@@ -18,7 +19,7 @@ Partition = tuple[str, int]
 @dataclass
 class StallDetector:
     stall_seconds: float
-    clock: Callable[[], float] = time.monotonic
+    clock: Clock = time.monotonic
     _since: dict[Partition, tuple[int, float]] = field(default_factory=dict)
 
     def observe(self, committed: dict[Partition, int], lag: dict[Partition, int]) -> None:

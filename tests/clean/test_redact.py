@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import time
 import uuid
-from pathlib import Path
 
 import pytest
 from hypothesis import given
@@ -12,7 +11,7 @@ from hypothesis import strategies as st
 
 from streams.clean.redact import Redactor, is_card_number, luhn_ok, placeholder
 
-DATA = Path(__file__).resolve().parents[2] / ".." / "shared" / "data"
+from helpers import shared_file
 
 JWT = (
     "eyJhbGciOiJIUzI1NiIsInR5cCI6IkpXVCJ9."
@@ -261,9 +260,7 @@ def test_ids_ips_uuids_timestamps_survive(r: Redactor, line: str) -> None:
 
 @pytest.mark.parametrize("name", ["HDFS", "BGL", "Zookeeper", "OpenStack"])
 def test_loghub_files_have_nothing_to_redact(r: Redactor, name: str) -> None:
-    path = DATA / "loghub" / name / f"{name}_2k.log"
-    if not path.exists():
-        pytest.skip(f"{path} not present")
+    path = shared_file("loghub", name, f"{name}_2k.log")
     found = {}
     for line in path.read_text(encoding="utf-8", errors="replace").splitlines():
         text, counts = r.redact(line)
@@ -273,9 +270,7 @@ def test_loghub_files_have_nothing_to_redact(r: Redactor, name: str) -> None:
 
 
 def test_real_jwts_in_trainticket_logs_are_redacted(r: Redactor) -> None:
-    path = DATA / "nezha-trainticket" / "trainticket-2023-01-29-0927.docker-json.log"
-    if not path.exists():
-        pytest.skip(f"{path} not present")
+    path = shared_file("nezha-trainticket", "trainticket-2023-01-29-0927.docker-json.log")
     lines = [ln for ln in path.read_text(encoding="utf-8").splitlines() if "USER TOKEN: eyJ" in ln]
     assert lines, "the file no longer has the token lines this test is about"
     for line in lines:

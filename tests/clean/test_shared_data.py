@@ -23,8 +23,10 @@ from streams.clean.levels import normalize_level
 from streams.ingest.reader import iter_records, open_source
 from streams.records import DeadLetter, NormalizedRecord, RawCoord
 
+from helpers import SHARED_DATA
+
 ROOT = Path(__file__).resolve().parents[2]
-DATA = ROOT / ".." / "shared" / "data"
+DATA = SHARED_DATA
 SCHEMAS = ROOT / "schemas"
 LOGHUB = ("Apache", "BGL", "HDFS", "Hadoop", "HealthApp", "Linux", "OpenStack", "Zookeeper")
 MIN_RATE = 0.99

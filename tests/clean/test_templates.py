@@ -15,8 +15,9 @@ import pytest
 
 from streams.clean.templates import TemplateMiner, template_id
 
+from helpers import shared_file
+
 REPO = Path(__file__).resolve().parents[2]
-LOGHUB = REPO / ".." / "shared" / "data" / "loghub"
 
 # Measured with the masks in streams/clean/templates.py (ids as match() returns them,
 # line by line, no second pass): HDFS 1.000, Apache 1.000, Zookeeper 0.967,
@@ -39,9 +40,7 @@ def grouping_accuracy(predicted: list[str], truth: list[str]) -> float:
 
 
 def load_structured(name: str) -> list[dict[str, str]]:
-    path = LOGHUB / name / f"{name}_2k.log_structured.csv"
-    if not path.exists():
-        pytest.skip(f"{path} not present")
+    path = shared_file("loghub", name, f"{name}_2k.log_structured.csv")
     with path.open(newline="", encoding="utf-8") as fh:
         return list(csv.DictReader(fh))
 

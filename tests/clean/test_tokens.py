@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import pytest
 import tiktoken
 from hypothesis import given, settings
@@ -12,7 +10,8 @@ from hypothesis import strategies as st
 from streams.clean.tokens import TokenCalibration, TokenCounter, load_encoding, offline_name
 from streams.errors import ConfigError
 
-DATA = Path(__file__).resolve().parents[2] / ".." / "shared" / "data"
+from helpers import shared_file
+
 SAMPLES = [
     "",
     "hello world",
@@ -47,9 +46,7 @@ def test_count_many_matches_count(counter: TokenCounter) -> None:
 
 
 def test_loghub_lines_match_tiktoken(counter: TokenCounter, reference: tiktoken.Encoding) -> None:
-    path = DATA / "loghub" / "HDFS" / "HDFS_2k.log"
-    if not path.exists():
-        pytest.skip(f"{path} not present")
+    path = shared_file("loghub", "HDFS", "HDFS_2k.log")
     lines = path.read_text(encoding="utf-8").splitlines()[:300]
     assert counter.count_many(lines) == [len(reference.encode_ordinary(ln)) for ln in lines]
 

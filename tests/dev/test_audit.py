@@ -48,3 +48,14 @@ def test_claims_outside_the_raw_topic_are_reported_but_not_double() -> None:
                              "deadletter": []})
     assert result.ok
     assert result.foreign == {"raw/0": [[100, 120]]}
+
+
+def test_missing_records_come_with_a_hint_about_the_worker() -> None:
+    from streams.dev.audit import missing_hint
+
+    clean = reconcile(RAW, {"reports": [RAW]})
+    assert missing_hint(clean) is None
+    result = reconcile(RAW, {"reports": [cov("raw/0", (0, 89))]})
+    hint = missing_hint(result)
+    assert hint is not None and hint.startswith("20 raw records are not accounted for")
+    assert "retro worker" in hint and "--wait" in hint

@@ -8,22 +8,13 @@ import pytest
 
 from streams.gateway.aimd import AIMDLimiter
 
-
-class FakeClock:
-    def __init__(self) -> None:
-        self.now = 1000.0
-
-    def __call__(self) -> float:
-        return self.now
-
-    def advance(self, seconds: float) -> None:
-        self.now += seconds
+from helpers import FakeClock
 
 
 @pytest.fixture
 async def clock(monkeypatch: pytest.MonkeyPatch) -> FakeClock:
     """A fake clock that is also the loop's clock, so pause timers follow it."""
-    fake = FakeClock()
+    fake = FakeClock(start=1000.0)
     monkeypatch.setattr(asyncio.get_running_loop(), "time", fake)
     return fake
 

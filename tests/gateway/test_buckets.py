@@ -8,24 +8,10 @@ import pytest
 
 from streams.gateway.buckets import TokenBucket
 
-
-class FakeTime:
-    """A clock whose sleep advances it: waiting costs no wall time."""
-
-    def __init__(self) -> None:
-        self.now = 0.0
-        self.slept: list[float] = []
-
-    def __call__(self) -> float:
-        return self.now
-
-    async def sleep(self, seconds: float) -> None:
-        self.slept.append(seconds)
-        self.now += seconds
-        await asyncio.sleep(0)
+from helpers import FakeClock
 
 
-def bucket(t: FakeTime, **kwargs: float) -> TokenBucket:
+def bucket(t: FakeClock, **kwargs: float) -> TokenBucket:
     return TokenBucket(clock=t, sleep=t.sleep, **kwargs)
 
 
@@ -37,7 +23,7 @@ def test_bad_settings_are_rejected() -> None:
 
 
 async def test_starts_full_and_refills_at_the_rate() -> None:
-    t = FakeTime()
+    t = FakeClock()
     b = bucket(t, rate_per_minute=60, capacity=10)  # one token per second
     assert b.available == 10
     assert b.try_acquire(10)
@@ -49,7 +35,7 @@ async def test_starts_full_and_refills_at_the_rate() -> None:
 
 
 async def test_acquire_waits_exactly_as_long_as_the_rate_requires() -> None:
-    t = FakeTime()
+    t = FakeClock()
     b = bucket(t, rate_per_minute=120, capacity=2)  # two per second
     start = t.now
     for _ in range(6):
@@ -59,7 +45,7 @@ async def test_acquire_waits_exactly_as_long_as_the_rate_requires() -> None:
 
 
 async def test_requests_per_minute_over_a_simulated_minute() -> None:
-    t = FakeTime()
+    t = FakeClock()
     b = bucket(t, rate_per_minute=60, capacity=5)
     times = []
     while t.now < 60:
@@ -71,7 +57,7 @@ async def test_requests_per_minute_over_a_simulated_minute() -> None:
 
 
 async def test_amount_over_capacity_fails_up_front_and_names_the_setting() -> None:
-    t = FakeTime()
+    t = FakeClock()
     b = bucket(t, rate_per_minute=1000, capacity=1000)
     b.setting = "RETRO_MODEL__TPM"
     with pytest.raises(ValueError, match="RETRO_MODEL__TPM"):
@@ -82,7 +68,7 @@ async def test_amount_over_capacity_fails_up_front_and_names_the_setting() -> No
 
 
 async def test_penalize_empties_and_blocks_for_the_retry_after() -> None:
-    t = FakeTime()
+    t = FakeClock()
     b = bucket(t, rate_per_minute=600, capacity=100)
     b.penalize(3.0)
     assert b.available == 0
@@ -94,7 +80,7 @@ async def test_penalize_empties_and_blocks_for_the_retry_after() -> None:
 
 
 async def test_acquire_after_a_penalty_waits_for_block_then_refill() -> None:
-    t = FakeTime()
+    t = FakeClock()
     b = bucket(t, rate_per_minute=600, capacity=100)
     b.penalize(3.0)
     await b.acquire(5)
@@ -103,7 +89,7 @@ async def test_acquire_after_a_penalty_waits_for_block_then_refill() -> None:
 
 
 async def test_a_waiter_sleeps_through_the_penalty() -> None:
-    t = FakeTime()
+    t = FakeClock()
     b = bucket(t, rate_per_minute=60, capacity=1)
     b.penalize(10)
     await b.acquire()
@@ -111,7 +97,7 @@ async def test_a_waiter_sleeps_through_the_penalty() -> None:
 
 
 async def test_waiters_are_served_in_arrival_order() -> None:
-    t = FakeTime()
+    t = FakeClock()
     b = bucket(t, rate_per_minute=60, capacity=10)
     assert b.try_acquire(10)
     order: list[str] = []

@@ -11,13 +11,7 @@ import pytest
 from streams.errors import ConfigError
 from streams.gateway.cache import MemoryCache, RedisCache, build_cache
 
-
-class Timer:
-    def __init__(self) -> None:
-        self.now = 0.0
-
-    def __call__(self) -> float:
-        return self.now
+from helpers import FakeClock
 
 
 async def test_memory_cache_round_trip_and_miss() -> None:
@@ -28,7 +22,7 @@ async def test_memory_cache_round_trip_and_miss() -> None:
 
 
 async def test_memory_cache_entries_expire() -> None:
-    timer = Timer()
+    timer = FakeClock()
     cache = MemoryCache(ttl_seconds=10, max_size=10, timer=timer)
     await cache.set("k", "v")
     timer.now = 9.9

@@ -6,7 +6,6 @@ import asyncio
 import json
 import random
 from collections.abc import Callable, Sequence
-from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pytest
@@ -29,19 +28,9 @@ from streams.gateway.gateway import Gateway
 from streams.gateway.retry import RetryBudget
 from streams.intervals import Coverage
 from streams.metrics import Metrics
-from streams.records import BatchOutcome, NormalizedRecord, RawCoord
+from streams.records import BatchOutcome, NormalizedRecord
 
-T0 = datetime(2026, 1, 2, 3, 4, 5, tzinfo=UTC)
-
-
-class WordCounter:
-    def count(self, text: str) -> int:
-        return len(text.split())
-
-    def truncate(self, text: str, max_tokens: int) -> tuple[str, bool]:
-        words = text.split()
-        return " ".join(words[:max_tokens]), len(words) > max_tokens
-
+from helpers import FakeClock, WordCounter, make_record
 
 COUNTER = WordCounter()
 
@@ -49,28 +38,20 @@ COUNTER = WordCounter()
 def make_records(
     n: int, *, templates: int = 3, first_offset: int = 0, partition: int = 0
 ) -> list[NormalizedRecord]:
-    out = []
-    for i in range(n):
-        offset = first_offset + i
-        t = i % templates
-        out.append(
-            NormalizedRecord(
-                id=f"retro.logs.raw/{partition}/{offset}",
-                raw=RawCoord(topic="retro.logs.raw", partition=partition, offset=offset),
-                source="app.log",
-                format="text",
-                timestamp=(T0 + timedelta(seconds=i)).isoformat().replace("+00:00", "Z"),
-                level="ERROR",
-                service=("hdfs", "yarn")[t % 2],
-                message=f"event {t} from node {i % 5}",
-                template_id=f"t{t}",
-                template=f"event {t} from node <*>",
-                tokens=5,
-                cost=0.1,
-                lane="fast",
-            )
+    """``n`` ERROR records cycling through ``templates`` templates of two services."""
+    return [
+        make_record(
+            first_offset + i,
+            message=f"event {i % templates} from node {i % 5}",
+            service=("hdfs", "yarn")[i % templates % 2],
+            template_id=f"t{i % templates}",
+            template=f"event {i % templates} from node <*>",
+            seconds=i,
+            level="ERROR",
+            partition=partition,
         )
-    return out
+        for i in range(n)
+    ]
 
 
 def make_batch(n: int = 12, **kwargs: Any) -> Batch:
@@ -168,20 +149,6 @@ class ScriptedBackend:
         return None
 
 
-class FakeTime:
-    def __init__(self) -> None:
-        self.now = 0.0
-        self.slept: list[float] = []
-
-    def __call__(self) -> float:
-        return self.now
-
-    async def sleep(self, seconds: float) -> None:
-        self.slept.append(seconds)
-        self.now += seconds
-        await asyncio.sleep(0)
-
-
 class SpyLimiter(AIMDLimiter):
     """Remembers the priority of every acquisition."""
 
@@ -197,7 +164,7 @@ class SpyLimiter(AIMDLimiter):
 def make_gateway(
     backend: ScriptedBackend,
     *,
-    time: FakeTime | None = None,
+    time: FakeClock | None = None,
     limiter: AIMDLimiter | None = None,
     budget: RetryBudget | None = None,
     cache: MemoryCache | None = None,
@@ -207,7 +174,7 @@ def make_gateway(
     seed: int = 0,
     **kwargs: Any,
 ) -> Gateway:
-    t = time or FakeTime()
+    t = time or FakeClock()
     return Gateway(
         backend=backend,
         lane="fast",
@@ -288,7 +255,7 @@ async def test_reported_prompt_tokens_feed_the_calibration() -> None:
 
 
 async def test_429_then_success_retries_once_and_halves_the_limit() -> None:
-    t = FakeTime()
+    t = FakeClock()
     limiter = SpyLimiter(start=4, maximum=8, increase=0, pause_seconds=0.0)
     backend = ScriptedBackend(["429", "ok"])
     metrics = Metrics()
@@ -311,7 +278,7 @@ async def test_429_then_success_retries_once_and_halves_the_limit() -> None:
 
 
 async def test_429_without_retry_after_backs_off_with_jitter() -> None:
-    t = FakeTime()
+    t = FakeClock()
     gateway = make_gateway(ScriptedBackend(["429-bare", "ok"]), time=t)
     outcome = await gateway.analyze(make_batch(6))
     assert outcome.calls == 2
@@ -319,7 +286,7 @@ async def test_429_without_retry_after_backs_off_with_jitter() -> None:
 
 
 async def test_5xx_three_times_goes_to_review_after_three_attempts() -> None:
-    t = FakeTime()
+    t = FakeClock()
     backend = ScriptedBackend(default="500")
     metrics = Metrics()
     gateway = make_gateway(backend, time=t, metrics=metrics)
@@ -689,7 +656,7 @@ async def test_summarize_is_one_call_within_the_limits() -> None:
 
 
 async def test_summarize_retries_a_429_after_its_retry_after() -> None:
-    t = FakeTime()
+    t = FakeClock()
     limiter = SpyLimiter(start=4, maximum=8, increase=0, pause_seconds=0.0)
     backend = SummaryBackend(["429", "fenced"])
     metrics = Metrics()
@@ -703,7 +670,7 @@ async def test_summarize_retries_a_429_after_its_retry_after() -> None:
 
 
 async def test_summarize_never_raises_for_model_errors() -> None:
-    t = FakeTime()
+    t = FakeClock()
     backend = SummaryBackend(default="500")
     gateway = make_gateway(backend, time=t)  # type: ignore[arg-type]
     assert await gateway.summarize(rollup_prompt()) == (None, "model_unavailable")

@@ -4,13 +4,16 @@ from __future__ import annotations
 
 import gzip
 import io
+import os
 import sys
 from pathlib import Path
 
 import pytest
 
+from streams.errors import InputError
 from streams.ingest.reader import (
     WEAK_ALLOWANCE,
+    check_inputs,
     is_record_start,
     iter_records,
     open_source,
@@ -212,3 +215,22 @@ def test_open_source_dash_reads_stdin_including_gzip(monkeypatch: pytest.MonkeyP
     assert open_source("-").read() == payload
     monkeypatch.setattr(sys, "stdin", FakeStdin(gzip.compress(payload)))
     assert open_source("-").read() == payload
+
+
+def test_check_inputs_names_the_first_unusable_path(tmp_path: Path) -> None:
+    good = tmp_path / "a.log"
+    good.write_text("x\n")
+    check_inputs([str(good), "-"])  # files and stdin are fine
+    with pytest.raises(InputError, match=r"nope\.log: no such file"):
+        check_inputs([str(good), str(tmp_path / "nope.log"), str(tmp_path)])
+    with pytest.raises(InputError, match="is a folder"):
+        check_inputs([str(tmp_path)])
+
+
+@pytest.mark.skipif(os.geteuid() == 0, reason="root reads every file")
+def test_check_inputs_rejects_an_unreadable_file(tmp_path: Path) -> None:
+    secret = tmp_path / "secret.log"
+    secret.write_text("x\n")
+    secret.chmod(0)
+    with pytest.raises(InputError, match="not readable"):
+        check_inputs([str(secret)])

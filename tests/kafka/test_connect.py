@@ -2,13 +2,22 @@
 
 from __future__ import annotations
 
+import time
 from pathlib import Path
 
 import pytest
 
-from streams.errors import ConfigError
-from streams.kafka.connect import aiokafka_kwargs, faust_credentials, resolve_bootstrap
+from streams.errors import ConfigError, KafkaUnreachable
+from streams.kafka.connect import (
+    aiokafka_kwargs,
+    bootstrap_addresses,
+    check_reachable,
+    faust_credentials,
+    resolve_bootstrap,
+)
 from streams.settings import Settings
+
+from helpers import closed_port
 
 
 def test_named_bootstrap_wins(tmp_path: Path) -> None:
@@ -52,3 +61,33 @@ def test_ssl_builds_a_verifying_context() -> None:
     import ssl
 
     assert context.verify_mode == ssl.CERT_REQUIRED
+
+
+@pytest.mark.parametrize("bootstrap, addresses", [
+    ("kafka-0:9092,kafka-1:9093", [("kafka-0", 9092), ("kafka-1", 9093)]),
+    ("kafka", [("kafka", 9092)]),  # aiokafka's default port
+    ("PLAINTEXT://127.0.0.1:29092, ", [("127.0.0.1", 29092)]),
+    ("[::1]:9092", [("::1", 9092)]),
+])
+def test_bootstrap_addresses(bootstrap: str, addresses: list[tuple[str, int]]) -> None:
+    assert bootstrap_addresses(bootstrap) == addresses
+
+
+@pytest.mark.parametrize("bootstrap", ["kafka:x", "kafka:0", "kafka:70000", ":9092", " , "])
+def test_a_malformed_bootstrap_names_the_entry(bootstrap: str) -> None:
+    with pytest.raises(ConfigError, match="bootstrap"):
+        bootstrap_addresses(bootstrap)
+
+
+def test_an_unreachable_bootstrap_fails_fast_naming_the_address(tmp_path: Path) -> None:
+    with closed_port() as refused:
+        s = Settings(state_dir=tmp_path,
+                     kafka={"bootstrap": f"127.0.0.1:{refused},no-such-host.invalid:9092"})
+        began = time.monotonic()
+        with pytest.raises(KafkaUnreachable) as caught:
+            check_reachable(s, timeout=2.0)
+    assert time.monotonic() - began < 10
+    message = str(caught.value)
+    assert f"127.0.0.1:{refused} (connection refused)" in message
+    assert "no-such-host.invalid:9092 (" in message
+    assert "RETRO_KAFKA__BOOTSTRAP" in message and "\n" not in message

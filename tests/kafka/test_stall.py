@@ -4,17 +4,11 @@ from __future__ import annotations
 
 from streams.kafka.stall import StallDetector
 
-
-class Clock:
-    def __init__(self) -> None:
-        self.now = 0.0
-
-    def __call__(self) -> float:
-        return self.now
+from helpers import FakeClock
 
 
 def test_lag_with_a_frozen_commit_becomes_a_stall() -> None:
-    clock = Clock()
+    clock = FakeClock()
     d = StallDetector(stall_seconds=300, clock=clock)
     p = ("retro.fragments", 1)
     d.observe({p: 100}, {p: 34})
@@ -27,7 +21,7 @@ def test_lag_with_a_frozen_commit_becomes_a_stall() -> None:
 
 
 def test_progress_or_no_lag_is_not_a_stall() -> None:
-    clock = Clock()
+    clock = FakeClock()
     d = StallDetector(stall_seconds=300, clock=clock)
     moving, idle = ("raw", 0), ("raw", 1)
     for step in range(10):
@@ -37,7 +31,7 @@ def test_progress_or_no_lag_is_not_a_stall() -> None:
 
 
 def test_zero_disables_the_check() -> None:
-    clock = Clock()
+    clock = FakeClock()
     d = StallDetector(stall_seconds=0, clock=clock)
     d.observe({("t", 0): 1}, {("t", 0): 9})
     clock.now = 10_000
@@ -45,7 +39,7 @@ def test_zero_disables_the_check() -> None:
 
 
 def test_restart_starts_the_clock_again() -> None:
-    clock = Clock()
+    clock = FakeClock()
     d = StallDetector(stall_seconds=10, clock=clock)
     p = ("t", 0)
     d.observe({p: 236}, {p: 64})
@@ -60,7 +54,7 @@ def test_restart_starts_the_clock_again() -> None:
 
 
 def test_a_partition_that_moved_away_is_no_longer_watched() -> None:
-    clock = Clock()
+    clock = FakeClock()
     d = StallDetector(stall_seconds=10, clock=clock)
     mine, moved = ("t", 0), ("t", 1)
     d.observe({mine: 1, moved: 1}, {mine: 0, moved: 5})

@@ -6,9 +6,6 @@ import base64
 import hashlib
 import html
 import re
-from pathlib import Path
-
-import pytest
 
 from streams.records import Evidence, Fragment, TimeWindow
 from streams.report.merge import merge
@@ -21,7 +18,8 @@ from streams.report.view import (
     render_markdown,
 )
 
-DATA = Path(__file__).resolve().parents[2] / ".." / "shared" / "data"
+from helpers import shared_file
+
 XSS = "<script>alert('x')</script>"
 
 
@@ -152,9 +150,7 @@ def test_index_lists_reports_and_refuses_script_links() -> None:
 
 
 def test_real_stack_trace_example_renders_verbatim() -> None:
-    path = DATA / "kafka-broker-incident" / "kafka0-server.log"
-    if not path.exists():
-        pytest.skip(f"{path} is not available")
+    path = shared_file("kafka-broker-incident", "kafka0-server.log")
     trace = "\n".join(path.read_text(encoding="utf-8").splitlines()[1:6])
     assert "\tat " in trace
     frag = _frag(

@@ -14,10 +14,8 @@ Control plane for other processes: ``GET /_fake/stats``, ``GET /_fake/requests``
 
 from streams.dev.fakellm.config import (
     WINDOW_SECONDS,
-    Clock,
     FakeLLMConfig,
     FakeLLMStats,
-    Sleep,
     SlidingWindow,
 )
 from streams.dev.fakellm.provider import TOKENS_PER_MESSAGE, FakeProvider
@@ -27,12 +25,10 @@ __all__ = [
     "PROVIDER_KEY",
     "TOKENS_PER_MESSAGE",
     "WINDOW_SECONDS",
-    "Clock",
     "FakeLLMConfig",
     "FakeLLMServer",
     "FakeLLMStats",
     "FakeProvider",
-    "Sleep",
     "SlidingWindow",
     "make_app",
     "serve",

@@ -8,12 +8,9 @@ from __future__ import annotations
 import dataclasses
 import math
 from collections import deque
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
-
-Clock = Callable[[], float]
-Sleep = Callable[[float], Awaitable[Any]]
 
 WINDOW_SECONDS = 60.0
 _INT_FIELDS = {"rpm", "tpm", "context", "seed", "max_recorded"}

@@ -17,7 +17,8 @@ from aiohttp import web
 
 from streams.batch.prompt import extract_payload
 from streams.clean.tokens import TokenCounter
-from streams.dev.fakellm.config import Clock, FakeLLMConfig, FakeLLMStats, Sleep, SlidingWindow
+from streams.clock import Clock, Sleep
+from streams.dev.fakellm.config import FakeLLMConfig, FakeLLMStats, SlidingWindow
 from streams.errors import MalformedOutput
 from streams.gateway.rules.analyzer import analyze
 

@@ -9,7 +9,8 @@ from typing import Any
 from aiohttp import web
 
 from streams.clean.tokens import TokenCounter
-from streams.dev.fakellm.config import Clock, FakeLLMConfig, FakeLLMStats, Sleep
+from streams.clock import Clock, Sleep
+from streams.dev.fakellm.config import FakeLLMConfig, FakeLLMStats
 from streams.dev.fakellm.provider import FakeProvider
 
 logger = logging.getLogger(__name__)

@@ -16,16 +16,7 @@ from streams.batch.prompt import embed_payload
 from streams.dev.fakellm import FakeLLMConfig, FakeLLMServer, SlidingWindow
 from streams.gateway.rules.analyzer import analyze
 
-
-class FakeClock:
-    def __init__(self) -> None:
-        self.now = 1000.0
-
-    def __call__(self) -> float:
-        return self.now
-
-    def advance(self, seconds: float) -> None:
-        self.now += seconds
+from helpers import FakeClock
 
 
 class FakeSleep:
@@ -80,7 +71,7 @@ def chat_body(payload: dict[str, Any] | None = None, **extra: Any) -> dict[str, 
 
 @pytest.fixture
 def clock() -> FakeClock:
-    return FakeClock()
+    return FakeClock(start=1000.0)
 
 
 @pytest.fixture

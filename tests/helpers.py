@@ -1,0 +1,129 @@
+"""Test helpers shared by many test modules: records, a word counter, a fake clock.
+
+Importable as ``helpers`` because tests/conftest.py puts this folder on sys.path
+(pytest runs with ``--import-mode=importlib``, which does not).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import socket
+from collections.abc import Iterator
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+
+import pytest
+
+from streams.records import NormalizedRecord, RawCoord
+
+REPO = Path(__file__).resolve().parents[1]
+SHARED_DATA = REPO.parent / "shared" / "data"
+"""Third-party logs beside the repository; optional, so tests using them skip without."""
+
+T0 = datetime(2026, 1, 2, 3, 4, 5, tzinfo=UTC)
+"""When the records of :func:`make_record` happen (plus their ``seconds``)."""
+
+
+def shared_file(*parts: str) -> Path:
+    """A file of ../shared/data, or skip the test cleanly when it is absent."""
+    path = SHARED_DATA.joinpath(*parts)
+    if not path.exists():
+        pytest.skip(f"{path} is not here (shared data is optional)")
+    return path
+
+
+def iso_z(at: datetime) -> str:
+    """``at`` the way records write timestamps: ISO 8601 with a ``Z``."""
+    return at.isoformat().replace("+00:00", "Z")
+
+
+class WordCounter:
+    """One token per whitespace-separated word: easy arithmetic, the TokenCounter interface."""
+
+    def count(self, text: str) -> int:
+        return len(text.split())
+
+    def truncate(self, text: str, max_tokens: int) -> tuple[str, int]:
+        words = text.split()
+        return " ".join(words[:max_tokens]), max(0, len(words) - max_tokens)
+
+
+def make_record(
+    offset: int,
+    *,
+    message: str | None = None,
+    service: str | None = "hdfs",
+    template_id: str = "t1",
+    template: str = "Connection to <*> refused",
+    seconds: float | None = None,
+    timestamped: bool = True,
+    level: str | None = "INFO",
+    partition: int = 0,
+    topic: str = "retro.logs.raw",
+    lane: str = "fast",
+    tokens: int | None = None,
+) -> NormalizedRecord:
+    """A normalized record of raw offset ``offset``, ``seconds`` (default: offset) after T0.
+
+    Tokens default to the message's word count, matching :class:`WordCounter`.
+    """
+    ts = None
+    if timestamped:
+        ts = iso_z(T0 + timedelta(seconds=offset if seconds is None else seconds))
+    msg = message if message is not None else f"Connection to 10.0.0.{offset % 250} refused"
+    return NormalizedRecord(
+        id=f"{topic}/{partition}/{offset}",
+        raw=RawCoord(topic=topic, partition=partition, offset=offset),
+        source="app.log",
+        format="text",
+        timestamp=ts,
+        level=level,
+        service=service,
+        message=msg,
+        template_id=template_id,
+        template=template,
+        tokens=len(msg.split()) if tokens is None else tokens,
+        cost=0.1,
+        lane=lane,
+    )
+
+
+class FakeClock:
+    """A clock that moves only when told; its ``sleep`` advances it, costing no wall time.
+
+    Pass the instance as ``clock`` and ``clock.sleep`` as ``sleep``.
+    """
+
+    def __init__(self, start: float = 0.0) -> None:
+        self.now = start
+        self.slept: list[float] = []
+
+    def __call__(self) -> float:
+        return self.now
+
+    def advance(self, seconds: float) -> None:
+        self.now += seconds
+
+    async def sleep(self, seconds: float) -> None:
+        self.slept.append(seconds)
+        self.now += seconds
+        await asyncio.sleep(0)
+
+
+@contextlib.contextmanager
+def closed_port() -> Iterator[int]:
+    """A loopback port that refuses connections: bound (so nobody else takes it), not listening."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        yield int(s.getsockname()[1])
+
+
+@contextlib.contextmanager
+def busy_port() -> Iterator[int]:
+    """A loopback port something listens on, as another worker would."""
+    with socket.socket() as s:
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        s.bind(("127.0.0.1", 0))
+        s.listen()
+        yield int(s.getsockname()[1])
