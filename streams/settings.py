@@ -103,6 +103,10 @@ class ReportSettings(BaseModel):
     # every N seconds, one model call rewrites the summary of each incident that grew;
     # 0 turns the roll-up off (it costs a call per changed incident per tick)
     rollup_seconds: float = Field(0.0, ge=0.0)
+    # fragments fetched within this many seconds are merged at once and each changed
+    # report is published once: publication cost no longer grows with fragments
+    publish_seconds: float = Field(2.0, gt=0.0)
+    publish_max_fragments: int = Field(1000, ge=1)  # a fuller buffer is merged at once
 
 
 class KafkaSettings(BaseModel):

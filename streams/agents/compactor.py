@@ -2,13 +2,17 @@
 
 Fragments are keyed by report id, so a report's fragments share one partition and
 the faust table (partitioned like the fragments topic) is local to the worker that
-owns it. After every change the report is published to the compacted
-``retro.reports`` topic, which is what every reader uses.
+owns it. Fragments are taken in buffers (``RETRO_REPORT__PUBLISH_SECONDS``): each
+report is merged once per buffer and published once to the changelog and to the
+compacted ``retro.reports`` topic, which is what every reader uses; the buffer is
+acked only after those writes are delivered.
 """
 
 from __future__ import annotations
 
+import asyncio
 import logging
+from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
@@ -20,7 +24,8 @@ from streams.gateway.gateway import Gateway
 from streams.gateway.rollup_prompt import ROLLUP_KIND, rollup_messages
 from streams.metrics import Metrics
 from streams.records import Fragment, Review
-from streams.report.merge import merge
+from streams.report.keys import format_time
+from streams.report.merge import merge, merge_all
 from streams.report.model import Report
 from streams.report.rollup import (
     RollupUpdate,
@@ -69,53 +74,121 @@ def wire_compactor(app: Any, settings: Settings, metrics: Metrics,
                           "max.message.bytes": str(settings.kafka.max_message_bytes)})
     reports = topics["reports"]
     parsed = ParsedReports()
+    report_settings = settings.report
 
-    async def publish(report_id: str, updated: Report) -> None:
+    def store(report_id: str, partition: int, updated: Report) -> list[Any]:
+        """Write a report to the table, its changelog partition and the reports topic;
+        returns the delivery futures. The changelog partition is the fragments
+        partition the report lives on, named explicitly: a buffer of events may mix
+        partitions, so faust's "current event" is not the report's."""
         body = updated.to_json()
-        table[report_id] = body
+        table.data[report_id] = body
         parsed.put(report_id, body, updated)
-        delivered = await send(reports, key=report_id.encode(), value=body.encode())
-        await delivered  # acked after this iteration, i.e. after delivery
+        return [table.send_changelog(partition, report_id, body)]
 
     @app.agent(topics["fragments"], name="compactor", concurrency=1)
     async def compactor_agent(stream: Any) -> None:
-        async for event in stream.events():
-            message = event.message
-            if _kind(message) == ROLLUP_KIND:
-                await _apply_rollup(event.value, table, parsed, publish)
-                continue
-            try:
-                fragment = Fragment.model_validate_json(event.value)
-            except ValidationError as exc:
-                logger.error("unreadable fragment at %s[%s]@%s skipped: %s", message.topic,
-                             message.partition, message.offset, exc)
-                metrics.report_updates.labels("invalid").inc()
-                continue
-            report_id = (message.key or b"").decode() or "undated/all"
-            stored = table.get(report_id)
-            current = parsed.get(report_id, stored)
-            try:
-                updated, result = merge(current, fragment, report_id=report_id,
-                                        now=datetime.now(UTC).isoformat().replace("+00:00", "Z"))
-            except (RetroError, ValueError) as exc:
-                # its records must still be accounted for: a person looks at it
-                logger.error("fragment %s cannot be merged into %s: %s", fragment.id, report_id,
-                             exc)
-                metrics.report_updates.labels("invalid").inc()
-                review = Review(id=f"r-{fragment.id}", lane=fragment.lane, reason="bad_fragment",
-                                detail=f"could not merge into report {report_id}: {exc}",
-                                covered=fragment.covered, record_ids=[], model=fragment.model,
-                                prompt_version=fragment.prompt_version, output=None)
-                await (await send(topics["review"], key=review.id.encode(),
-                                  value=review.model_dump_json().encode()))
-                continue
-            metrics.report_updates.labels(result).inc()
-            if result != "duplicate":
-                await publish(report_id, updated)
+        # Every fragment fetched within publish_seconds is merged at once and each
+        # changed report is published once; the buffer is acked by faust only after
+        # this body returns, i.e. after every write is delivered.
+        async for events in stream.take_events(report_settings.publish_max_fragments,
+                                               within=report_settings.publish_seconds):
+            pending: dict[str, _Pending] = {}
+            for event in events:
+                _collect(event, pending, metrics)
+            futures: list[Any] = []
+            for report_id, work in pending.items():
+                updated = await _fold(report_id, work, table, parsed, topics, metrics)
+                if updated is not None:
+                    futures += store(report_id, work.partition, updated)
+                    futures.append(await send(reports, key=report_id.encode(),
+                                              value=updated.to_json().encode()))
+            if futures:
+                await asyncio.gather(*futures)
 
     if gateway is not None and settings.report.rollup_seconds > 0:
         _wire_rollup(app, settings, table, parsed, gateway, topics["fragments"])
     return table
+
+
+@dataclass
+class _Pending:
+    """What one buffer holds for one report, in arrival order."""
+
+    partition: int
+    fragments: list[Fragment] = field(default_factory=list)
+    rollups: list[RollupUpdate] = field(default_factory=list)
+
+
+def _collect(event: Any, pending: dict[str, _Pending], metrics: Metrics) -> None:
+    message = event.message
+    if _kind(message) == ROLLUP_KIND:
+        try:
+            update = RollupUpdate.from_json(event.value)
+        except ValueError as exc:
+            logger.error("unreadable roll-up skipped: %s", exc)
+            return
+        pending.setdefault(update.report_id, _Pending(message.partition)).rollups.append(update)
+        return
+    try:
+        fragment = Fragment.model_validate_json(event.value)
+    except ValidationError as exc:
+        logger.error("unreadable fragment at %s[%s]@%s skipped: %s", message.topic,
+                     message.partition, message.offset, exc)
+        metrics.report_updates.labels("invalid").inc()
+        return
+    report_id = (message.key or b"").decode() or "undated/all"
+    work = pending.setdefault(report_id, _Pending(message.partition))
+    work.partition = message.partition
+    work.fragments.append(fragment)
+
+
+async def _fold(report_id: str, work: _Pending, table: Any, parsed: ParsedReports,
+                topics: dict[str, Any], metrics: Metrics) -> Report | None:
+    """The report with this buffer's fragments and roll-ups in it, or None if unchanged."""
+    current = parsed.get(report_id, table.get(report_id))
+    updated = current
+    changed = False
+    now = format_time(datetime.now(UTC))
+    if work.fragments:
+        try:
+            updated, results = merge_all(current, work.fragments, report_id=report_id, now=now)
+        except (RetroError, ValueError) as exc:
+            # one bad fragment must not hold back the others: merge them one by one
+            logger.error("fragments for %s cannot be merged at once (%s); one by one",
+                         report_id, exc)
+            updated, results = await _one_by_one(current, work.fragments, report_id, now,
+                                                 topics)
+        for result in results:
+            metrics.report_updates.labels(result).inc()
+        changed = any(r in ("applied", "partial") for r in results)
+    for update in work.rollups:
+        if updated is None:
+            break
+        updated, rolled = apply_rollup(updated, update, now=now)
+        changed |= rolled
+    return updated if changed else None
+
+
+async def _one_by_one(current: Report | None, fragments: list[Fragment], report_id: str,
+                      now: str, topics: dict[str, Any]) -> tuple[Report | None, list[str]]:
+    results: list[str] = []
+    for fragment in fragments:
+        try:
+            current, result = merge(current, fragment, report_id=report_id, now=now)
+        except (RetroError, ValueError) as exc:
+            # its records must still be accounted for: a person looks at it
+            logger.error("fragment %s cannot be merged into %s: %s", fragment.id, report_id, exc)
+            review = Review(id=f"r-{fragment.id}", lane=fragment.lane, reason="bad_fragment",
+                            detail=f"could not merge into report {report_id}: {exc}",
+                            covered=fragment.covered, record_ids=[], model=fragment.model,
+                            prompt_version=fragment.prompt_version, output=None)
+            await (await send(topics["review"], key=review.id.encode(),
+                              value=review.model_dump_json().encode()))
+            results.append("invalid")
+            continue
+        results.append(result)
+    return current, results
 
 
 def _kind(message: Any) -> str | None:
@@ -125,21 +198,6 @@ def _kind(message: Any) -> str | None:
         if key == KIND_HEADER:
             return value.decode() if isinstance(value, bytes) else str(value)
     return None
-
-
-async def _apply_rollup(value: bytes, table: Any, parsed: ParsedReports, publish: Any) -> None:
-    try:
-        update = RollupUpdate.from_json(value)
-    except ValueError as exc:
-        logger.error("unreadable roll-up skipped: %s", exc)
-        return
-    current = parsed.get(update.report_id, table.get(update.report_id))
-    if current is None:
-        return
-    updated, changed = apply_rollup(current, update,
-                                    now=datetime.now(UTC).isoformat().replace("+00:00", "Z"))
-    if changed:
-        await publish(update.report_id, updated)
 
 
 def _wire_rollup(app: Any, settings: Settings, table: Any, parsed: ParsedReports,

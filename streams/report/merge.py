@@ -25,6 +25,8 @@ from streams.intervals import Coverage
 from streams.records import Fragment
 from streams.report.keys import format_time, parse_time
 from streams.report.model import (
+    MAX_TEMPLATES,
+    OTHER_TEMPLATES,
     SEVERITY_WEIGHT,
     CoverageJSON,
     Incident,
@@ -67,56 +69,74 @@ def suggestion_key(text: str) -> str:
 def merge(
     report: Report | None, fragment: Fragment, *, report_id: str, now: str | None = None
 ) -> tuple[Report, MergeResult]:
-    """Fold one fragment into a report; returns the new report and what happened.
+    """Fold one fragment into a report; returns the new report and what happened."""
+    out, results = merge_all(report, [fragment], report_id=report_id, now=now)
+    return out, results[0]
 
-    Pure: the input report is not modified. ``now`` defaults to the wall clock and
-    only sets ``updated_at``.
+
+def merge_all(
+    report: Report | None, fragments: list[Fragment], *, report_id: str, now: str | None = None
+) -> tuple[Report, list[MergeResult]]:
+    """Fold fragments into a report at once: one new version for all of them.
+
+    Pure: the input report is not modified. The ledger (``covered``) decides what is
+    new; only new records are counted, so replays and overlaps never count twice.
+    ``now`` defaults to the wall clock and only sets ``updated_at``.
     """
     if report is not None and report.id != report_id:
-        raise ValueError(f"fragment {fragment.id} is for report {report_id}, not {report.id}")
+        raise ValueError(f"fragments for report {report_id} cannot merge into {report.id}")
     base = report if report is not None else Report(id=report_id)
     seen = Coverage.from_json(base.covered)
-    offered = _coverage(fragment.covered, fragment.id)
-    new = offered.difference(seen)
-    if not new:
-        logger.debug("fragment %s adds nothing to report %s", fragment.id, report_id)
-        return base, "duplicate"
-    result: MergeResult = "applied" if len(new) == len(offered) else "partial"
-    if result == "partial":
-        logger.info(
-            "fragment %s overlaps report %s: %s of %s records are new",
-            fragment.id,
-            report_id,
-            len(new),
-            len(offered),
-        )
-
-    # Shallow copy: every field changed below is replaced, and the one incident and the
-    # suggestions that are changed in place are copied first, so ``base`` stays intact
-    # without deep-copying a whole day's coverage on every merge.
-    out = base.model_copy()
-    key = incident_key(fragment.event, fragment.cause)
+    # Copy on write: only the incidents and suggestions a fragment changes are copied,
+    # so ``base`` stays intact without deep-copying a whole day's report per merge.
     incidents = {i.key: i for i in base.incidents}
-    touched = incidents.get(key)
-    incidents[key] = _absorb(
-        touched.model_copy(deep=True) if touched is not None else None, key, fragment, new
-    )
-    out.covered = seen.union(new).to_json()
+    suggestions = {s.key: s for s in base.suggestions}
+    own: set[tuple[str, str]] = set()  # ("i"|"s", key) already copied
+    touched: set[str] = set()
+    models = set(base.models)
+    applied: list[str] = []
+    results: list[MergeResult] = []
+    for fragment in fragments:
+        offered = _coverage(fragment.covered, fragment.id)
+        new = offered.difference(seen)
+        if not new:
+            logger.debug("fragment %s adds nothing to report %s", fragment.id, report_id)
+            results.append("duplicate")
+            continue
+        result: MergeResult = "applied" if len(new) == len(offered) else "partial"
+        if result == "partial":
+            logger.info("fragment %s overlaps report %s: %s of %s records are new",
+                        fragment.id, report_id, len(new), len(offered))
+        key = incident_key(fragment.event, fragment.cause)
+        incident = incidents.get(key)
+        if incident is not None and ("i", key) not in own:
+            incident = incident.model_copy(deep=True)
+        own.add(("i", key))
+        incidents[key] = _absorb(incident, key, fragment, new)
+        _add_suggestion(suggestions, own, fragment, key)
+        seen = seen.union(new)
+        touched.add(key)
+        models.add(f"{fragment.model}@{fragment.prompt_version}")
+        applied.append(fragment.id)
+        results.append(result)
+    if not applied:
+        return base, results
+
+    out = base.model_copy()
+    out.covered = seen.to_json()
     out.incidents = sorted(incidents.values(), key=_incident_rank)
-    out.suggestions = _suggestions(
-        [s.model_copy() for s in base.suggestions], fragment, key, incidents
-    )
+    out.suggestions = _rank_suggestions(suggestions, own, incidents, touched)
     out.timeline = _timeline(out.incidents)
     out.services = sorted({s for i in out.incidents for s in i.services})
-    out.models = sorted({*out.models, f"{fragment.model}@{fragment.prompt_version}"})
+    out.models = sorted(models)
     out.first_seen = _earliest([i.first_seen for i in out.incidents])
     out.last_seen = _latest([i.last_seen for i in out.incidents])
     out.version = base.version + 1
     out.updated_at = now if now is not None else format_time(datetime.now(UTC))
-    out.fragments_applied = base.fragments_applied + 1
-    out.fragment_ids = [*base.fragment_ids, fragment.id][-MAX_FRAGMENT_IDS:]
+    out.fragments_applied = base.fragments_applied + len(applied)
+    out.fragment_ids = [*base.fragment_ids, *applied][-MAX_FRAGMENT_IDS:]
     out.changes = diff_reports(base, out)
-    return out, result
+    return out, results
 
 
 def diff_reports(before: Report | None, after: Report) -> ReportChanges:
@@ -163,7 +183,7 @@ def _absorb(inc: Incident | None, key: str, fragment: Fragment, new: Coverage) -
     times = [fragment.timestamp, fragment.window.start, fragment.window.end]
     inc.first_seen = _earliest([inc.first_seen, *times])
     inc.last_seen = _latest([inc.last_seen, *times])
-    inc.covered = Coverage.from_json(inc.covered).union(new).to_json()
+    inc.count += len(new)
 
     evidence = {ev.template: ev for ev in inc.evidence}
     claimed = Coverage()
@@ -174,48 +194,75 @@ def _absorb(inc: Incident | None, key: str, fragment: Fragment, new: Coverage) -
             continue
         part = _coverage(ev.covered, fragment.id).intersection(new)
         claimed = claimed.union(part)
-        _add_evidence(evidence, ev.template, part, ev.examples)
+        _add_evidence(evidence, ev.template, len(part), ev.examples)
     # Evidence without its own coverage (older producers) gets what no template claimed.
-    remainder = new.difference(claimed)
+    remainder = len(new.difference(claimed))
     for ev in implicit:
         _add_evidence(evidence, ev.template, remainder, ev.examples)
-    inc.evidence = sorted(evidence.values(), key=lambda e: (-e.count, e.template))
+    inc.evidence = _capped(evidence)
     return inc
 
 
 def _add_evidence(
-    evidence: dict[str, TemplateEvidence], template: str, part: Coverage, examples: list[str]
+    evidence: dict[str, TemplateEvidence], template: str, count: int, examples: list[str]
 ) -> None:
-    if not part:
+    if not count:
         return
     ev = evidence.setdefault(template, TemplateEvidence(template=template))
-    ev.covered = Coverage.from_json(ev.covered).union(part).to_json()
+    ev.count += count
     ev.examples = pick_examples([*ev.examples, *examples])
 
 
-def _suggestions(
-    current: list[Suggestion], fragment: Fragment, key: str, incidents: dict[str, Incident]
-) -> list[Suggestion]:
-    by_key = {s.key: s for s in current}
+def _capped(evidence: dict[str, TemplateEvidence]) -> list[TemplateEvidence]:
+    """The MAX_TEMPLATES most frequent templates; the rest counted as one entry, so an
+    incident's size does not grow with the variety of its lines (counts stay exact)."""
+    other = evidence.pop(OTHER_TEMPLATES, None)
+    ranked = sorted(evidence.values(), key=lambda e: (-e.count, e.template))
+    if len(ranked) > MAX_TEMPLATES:
+        rest = ranked[MAX_TEMPLATES:]
+        ranked = ranked[:MAX_TEMPLATES]
+        other = other or TemplateEvidence(template=OTHER_TEMPLATES)
+        other.count += sum(e.count for e in rest)
+        other.examples = pick_examples([*other.examples, *(x for e in rest for x in e.examples)])
+    return [*ranked, other] if other is not None else ranked
+
+
+def _add_suggestion(
+    suggestions: dict[str, Suggestion], own: set[tuple[str, str]], fragment: Fragment, key: str
+) -> None:
     text = _display(fragment.suggestion)
-    if text:
-        skey = suggestion_key(text)
-        s = by_key.setdefault(skey, Suggestion(key=skey, text=text))
-        s.text = min(s.text, text, key=_text_order)
-        s.incidents = sorted({*s.incidents, key})
-    for s in by_key.values():
-        if key not in s.incidents:
-            continue  # only suggestions of the changed incident can change
+    if not text:
+        return
+    skey = suggestion_key(text)
+    s = suggestions.get(skey)
+    if s is None:
+        s = Suggestion(key=skey, text=text)
+    elif ("s", skey) not in own:
+        s = s.model_copy()
+    own.add(("s", skey))
+    suggestions[skey] = s
+    s.text = min(s.text, text, key=_text_order)
+    s.incidents = sorted({*s.incidents, key})
+
+
+def _rank_suggestions(
+    suggestions: dict[str, Suggestion], own: set[tuple[str, str]], incidents: dict[str, Incident],
+    touched: set[str],
+) -> list[Suggestion]:
+    for skey, s in list(suggestions.items()):
+        if touched.isdisjoint(s.incidents):
+            continue  # only suggestions of changed incidents can change
+        if ("s", skey) not in own:
+            s = suggestions[skey] = s.model_copy()
+            own.add(("s", skey))
         linked = [incidents[k] for k in s.incidents if k in incidents]
-        covered = Coverage()
-        for inc in linked:
-            covered = covered.union(Coverage.from_json(inc.covered))
         s.severity = max((i.severity for i in linked), key=SEVERITY_WEIGHT.__getitem__)
-        s.records = len(covered)
+        # an incident's records are its own: the linked incidents' counts never overlap
+        s.records = sum(i.count for i in linked)
         s.score = SEVERITY_WEIGHT[s.severity] * s.records
     # the most severe first, then the widest reach: "No action needed" on 1,000 routine
     # lines must not outrank the fix for a high-severity incident
-    return sorted(by_key.values(),
+    return sorted(suggestions.values(),
                   key=lambda s: (-SEVERITY_WEIGHT[s.severity], -s.score, s.key))
 
 

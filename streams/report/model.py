@@ -1,7 +1,9 @@
 """What a report is: the post-mortem of one retro window (``schemas/report.schema.json``).
 
-Every count is the size of an interval set of raw coordinates, recomputed on load,
-never a stored running sum.
+The report's ``covered`` interval set is its ledger: which raw records it counts.
+Merging adds only records the ledger has not seen, so the stored counts of
+incidents and templates stay exact without keeping an interval set for each of
+them (which grew with every incident and every interleaving of templates).
 """
 
 from __future__ import annotations
@@ -17,6 +19,8 @@ CoverageJSON = dict[str, list[list[int]]]
 
 SEVERITY_WEIGHT: dict[str, int] = {"info": 1, "low": 2, "medium": 4, "high": 8, "critical": 16}
 MAX_EXAMPLES = 5  # per template evidence
+MAX_TEMPLATES = 20  # evidence templates per incident; the rest are counted as one
+OTHER_TEMPLATES = "(other templates)"
 MAX_EXAMPLE_CHARS = 1000  # longer examples are cut, so one stack trace cannot bloat a report
 
 
@@ -30,13 +34,8 @@ class TemplateEvidence(BaseModel):
     """The records of one log template inside an incident, with a few examples."""
 
     template: str
-    covered: CoverageJSON = Field(default_factory=dict)
+    count: int = 0
     examples: list[str] = Field(default_factory=list)
-
-    @computed_field  # type: ignore[prop-decorator]
-    @property
-    def count(self) -> int:
-        return len(Coverage.from_json(self.covered))
 
 
 class Incident(BaseModel):
@@ -50,17 +49,12 @@ class Incident(BaseModel):
     lanes: list[str] = Field(default_factory=list)
     first_seen: str | None = None
     last_seen: str | None = None
-    covered: CoverageJSON = Field(default_factory=dict)
-    evidence: list[TemplateEvidence] = Field(default_factory=list)
+    count: int = 0  # records of the report's ledger attributed to this incident
+    evidence: list[TemplateEvidence] = Field(default_factory=list)  # at most MAX_TEMPLATES
     # The model-written roll-up (streams/report/rollup.py) and the record count it was based
     # on; merge keeps both as they are, so a summary lags until the next roll-up.
     summary: str | None = None
     summary_count: int = 0
-
-    @computed_field  # type: ignore[prop-decorator]
-    @property
-    def count(self) -> int:
-        return len(Coverage.from_json(self.covered))
 
     @computed_field  # type: ignore[prop-decorator]
     @property

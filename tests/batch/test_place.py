@@ -18,41 +18,31 @@ from streams.batch.answers import place_fragments, validate_answer
 from streams.batch.lane import LaneProcessor
 from streams.batch.window import Batch, TokenWindow, build_batch
 from streams.intervals import Coverage
-from streams.records import BatchOutcome, Fragment, NormalizedRecord, RawCoord
+from streams.records import BatchOutcome, Fragment, NormalizedRecord
 from streams.report.keys import record_place, report_key
 from streams.report.merge import merge
 from streams.report.model import Report
+
+from helpers import WordCounter, iso_z, make_record
 
 T0 = datetime(2026, 3, 30, 22, 0, tzinfo=UTC)  # two hours before a day boundary
 SERVICES = ("api", "db", "auth")
 TEMPLATES = ("Connection to <*> refused", "User <*> logged in", "Disk <*> full")
 
 
-class _Words:
-    def count(self, text: str) -> int:
-        return len(text.split())
-
-    def truncate(self, text: str, max_tokens: int) -> tuple[str, int]:
-        words = text.split()
-        return " ".join(words[:max_tokens]), max(0, len(words) - max_tokens)
-
-
 def rec(offset: int, minutes: float | None, *, service: str | None = "api",
         template: int = 0, partition: int = 0, source: str = "app.log") -> NormalizedRecord:
-    stamp = None
-    if minutes is not None:
-        stamp = (T0 + timedelta(minutes=minutes)).isoformat().replace("+00:00", "Z")
+    """A record ``minutes`` after T0 (None: undated) of one of three templates."""
+    stamp = None if minutes is None else iso_z(T0 + timedelta(minutes=minutes))
     msg = TEMPLATES[template].replace("<*>", str(offset))
-    return NormalizedRecord(
-        id=f"raw/{partition}/{offset}", raw=RawCoord(topic="raw", partition=partition,
-                                                     offset=offset),
-        source=source, format="text", timestamp=stamp, level="ERROR", service=service,
-        message=msg, template_id=f"t{template}", template=TEMPLATES[template],
-        tokens=len(msg.split()), cost=1.0, lane="fast")
+    record = make_record(offset, message=msg, service=service, template_id=f"t{template}",
+                         template=TEMPLATES[template], level="ERROR", partition=partition,
+                         topic="raw")
+    return record.model_copy(update={"timestamp": stamp, "source": source})
 
 
 def batch_of(records: list[NormalizedRecord]) -> Batch:
-    return build_batch(records, lane="fast", counter=_Words(), max_example_tokens=None,
+    return build_batch(records, lane="fast", counter=WordCounter(), max_example_tokens=None,
                        trigger="wait")
 
 
@@ -207,7 +197,7 @@ async def test_the_lane_publishes_one_fragment_per_report_and_acks_after() -> No
     lane = LaneProcessor(
         window=TokenWindow(lane="fast", input_budget=4000, context_window=8192,
                            output_reserve=0.3, max_records=6, max_wait_seconds=60,
-                           counter=_Words()),
+                           counter=WordCounter()),
         analyzer=_AllInOne(), publish=publish, ack=acked.append, model="m",
         prompt_version="v1",
         place=lambda r: record_place(r, window="day", group_by="all"))

@@ -24,12 +24,20 @@ from streams.report.keys import report_key
 from streams.report.merge import (
     incident_key,
     merge,
+    merge_all,
     report_body,
 )
-from streams.report.model import MAX_EXAMPLES, SEVERITY_WEIGHT, Report
+from streams.report.model import (
+    MAX_EXAMPLES,
+    MAX_TEMPLATES,
+    OTHER_TEMPLATES,
+    SEVERITY_WEIGHT,
+    Report,
+)
+
+from helpers import shared_file
 
 ROOT = Path(__file__).resolve().parents[2]
-DATA = ROOT / ".." / "shared" / "data"
 SCHEMA = json.loads((ROOT / "schemas" / "report.schema.json").read_text())
 SEVERITIES = ["info", "low", "medium", "high", "critical"]
 T0 = datetime(2026, 11, 29, 10, 0, tzinfo=UTC)
@@ -302,14 +310,16 @@ def test_bad_ranges_and_wrong_report_are_rejected() -> None:
         merge(report, _frag("b", {"t/0": [[1, 1]]}), report_id="other")
 
 
-def test_json_round_trip_recomputes_counts_and_validates_against_schema() -> None:
+def test_json_round_trip_recomputes_the_ledger_count_and_validates_against_schema() -> None:
     report, _ = merge(None, _frag("a", {"t/0": [[0, 9]]}), report_id="r", now="t1")
     report, _ = merge(report, _frag("b", {"t/1": [[0, 4]]}, event="Other"), report_id="r")
     doc = json.loads(report.to_json())
     jsonschema.validate(doc, SCHEMA)
     assert Report.from_json(report.to_json()) == report
-    doc["incidents"][0]["count"] = 999_999  # a stored count is never trusted
-    assert Report.from_json(doc).incidents[0].count == report.incidents[0].count
+    doc["record_count"] = 999_999  # the report's count is its ledger's size, never stored
+    assert Report.from_json(doc).record_count == 15
+    # incident counts add up to the ledger: each record is attributed to one incident
+    assert sum(i.count for i in report.incidents) == report.record_count
 
 
 def test_schema_names_every_model_field() -> None:
@@ -359,9 +369,7 @@ def _lines(indexes: list[int]) -> dict[str, list[list[int]]]:
 
 
 def test_real_hdfs_log_with_overlapping_reruns_counts_each_line_once() -> None:
-    path = DATA / "loghub" / "HDFS" / "HDFS_2k.log_structured.csv"
-    if not path.exists():
-        pytest.skip(f"{path} is not available")
+    path = shared_file("loghub", "HDFS", "HDFS_2k.log_structured.csv")
     rows = list(csv.DictReader(path.open(encoding="utf-8")))
     rng = random.Random(7)
     spans = [(lo, min(lo + 199, len(rows) - 1)) for lo in range(0, len(rows), 200)]
@@ -437,3 +445,54 @@ def test_a_rollup_summary_survives_merges_and_stays_out_of_the_body() -> None:
         del stored["summary"], stored["summary_count"]
     jsonschema.validate(doc, SCHEMA)
     assert Report.from_json(doc).incident(inc.key).summary is None
+
+
+# --- many fragments at once, bounded state -------------------------------------------
+
+
+def test_merging_at_once_equals_merging_one_by_one_in_one_version() -> None:
+    fragments = [
+        _frag("a", {"t/0": [[0, 9]]}),
+        _frag("b", {"t/1": [[0, 4]]}, event="Other"),
+        _frag("c", {"t/0": [[5, 14]]}),  # overlaps a: only 10-14 are new
+        _frag("d", {"t/0": [[0, 3]]}),  # a replay: nothing new
+    ]
+    one_by_one = None
+    for fragment in fragments:
+        one_by_one, _ = merge(one_by_one, fragment, report_id="r", now="t")
+    at_once, results = merge_all(None, fragments, report_id="r", now="t")
+    assert results == ["applied", "applied", "partial", "duplicate"]
+    assert report_body(at_once) == report_body(one_by_one)
+    assert at_once.version == 1 and at_once.fragments_applied == 3
+    assert at_once.record_count == 20 == sum(i.count for i in at_once.incidents)
+    unchanged, results = merge_all(at_once, fragments, report_id="r", now="t2")
+    assert unchanged is at_once and set(results) == {"duplicate"}
+
+
+def test_an_incident_keeps_the_most_frequent_templates_and_counts_the_rest() -> None:
+    fragments = []
+    for n in range(MAX_TEMPLATES + 15):  # one template per fragment, n+1 records each
+        covered = {"t/0": [[n * 100, n * 100 + n]]}
+        fragments.append(_frag(f"f{n}", covered).model_copy(update={"evidence": [
+            Evidence(template=f"template {n} <*>", count=n + 1, examples=[f"line {n}"],
+                     covered=covered)]}))
+    report, _ = merge_all(None, fragments, report_id="r", now="t")
+    (incident,) = report.incidents
+    assert len(incident.evidence) == MAX_TEMPLATES + 1
+    assert incident.evidence[-1].template == OTHER_TEMPLATES
+    assert incident.evidence[0].template == f"template {MAX_TEMPLATES + 14} <*>"
+    assert sum(e.count for e in incident.evidence) == incident.count == report.record_count
+    jsonschema.validate(json.loads(report.to_json()), SCHEMA)
+
+
+def test_report_size_does_not_grow_with_the_variety_of_lines() -> None:
+    def size(templates: int) -> int:
+        fragments = [
+            _frag(f"f{n}", {"t/0": [[n, n]]}).model_copy(update={"evidence": [
+                Evidence(template=f"template {n} <*>", count=1, examples=[f"line {n}"],
+                         covered={"t/0": [[n, n]]})]})
+            for n in range(templates)]
+        report, _ = merge_all(None, fragments, report_id="r", now="t")
+        return len(report.to_json())
+
+    assert size(2000) < 1.05 * size(200)

@@ -1,0 +1,42 @@
+"""The report follower keeps the latest bytes per report and decodes on request."""
+
+from __future__ import annotations
+
+from streams.report.model import Report
+from streams.report.store import LatestReports
+
+
+def _bytes(rid: str, version: int) -> bytes:
+    return Report(id=rid, version=version).to_json().encode()
+
+
+def test_only_the_latest_version_is_kept_and_decoded_lazily(monkeypatch) -> None:
+    decoded: list[int] = []
+    original = Report.from_json
+
+    def counting(data):  # type: ignore[no-untyped-def]
+        report = original(data)
+        decoded.append(report.version)
+        return report
+
+    monkeypatch.setattr(Report, "from_json", staticmethod(counting))
+    latest = LatestReports()
+    for version in range(1, 50):
+        assert latest.put(b"2026-11-29/all", _bytes("2026-11-29/all", version))
+    latest.put(b"2026-11-30/all", _bytes("2026-11-30/all", 3))
+    assert decoded == [] and len(latest) == 2
+    assert latest.get("2026-11-29/all").version == 49
+    assert latest.get("2026-11-29/all").version == 49  # cached: decoded once
+    assert decoded == [49]
+    assert sorted(r.version for r in latest.values()) == [3, 49]
+    latest.put(b"2026-11-30/all", _bytes("2026-11-30/all", 4))  # a newer version replaces
+    assert latest.get("2026-11-30/all").version == 4
+
+
+def test_tombstones_keyless_and_unreadable_messages_are_skipped() -> None:
+    latest = LatestReports()
+    assert not latest.put(None, b"{}")
+    assert not latest.put(b"x/all", None)
+    assert latest.put(b"x/all", b"not json")
+    assert latest.get("x/all") is None and latest.values() == []
+    assert latest.get("missing/all") is None
