@@ -189,8 +189,15 @@ def cmd_report(args: argparse.Namespace, settings: Settings) -> int:
         print("no report yet" + (f" for window {args.window}" if args.window else "")
               + (f" and service {args.service}" if args.service else ""), file=sys.stderr)
         return 1
-    render = {"md": render_markdown, "json": render_json, "html": render_html}[args.format]
-    print(render(chosen))
+    if args.format == "json":
+        print(render_json(chosen))
+        return 0
+    from streams.report.deadletters import read_deadletters
+
+    # dead letters carry no report of their own: name how many the pipeline rejected
+    dead = asyncio.run(read_deadletters(settings, latest=0)).total
+    render = render_markdown if args.format == "md" else render_html
+    print(render(chosen, deadletter_count=dead))
     return 0
 
 

@@ -107,6 +107,9 @@ class ReportSettings(BaseModel):
     # report is published once: publication cost no longer grows with fragments
     publish_seconds: float = Field(2.0, gt=0.0)
     publish_max_fragments: int = Field(1000, ge=1)  # a fuller buffer is merged at once
+    # each report is compacted in this many shares (by raw partition), spread over the
+    # fragments partitions and so over workers; readers compose them
+    shards: int = Field(4, ge=1, le=64)
 
 
 class KafkaSettings(BaseModel):

@@ -71,7 +71,8 @@ def _wire_lane(app: Any, settings: Settings, metrics: Metrics, topics: dict[str,
         model=settings.model.name, prompt_version=settings.model.prompt_version,
         max_inflight_batches=max(2, lane_settings.max_concurrency), metrics=metrics,
         place=functools.partial(record_place, window=settings.report.window,
-                                group_by=settings.report.group_by))
+                                group_by=settings.report.group_by,
+                                shards=settings.report.shards))
 
     async def lane_agent(stream: Any) -> None:
         timer = asyncio.create_task(processor.run_timer())

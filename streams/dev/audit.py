@@ -20,7 +20,7 @@ from aiokafka import AIOKafkaConsumer, TopicPartition
 from streams.intervals import Coverage
 from streams.kafka.connect import aiokafka_kwargs, partitions_of, stop_consumer
 from streams.records import DeadLetter, Review
-from streams.report.store import read_reports, read_topic
+from streams.report.store import read_latest, read_topic
 from streams.settings import Settings
 
 
@@ -82,7 +82,8 @@ async def raw_coverage(settings: Settings) -> Coverage:
 
 
 async def collect_claims(settings: Settings) -> dict[str, list[Coverage]]:
-    reports = await read_reports(settings)
+    # every share of every report is its own claim: shares must never overlap
+    reports = (await read_latest(settings)).shards()
     reviews: dict[str, Coverage] = {}
     async for _key, value in read_topic(settings, settings.topics.review):
         item = Review.model_validate_json(value)

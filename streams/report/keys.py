@@ -21,13 +21,18 @@ logger = logging.getLogger(__name__)
 Window = Literal["hour", "day", "week"]
 GroupBy = Literal["service", "source", "all"]
 UNDATED = "undated"
+SHARD_MARK = "#"  # "<report id>#<shard>": the key one share of a report is compacted under
 
 
-def record_place(record: NormalizedRecord, *, window: Window, group_by: GroupBy) -> str:
-    """The id of the report a record belongs to, from the record alone.
+def record_place(record: NormalizedRecord, *, window: Window, group_by: GroupBy,
+                 shards: int = 1) -> str:
+    """The key a record is compacted under, from the record alone.
 
-    The bucket is the record's own timestamp ("undated" without one); the group is
-    its service (the source when it names none), its source, or "all".
+    The report id's bucket is the record's own timestamp ("undated" without one); its
+    group is the record's service (the source when it names none), its source, or
+    "all". With ``shards`` > 1 a report is compacted in that many shares, by the
+    record's raw partition, so one busy report spreads over partitions and workers;
+    readers compose the shares (``report_of`` names the report of a key).
     """
     _check(window, group_by)
     if group_by == "all":
@@ -36,7 +41,15 @@ def record_place(record: NormalizedRecord, *, window: Window, group_by: GroupBy)
         group = service_of(record)
     else:
         group = record.source
-    return f"{_bucket(parse_time(record.timestamp), window)}/{_clean_group(group)}"
+    report_id = f"{_bucket(parse_time(record.timestamp), window)}/{_clean_group(group)}"
+    if shards > 1:
+        return f"{report_id}{SHARD_MARK}{record.raw.partition % shards}"
+    return report_id
+
+
+def report_of(key: str) -> str:
+    """The report id of a compaction key: "2026-11-29/all#3" -> "2026-11-29/all"."""
+    return key.split(SHARD_MARK, 1)[0]
 
 
 def report_key(fragment: Fragment, *, window: Window, group_by: GroupBy) -> str:

@@ -139,6 +139,77 @@ def merge_all(
     return out, results
 
 
+def compose(report_id: str, shards: list[Report]) -> Report:
+    """One report from the shards its records were compacted in (see ``report_shard``).
+
+    Shards never share a record, so ledgers are unioned and counts added; the rest
+    merges with the same order-free rules as fragments.
+    """
+    if len(shards) == 1 and shards[0].id == report_id:
+        return shards[0]
+    ordered = sorted(shards, key=lambda r: r.id)
+    covered = Coverage()
+    incidents: dict[str, Incident] = {}
+    suggestions: dict[str, Suggestion] = {}
+    for shard in ordered:
+        covered = covered.union(Coverage.from_json(shard.covered))
+        for inc in shard.incidents:
+            incidents[inc.key] = _combine(incidents.get(inc.key), inc)
+        for sug in shard.suggestions:
+            held = suggestions.get(sug.key)
+            merged = sug.model_copy() if held is None else held
+            if held is not None:
+                merged.text = min(held.text, sug.text, key=_text_order)
+                merged.incidents = sorted({*held.incidents, *sug.incidents})
+            suggestions[sug.key] = merged
+    out = Report(id=report_id)
+    out.covered = covered.to_json()
+    out.incidents = sorted(incidents.values(), key=_incident_rank)
+    out.suggestions = _rank_suggestions(suggestions, {("s", k) for k in suggestions},
+                                        incidents, set(incidents))
+    out.timeline = _timeline(out.incidents)
+    out.services = sorted({s for i in out.incidents for s in i.services})
+    out.models = sorted({m for r in ordered for m in r.models})
+    out.first_seen = _earliest([r.first_seen for r in ordered])
+    out.last_seen = _latest([r.last_seen for r in ordered])
+    out.version = sum(r.version for r in ordered)
+    out.updated_at = max((r.updated_at for r in ordered if r.updated_at), default=None)
+    out.fragments_applied = sum(r.fragments_applied for r in ordered)
+    out.fragment_ids = [f for r in ordered for f in r.fragment_ids][-MAX_FRAGMENT_IDS:]
+    out.changes = ReportChanges(
+        from_version=sum(r.changes.from_version for r in ordered),
+        to_version=out.version,
+        records_before=sum(r.changes.records_before for r in ordered),
+        records_after=sum(r.changes.records_after for r in ordered),
+        new_incidents=[c for r in ordered for c in r.changes.new_incidents],
+        growing=[c for r in ordered for c in r.changes.growing],
+    )
+    return out
+
+
+def _combine(held: Incident | None, inc: Incident) -> Incident:
+    if held is None:
+        return inc.model_copy(deep=True)
+    held.event = min(held.event, inc.event, key=_text_order)
+    held.cause = min(held.cause, inc.cause, key=_text_order)
+    held.severity = max(held.severity, inc.severity, key=SEVERITY_WEIGHT.__getitem__)
+    held.services = sorted({*held.services, *inc.services})
+    held.lanes = sorted({*held.lanes, *inc.lanes})
+    held.first_seen = _earliest([held.first_seen, inc.first_seen])
+    held.last_seen = _latest([held.last_seen, inc.last_seen])
+    if inc.summary and (not held.summary or inc.summary_count > held.summary_count):
+        held.summary = inc.summary  # the summary of the largest share
+    held.summary_count += inc.summary_count
+    held.count += inc.count
+    evidence = {ev.template: ev for ev in held.evidence}
+    for ev in inc.evidence:
+        mine = evidence.setdefault(ev.template, TemplateEvidence(template=ev.template))
+        mine.count += ev.count
+        mine.examples = pick_examples([*mine.examples, *ev.examples])
+    held.evidence = _capped(evidence)
+    return held
+
+
 def diff_reports(before: Report | None, after: Report) -> ReportChanges:
     """New and growing incidents between two versions (any two, not only adjacent)."""
     old = {i.key: i.count for i in before.incidents} if before is not None else {}

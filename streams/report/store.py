@@ -14,6 +14,8 @@ from collections.abc import AsyncIterator
 from aiokafka import AIOKafkaConsumer, ConsumerRecord, TopicPartition
 
 from streams.kafka.connect import aiokafka_kwargs, partitions_of, stop_consumer
+from streams.report.keys import report_of
+from streams.report.merge import compose
 from streams.report.model import Report
 from streams.settings import Settings
 
@@ -46,23 +48,37 @@ class LatestReports:
         self._decoded.pop(report_id, None)
         return True
 
-    def get(self, report_id: str) -> Report | None:
-        report = self._decoded.get(report_id)
+    def _shard(self, key: str) -> Report | None:
+        report = self._decoded.get(key)
         if report is not None:
             return report
-        value = self._raw.get(report_id)
+        value = self._raw.get(key)
         if value is None:
             return None
         try:
             report = Report.from_json(value)
         except ValueError:
-            logger.warning("skipping an unreadable report %r", report_id)
+            logger.warning("skipping an unreadable report %r", key)
             return None
-        self._decoded[report_id] = report
+        self._decoded[key] = report
         return report
 
+    def shards(self) -> dict[str, Report]:
+        """Every stored report as it was published: one per compaction key."""
+        return {key: r for key in list(self._raw) if (r := self._shard(key)) is not None}
+
+    def report(self, report_id: str) -> Report | None:
+        """The report composed from its shares (``streams.report.keys.report_of``)."""
+        parts = [r for key in list(self._raw) if report_of(key) == report_id
+                 and (r := self._shard(key)) is not None]
+        return compose(report_id, parts) if parts else None
+
+    def get(self, report_id: str) -> Report | None:
+        return self.report(report_id)
+
     def values(self) -> list[Report]:
-        return [r for rid in list(self._raw) if (r := self.get(rid)) is not None]
+        ids = sorted({report_of(key) for key in self._raw})
+        return [r for rid in ids if (r := self.report(rid)) is not None]
 
     def as_dict(self) -> dict[str, Report]:
         return {r.id: r for r in self.values()}
@@ -103,12 +119,17 @@ async def read_topic(settings: Settings, topic: str) -> AsyncIterator[tuple[byte
         yield message.key, message.value
 
 
-async def read_reports(settings: Settings) -> dict[str, Report]:
-    """Latest report per id."""
+async def read_latest(settings: Settings) -> LatestReports:
+    """The latest message per compaction key of the reports topic."""
     latest = LatestReports()
     async for key, value in read_topic(settings, settings.topics.reports):
         latest.put(key, value)
-    return latest.as_dict()
+    return latest
+
+
+async def read_reports(settings: Settings) -> dict[str, Report]:
+    """Latest report per id, composed from its shares."""
+    return (await read_latest(settings)).as_dict()
 
 
 class ReportFollower:

@@ -280,7 +280,8 @@ def _questions(report: Report, f: Markup, review: int | None, dead: int | None) 
     if review:
         items.append(f"{_num(review)} batch(es) went to human review and are not counted here.")
     if dead:
-        items.append(f"{_num(dead)} record(s) could not be read (dead letters).")
+        items.append(f"{_num(dead)} record(s) could not be read (dead letters; "
+                     f"{f.code('retro deadletter')} lists them and why).")
     return f.bullets(items) if items else f.para("None so far.")
 
 

@@ -19,7 +19,7 @@ from streams.batch.lane import LaneProcessor
 from streams.batch.window import Batch, TokenWindow, build_batch
 from streams.intervals import Coverage
 from streams.records import BatchOutcome, Fragment, NormalizedRecord
-from streams.report.keys import record_place, report_key
+from streams.report.keys import record_place, report_key, report_of
 from streams.report.merge import merge
 from streams.report.model import Report
 
@@ -207,3 +207,11 @@ async def test_the_lane_publishes_one_fragment_per_report_and_acks_after() -> No
     (outcome,) = published
     assert [f.report_id for f in outcome.fragments] == ["2026-03-30/all", "2026-03-31/all"]
     assert sorted(acked) == list(range(6))
+
+
+def test_shares_spread_a_report_by_raw_partition_and_name_it_back() -> None:
+    keys = {record_place(rec(i, 5, partition=i), window="day", group_by="all", shards=4)
+            for i in range(8)}
+    assert keys == {f"2026-03-30/all#{n}" for n in range(4)}
+    assert {report_of(k) for k in keys} == {"2026-03-30/all"}
+    assert report_of("2026-03-30/all") == "2026-03-30/all"

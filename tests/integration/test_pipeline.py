@@ -94,6 +94,8 @@ def test_rules_model_end_to_end_report_and_views(pipeline_factory, tmp_path: Pat
                     "## Data coverage"):
         assert section in md
     assert "hunter2" not in md and "4111 1111 1111 1111" not in md
+    # the sample's unreadable records are named in the report, with where to look
+    assert "could not be read (dead letters; `retro deadletter`" in md
 
     def reports() -> list | None:
         try:

@@ -22,6 +22,7 @@ from streams.intervals import Coverage
 from streams.records import Evidence, Fragment, TimeWindow
 from streams.report.keys import report_key
 from streams.report.merge import (
+    compose,
     incident_key,
     merge,
     merge_all,
@@ -496,3 +497,24 @@ def test_report_size_does_not_grow_with_the_variety_of_lines() -> None:
         return len(report.to_json())
 
     assert size(2000) < 1.05 * size(200)
+
+
+@settings(max_examples=60, deadline=None)
+@given(scenario=scenarios())
+def test_a_report_composed_from_shares_equals_the_report_compacted_whole(scenario) -> None:
+    """Shares by raw partition (as ``record_place`` cuts them) compose to the same report."""
+    _recs, fragments = scenario
+    whole, _ = merge_all(None, fragments, report_id="2026-11-29/all", now="t")
+    shares: dict[str, Report] = {}
+    for fragment in fragments:
+        (part,) = fragment.covered  # the scenario's fragments cover one partition each
+        key = f"2026-11-29/all#{part.rsplit('/', 1)[1]}"
+        shares[key], _ = merge(shares.get(key), fragment, report_id=key, now="t")
+    composed = compose("2026-11-29/all", list(shares.values()))
+    assert report_body(composed) == report_body(whole)
+    assert composed.fragments_applied == whole.fragments_applied
+
+
+def test_composing_one_unsharded_report_returns_it() -> None:
+    report, _ = merge(None, _frag("a", {"t/0": [[0, 9]]}), report_id="d/all", now="t")
+    assert compose("d/all", [report]) is report

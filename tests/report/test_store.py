@@ -40,3 +40,26 @@ def test_tombstones_keyless_and_unreadable_messages_are_skipped() -> None:
     assert latest.put(b"x/all", b"not json")
     assert latest.get("x/all") is None and latest.values() == []
     assert latest.get("missing/all") is None
+
+
+def test_readers_see_a_report_composed_from_its_shares() -> None:
+    from streams.records import Evidence, Fragment, TimeWindow
+    from streams.report.merge import merge
+
+    def share(n: int) -> bytes:
+        key = f"2026-11-29/all#{n}"
+        fragment = Fragment(
+            id=f"f-{n}", lane="fast", window=TimeWindow(), service="api", event="Timeouts",
+            cause="Slow db", suggestion="Add an index", severity="high",
+            evidence=[Evidence(template="timeout <*>", count=n + 1)],
+            covered={f"raw/{n}": [[0, n]]}, record_count=n + 1, model="m", prompt_version="v1")
+        report, _ = merge(None, fragment, report_id=key, now="t")
+        return report.to_json().encode()
+
+    latest = LatestReports()
+    for n in range(3):
+        latest.put(f"2026-11-29/all#{n}".encode(), share(n))
+    (report,) = latest.values()
+    assert report.id == "2026-11-29/all" and report.record_count == 6
+    assert report.incidents[0].count == 6 and len(latest.shards()) == 3
+    assert latest.get("2026-11-29/all").record_count == 6
