@@ -27,7 +27,6 @@ import json
 import os
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
@@ -37,7 +36,16 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from _common import REPO, add_tag_argument, peak_rss_mib, table, write_result
+from _common import (
+    REPO,
+    add_tag_argument,
+    cpu_seconds,
+    free_port,
+    peak_rss_mib,
+    peak_rss_of,
+    table,
+    write_result,
+)
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 
@@ -51,7 +59,6 @@ from streams.report.store import read_topic
 from streams.settings import Settings
 
 TOPIC_NAMES = ("raw", "fast", "slow", "deadletter", "fragments", "review", "reports")
-CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
 
 
 @dataclass
@@ -100,32 +107,6 @@ class Timing:
 
 
 # --- processes --------------------------------------------------------------------------
-
-
-def cpu_seconds(pid: int) -> float | None:
-    """utime + stime of a live process (Linux /proc), or None."""
-    try:
-        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    except OSError:
-        return None
-    return (int(fields[11]) + int(fields[12])) / CLOCK_TICKS
-
-
-def peak_rss_of(pid: int) -> float | None:
-    """VmHWM (peak RSS) of a live process in MiB, or None."""
-    try:
-        for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-            if line.startswith("VmHWM:"):
-                return int(line.split()[1]) / 1024
-    except OSError:
-        return None
-    return None
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def topic_names(prefix: str, raw: str) -> dict[str, str]:

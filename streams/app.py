@@ -90,6 +90,11 @@ def build_app(settings: Settings, *, roles: tuple[str, ...] = ROLES,
         broker_heartbeat_interval=max(1.0, settings.kafka.session_timeout_seconds / 10),
         broker_rebalance_timeout=max(30.0, settings.kafka.session_timeout_seconds * 2),
         broker_commit_interval=1.0,
+        # Do not wait for unacked events on shutdown or rebalance: they are simply not
+        # committed, so whoever owns the partition next reads them again (the merge is
+        # idempotent). Waiting held a SIGTERMed worker until SIGKILL while the compactor
+        # buffered fragments or a lane waited on the model.
+        stream_wait_empty=False,
         web_enabled=web,
         web_port=settings.web_port,
         web_bind=settings.web_host,

@@ -12,10 +12,11 @@ import socket
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
+from typing import Any
 
 import pytest
 
-from streams.records import NormalizedRecord, RawCoord
+from streams.records import Evidence, Fragment, NormalizedRecord, RawCoord, TimeWindow
 
 REPO = Path(__file__).resolve().parents[1]
 SHARED_DATA = REPO.parent / "shared" / "data"
@@ -127,3 +128,24 @@ def busy_port() -> Iterator[int]:
         s.bind(("127.0.0.1", 0))
         s.listen()
         yield int(s.getsockname()[1])
+
+
+def make_fragment(fid: str, covered: dict[str, list[list[int]]], **fields: Any) -> Fragment:
+    """A high-severity disk-full fragment on 2026-11-29 covering ``covered``."""
+    base: dict[str, Any] = {
+        "id": fid,
+        "lane": "fast",
+        "window": TimeWindow(start="2026-11-29T10:00:00Z", end="2026-11-29T10:05:00Z"),
+        "service": "hdfs",
+        "timestamp": "2026-11-29T10:00:00Z",
+        "event": "Disk full on node 3",
+        "cause": "No space left",
+        "suggestion": "Free disk space",
+        "severity": "high",
+        "evidence": [Evidence(template="No space <*>", count=1, examples=["No space /d"])],
+        "covered": covered,
+        "record_count": 1,
+        "model": "m",
+        "prompt_version": "v1",
+    }
+    return Fragment(**(base | fields))

@@ -2,9 +2,9 @@
 
 Fragments are keyed by report id, so a report's fragments share one partition and
 the faust table (partitioned like the fragments topic) is local to the worker that
-owns it. Fragments are taken in buffers (``RETRO_REPORT__PUBLISH_SECONDS``): each
-report is merged once per buffer and published once to the changelog and to the
-compacted ``retro.reports`` topic, which is what every reader uses; the buffer is
+owns it. Fragments are buffered for ``RETRO_REPORT__PUBLISH_SECONDS``: each report
+is merged once per buffer and published once to the changelog and to the compacted
+``retro.reports`` topic, which is what every reader uses; the buffered events are
 acked only after those writes are delivered.
 """
 
@@ -18,18 +18,17 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from streams.agents.common import send
-from streams.errors import RetroError
+from streams.agents.common import ack_when_delivered, new_acker, send, track
 from streams.gateway.gateway import Gateway
 from streams.gateway.rollup_prompt import ROLLUP_KIND, rollup_messages
+from streams.kafka.acks import AckHandle
 from streams.metrics import Metrics
 from streams.records import Fragment, Review
+from streams.report.compact import fold
 from streams.report.keys import format_time
-from streams.report.merge import merge, merge_all
 from streams.report.model import Report
 from streams.report.rollup import (
     RollupUpdate,
-    apply_rollup,
     needs_rollup,
     rollup_payload,
 )
@@ -86,25 +85,49 @@ def wire_compactor(app: Any, settings: Settings, metrics: Metrics,
         parsed.put(report_id, body, updated)
         return [table.send_changelog(partition, report_id, body)]
 
-    @app.agent(topics["fragments"], name="compactor", concurrency=1)
-    async def compactor_agent(stream: Any) -> None:
-        # Every fragment fetched within publish_seconds is merged at once and each
-        # changed report is published once; the buffer is acked by faust only after
-        # this body returns, i.e. after every write is delivered.
-        async for events in stream.take_events(report_settings.publish_max_fragments,
-                                               within=report_settings.publish_seconds):
-            pending: dict[str, _Pending] = {}
-            for event in events:
-                _collect(event, pending, metrics)
+    buffer = _Buffer()
+    lock = asyncio.Lock()
+    acker = new_acker()
+    fragments_topic = settings.topics.fragments
+
+    async def flush() -> None:
+        """Merge what the buffer holds, publish each changed report once, and ack its
+        events when every write is delivered (a failed write leaves them unacked, so
+        they are read again). Reports on partitions this worker no longer owns are
+        dropped unwritten: their new owner re-reads the fragments from its commit."""
+        async with lock:
+            work, held = buffer.take()
+            if not held:
+                return
+            owned = {tp.partition for tp in app.consumer.assignment()
+                     if tp.topic == fragments_topic}
             futures: list[Any] = []
-            for report_id, work in pending.items():
-                updated = await _fold(report_id, work, table, parsed, topics, metrics)
+            for report_id, pending in work.items():
+                if pending.partition not in owned:
+                    logger.info("report %s moved to another worker; not written", report_id)
+                    continue
+                updated = await _fold(report_id, pending, table, parsed, topics, metrics)
                 if updated is not None:
-                    futures += store(report_id, work.partition, updated)
+                    futures += store(report_id, pending.partition, updated)
                     futures.append(await send(reports, key=report_id.encode(),
                                               value=updated.to_json().encode()))
-            if futures:
-                await asyncio.gather(*futures)
+            delivered = asyncio.gather(*futures)
+            for handle in held:
+                if handle.token.message.partition in owned:
+                    ack_when_delivered(delivered, acker, handle)
+                else:  # an old generation's event: faust drops the ack, the queue moves on
+                    acker.done(handle)
+
+    @app.agent(topics["fragments"], name="compactor", concurrency=1)
+    async def compactor_agent(stream: Any) -> None:
+        async for event in stream.noack().events():
+            buffer.add(event, track(acker, event), metrics)
+            if buffer.size >= report_settings.publish_max_fragments:
+                await flush()
+
+    @app.timer(interval=report_settings.publish_seconds)
+    async def publish_reports() -> None:
+        await flush()
 
     if gateway is not None and settings.report.rollup_seconds > 0:
         _wire_rollup(app, settings, table, parsed, gateway, topics["fragments"])
@@ -118,6 +141,27 @@ class _Pending:
     partition: int
     fragments: list[Fragment] = field(default_factory=list)
     rollups: list[RollupUpdate] = field(default_factory=list)
+
+
+@dataclass
+class _Buffer:
+    """Fragments and roll-ups received since the last publication, by report."""
+
+    work: dict[str, _Pending] = field(default_factory=dict)
+    handles: list[AckHandle] = field(default_factory=list)
+
+    @property
+    def size(self) -> int:
+        return len(self.handles)
+
+    def add(self, event: Any, handle: AckHandle, metrics: Metrics) -> None:
+        _collect(event, self.work, metrics)
+        self.handles.append(handle)
+
+    def take(self) -> tuple[dict[str, _Pending], list[AckHandle]]:
+        work, handles = self.work, self.handles
+        self.work, self.handles = {}, []
+        return work, handles
 
 
 def _collect(event: Any, pending: dict[str, _Pending], metrics: Metrics) -> None:
@@ -145,50 +189,21 @@ def _collect(event: Any, pending: dict[str, _Pending], metrics: Metrics) -> None
 
 async def _fold(report_id: str, work: _Pending, table: Any, parsed: ParsedReports,
                 topics: dict[str, Any], metrics: Metrics) -> Report | None:
-    """The report with this buffer's fragments and roll-ups in it, or None if unchanged."""
+    """The report with this buffer's fragments and roll-ups in it, or None if unchanged;
+    fragments that cannot be merged go to review, so their records stay accounted for."""
     current = parsed.get(report_id, table.get(report_id))
-    updated = current
-    changed = False
-    now = format_time(datetime.now(UTC))
-    if work.fragments:
-        try:
-            updated, results = merge_all(current, work.fragments, report_id=report_id, now=now)
-        except (RetroError, ValueError) as exc:
-            # one bad fragment must not hold back the others: merge them one by one
-            logger.error("fragments for %s cannot be merged at once (%s); one by one",
-                         report_id, exc)
-            updated, results = await _one_by_one(current, work.fragments, report_id, now,
-                                                 topics)
-        for result in results:
-            metrics.report_updates.labels(result).inc()
-        changed = any(r in ("applied", "partial") for r in results)
-    for update in work.rollups:
-        if updated is None:
-            break
-        updated, rolled = apply_rollup(updated, update, now=now)
-        changed |= rolled
-    return updated if changed else None
-
-
-async def _one_by_one(current: Report | None, fragments: list[Fragment], report_id: str,
-                      now: str, topics: dict[str, Any]) -> tuple[Report | None, list[str]]:
-    results: list[str] = []
-    for fragment in fragments:
-        try:
-            current, result = merge(current, fragment, report_id=report_id, now=now)
-        except (RetroError, ValueError) as exc:
-            # its records must still be accounted for: a person looks at it
-            logger.error("fragment %s cannot be merged into %s: %s", fragment.id, report_id, exc)
-            review = Review(id=f"r-{fragment.id}", lane=fragment.lane, reason="bad_fragment",
-                            detail=f"could not merge into report {report_id}: {exc}",
-                            covered=fragment.covered, record_ids=[], model=fragment.model,
-                            prompt_version=fragment.prompt_version, output=None)
-            await (await send(topics["review"], key=review.id.encode(),
-                              value=review.model_dump_json().encode()))
-            results.append("invalid")
-            continue
-        results.append(result)
-    return current, results
+    folded = fold(current, work.fragments, work.rollups, report_id=report_id,
+                  now=format_time(datetime.now(UTC)))
+    for result in folded.results:
+        metrics.report_updates.labels(result).inc()
+    for fragment, why in folded.rejected:
+        review = Review(id=f"r-{fragment.id}", lane=fragment.lane, reason="bad_fragment",
+                        detail=f"could not merge into report {report_id}: {why}",
+                        covered=fragment.covered, record_ids=[], model=fragment.model,
+                        prompt_version=fragment.prompt_version, output=None)
+        await (await send(topics["review"], key=review.id.encode(),
+                          value=review.model_dump_json().encode()))
+    return folded.report
 
 
 def _kind(message: Any) -> str | None:

@@ -304,8 +304,8 @@ def test_workers_joining_and_leaving_mid_stream_lose_nothing(pipeline_factory, t
             return 0.0
 
     worker(0)
-    paths = _sample(tmp_path, 2000)
-    with ThreadPoolExecutor(1) as pool:  # about 40 s of records, spread over 4 partitions
+    paths = _sample(tmp_path, 3000)
+    with ThreadPoolExecutor(1) as pool:  # about 60 s of records, spread over 4 partitions
         producing = pool.submit(p.retro, "produce", "--quiet", "--spread", "4", "--rate", "50",
                                 *paths)
         wait_until(lambda: consumed(0) > 0, timeout=120, what="the first worker consuming")

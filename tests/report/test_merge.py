@@ -36,6 +36,7 @@ from streams.report.model import (
     Report,
 )
 
+from helpers import make_fragment as one_fragment
 from helpers import shared_file
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -227,42 +228,22 @@ def _check_against_truth(report: Report, recs: dict[tuple[str, int], Rec]) -> No
 # ---------------------------------------------------------------- examples
 
 
-def _frag(fid: str, covered: dict, **kw) -> Fragment:
-    fields = {
-        "id": fid,
-        "lane": "fast",
-        "window": TimeWindow(start="2026-11-29T10:00:00Z", end="2026-11-29T10:05:00Z"),
-        "service": "hdfs",
-        "timestamp": "2026-11-29T10:00:00Z",
-        "event": "Disk full on node 3",
-        "cause": "No space left",
-        "suggestion": "Free disk space",
-        "severity": "high",
-        "evidence": [Evidence(template="No space <*>", count=1, examples=["No space /d"])],
-        "covered": covered,
-        "record_count": 1,
-        "model": "m",
-        "prompt_version": "v1",
-    }
-    return Fragment(**(fields | kw))
-
-
 def test_duplicate_returns_the_report_unchanged() -> None:
-    first, result = merge(None, _frag("a", {"t/0": [[0, 9]]}), report_id="r", now="t1")
+    first, result = merge(None, one_fragment("a", {"t/0": [[0, 9]]}), report_id="r", now="t1")
     assert (result, first.version, first.record_count) == ("applied", 1, 10)
-    again, result = merge(first, _frag("a", {"t/0": [[0, 9]]}), report_id="r", now="t2")
+    again, result = merge(first, one_fragment("a", {"t/0": [[0, 9]]}), report_id="r", now="t2")
     assert result == "duplicate"
     assert again.version == 1 and again.updated_at == "t1"
     assert again.model_dump() == first.model_dump()
     # A different fragment id over already-counted records is still a duplicate.
-    _, result = merge(first, _frag("b", {"t/0": [[2, 4]]}), report_id="r")
+    _, result = merge(first, one_fragment("b", {"t/0": [[2, 4]]}), report_id="r")
     assert result == "duplicate"
 
 
 def test_partial_overlap_counts_only_new_records_and_reports_growth() -> None:
-    r1, _ = merge(None, _frag("a", {"t/0": [[0, 9]]}), report_id="r", now="t1")
+    r1, _ = merge(None, one_fragment("a", {"t/0": [[0, 9]]}), report_id="r", now="t1")
     before = r1.model_dump()
-    r2, result = merge(r1, _frag("b", {"t/0": [[5, 14]]}), report_id="r", now="t2")
+    r2, result = merge(r1, one_fragment("b", {"t/0": [[5, 14]]}), report_id="r", now="t2")
     assert result == "partial"
     assert r1.model_dump() == before  # merge is pure
     assert r2.version == 2 and r2.updated_at == "t2"
@@ -275,22 +256,22 @@ def test_partial_overlap_counts_only_new_records_and_reports_growth() -> None:
 
 
 def test_new_incident_is_listed_in_changes_and_signature_is_normalized() -> None:
-    r1, _ = merge(None, _frag("a", {"t/0": [[0, 1]]}), report_id="r")
+    r1, _ = merge(None, one_fragment("a", {"t/0": [[0, 1]]}), report_id="r")
     same, _ = merge(
         r1,
-        _frag("b", {"t/0": [[2, 3]]}, event="disk  FULL on node 12", severity="critical"),
+        one_fragment("b", {"t/0": [[2, 3]]}, event="disk  FULL on node 12", severity="critical"),
         report_id="r",
     )
     assert len(same.incidents) == 1
     assert same.incidents[0].severity == "critical"
     assert same.incidents[0].event == "Disk full on node 3"  # shortest spelling wins
-    other, _ = merge(same, _frag("c", {"t/1": [[0, 0]]}, event="Broker down"), report_id="r")
+    other, _ = merge(same, one_fragment("c", {"t/1": [[0, 0]]}, event="Broker down"), report_id="r")
     assert [c.event for c in other.changes.new_incidents] == ["Broker down"]
     assert other.changes.records_before == 4 and other.changes.records_after == 5
 
 
 def test_evidence_without_coverage_gets_unclaimed_records() -> None:
-    frag = _frag(
+    frag = one_fragment(
         "a",
         {"t/0": [[0, 9]]},
         evidence=[
@@ -305,15 +286,15 @@ def test_evidence_without_coverage_gets_unclaimed_records() -> None:
 
 def test_bad_ranges_and_wrong_report_are_rejected() -> None:
     with pytest.raises(ValidationFailed, match="review"):
-        merge(None, _frag("a", {"t/0": [[9, 0]]}), report_id="r")
-    report, _ = merge(None, _frag("a", {"t/0": [[0, 0]]}), report_id="r")
+        merge(None, one_fragment("a", {"t/0": [[9, 0]]}), report_id="r")
+    report, _ = merge(None, one_fragment("a", {"t/0": [[0, 0]]}), report_id="r")
     with pytest.raises(ValueError, match="report"):
-        merge(report, _frag("b", {"t/0": [[1, 1]]}), report_id="other")
+        merge(report, one_fragment("b", {"t/0": [[1, 1]]}), report_id="other")
 
 
 def test_json_round_trip_recomputes_the_ledger_count_and_validates_against_schema() -> None:
-    report, _ = merge(None, _frag("a", {"t/0": [[0, 9]]}), report_id="r", now="t1")
-    report, _ = merge(report, _frag("b", {"t/1": [[0, 4]]}, event="Other"), report_id="r")
+    report, _ = merge(None, one_fragment("a", {"t/0": [[0, 9]]}), report_id="r", now="t1")
+    report, _ = merge(report, one_fragment("b", {"t/1": [[0, 4]]}, event="Other"), report_id="r")
     doc = json.loads(report.to_json())
     jsonschema.validate(doc, SCHEMA)
     assert Report.from_json(report.to_json()) == report
@@ -347,12 +328,12 @@ def test_schema_names_every_model_field() -> None:
     ],
 )
 def test_report_key(stamp, window, group_by, expected) -> None:
-    frag = _frag("a", {"t/0": [[0, 0]]}, timestamp=stamp, window=TimeWindow())
+    frag = one_fragment("a", {"t/0": [[0, 0]]}, timestamp=stamp, window=TimeWindow())
     assert report_key(frag, window=window, group_by=group_by) == expected
 
 
 def test_report_key_falls_back_to_window_and_groups_by_source() -> None:
-    frag = _frag(
+    frag = one_fragment(
         "a",
         {"HDFS_2k.log/0": [[0, 3]]},
         timestamp=None,
@@ -391,7 +372,7 @@ def test_real_hdfs_log_with_overlapping_reruns_counts_each_line_once() -> None:
             )
             cov = _lines(idx)
             fragments.append(
-                _frag(
+                one_fragment(
                     f"{lo}-{hi}-{level}-{component}",
                     cov,
                     event=f"{component} {level}",
@@ -423,19 +404,20 @@ def test_real_hdfs_log_with_overlapping_reruns_counts_each_line_once() -> None:
 
 
 def test_a_rollup_summary_survives_merges_and_stays_out_of_the_body() -> None:
-    report, _ = merge(None, _frag("a", {"t/0": [[0, 9]]}), report_id="r", now="t1")
+    report, _ = merge(None, one_fragment("a", {"t/0": [[0, 9]]}), report_id="r", now="t1")
     (inc,) = report.incidents
     with_summary = inc.model_copy(update={"summary": "Disk filled.", "summary_count": 10})
     summarized = report.model_copy(update={"incidents": [with_summary]})
-    grown, _ = merge(summarized, _frag("b", {"t/0": [[10, 14]]}), report_id="r", now="t2")
-    other, _ = merge(grown, _frag("c", {"t/1": [[0, 0]]}, event="Broker down"), report_id="r")
+    grown, _ = merge(summarized, one_fragment("b", {"t/0": [[10, 14]]}), report_id="r", now="t2")
+    other, _ = merge(grown, one_fragment("c", {"t/1": [[0, 0]]}, event="Broker down"),
+                     report_id="r")
     disk = other.incident(inc.key)
     assert disk is not None and disk.count == 15
     assert (disk.summary, disk.summary_count) == ("Disk filled.", 10)
     (broker,) = [i for i in other.incidents if i.key != inc.key]
     assert (broker.summary, broker.summary_count) == (None, 0)
     # the summary depends on when the roll-up ran, not on the fragments
-    plain, _ = merge(report, _frag("b", {"t/0": [[10, 14]]}), report_id="r", now="t2")
+    plain, _ = merge(report, one_fragment("b", {"t/0": [[10, 14]]}), report_id="r", now="t2")
     assert report_body(grown) == report_body(plain)
     assert grown.model_dump() != plain.model_dump()
     doc = json.loads(other.to_json())
@@ -453,10 +435,10 @@ def test_a_rollup_summary_survives_merges_and_stays_out_of_the_body() -> None:
 
 def test_merging_at_once_equals_merging_one_by_one_in_one_version() -> None:
     fragments = [
-        _frag("a", {"t/0": [[0, 9]]}),
-        _frag("b", {"t/1": [[0, 4]]}, event="Other"),
-        _frag("c", {"t/0": [[5, 14]]}),  # overlaps a: only 10-14 are new
-        _frag("d", {"t/0": [[0, 3]]}),  # a replay: nothing new
+        one_fragment("a", {"t/0": [[0, 9]]}),
+        one_fragment("b", {"t/1": [[0, 4]]}, event="Other"),
+        one_fragment("c", {"t/0": [[5, 14]]}),  # overlaps a: only 10-14 are new
+        one_fragment("d", {"t/0": [[0, 3]]}),  # a replay: nothing new
     ]
     one_by_one = None
     for fragment in fragments:
@@ -474,7 +456,7 @@ def test_an_incident_keeps_the_most_frequent_templates_and_counts_the_rest() -> 
     fragments = []
     for n in range(MAX_TEMPLATES + 15):  # one template per fragment, n+1 records each
         covered = {"t/0": [[n * 100, n * 100 + n]]}
-        fragments.append(_frag(f"f{n}", covered).model_copy(update={"evidence": [
+        fragments.append(one_fragment(f"f{n}", covered).model_copy(update={"evidence": [
             Evidence(template=f"template {n} <*>", count=n + 1, examples=[f"line {n}"],
                      covered=covered)]}))
     report, _ = merge_all(None, fragments, report_id="r", now="t")
@@ -489,7 +471,7 @@ def test_an_incident_keeps_the_most_frequent_templates_and_counts_the_rest() -> 
 def test_report_size_does_not_grow_with_the_variety_of_lines() -> None:
     def size(templates: int) -> int:
         fragments = [
-            _frag(f"f{n}", {"t/0": [[n, n]]}).model_copy(update={"evidence": [
+            one_fragment(f"f{n}", {"t/0": [[n, n]]}).model_copy(update={"evidence": [
                 Evidence(template=f"template {n} <*>", count=1, examples=[f"line {n}"],
                          covered={"t/0": [[n, n]]})]})
             for n in range(templates)]
@@ -516,5 +498,5 @@ def test_a_report_composed_from_shares_equals_the_report_compacted_whole(scenari
 
 
 def test_composing_one_unsharded_report_returns_it() -> None:
-    report, _ = merge(None, _frag("a", {"t/0": [[0, 9]]}), report_id="d/all", now="t")
+    report, _ = merge(None, one_fragment("a", {"t/0": [[0, 9]]}), report_id="d/all", now="t")
     assert compose("d/all", [report]) is report

@@ -25,7 +25,7 @@ from streams.gateway.rollup_prompt import (
     rollup_messages,
 )
 from streams.gateway.rules.analyzer import analyze
-from streams.records import Evidence, Fragment, TimeWindow
+from streams.records import Evidence, Fragment
 from streams.report.merge import merge
 from streams.report.model import Report
 from streams.report.rollup import (
@@ -35,28 +35,17 @@ from streams.report.rollup import (
     rollup_payload,
 )
 
+from helpers import make_fragment
+
 TOPIC = "retro.logs.raw"
 RID = "2026-11-29/all"
 
 
 def _frag(fid: str, covered: dict, **kw: Any) -> Fragment:
-    fields: dict[str, Any] = {
-        "id": fid,
-        "lane": "fast",
-        "window": TimeWindow(start="2026-11-29T10:00:00Z", end="2026-11-29T10:05:00Z"),
-        "service": "hdfs",
-        "timestamp": "2026-11-29T10:00:00Z",
-        "event": "Disk full on datanode",
-        "cause": "No space left on /data",
-        "suggestion": "Free disk space on the datanodes",
-        "severity": "high",
-        "evidence": [Evidence(template="No space <*>", count=1, examples=["No space /d"])],
-        "covered": covered,
-        "record_count": 1,
-        "model": "m",
-        "prompt_version": "v1",
-    }
-    return Fragment(**(fields | kw))
+    return make_fragment(fid, covered, **({"event": "Disk full on datanode",
+                                          "cause": "No space left on /data",
+                                          "suggestion": "Free disk space on the datanodes"}
+                                         | kw))
 
 
 def _many_templates() -> list[Evidence]:
