@@ -74,11 +74,13 @@ def _wire_lane(app: Any, settings: Settings, metrics: Metrics, topics: dict[str,
                                 group_by=settings.report.group_by,
                                 shards=settings.report.shards))
 
+    records_in = metrics.records_in.labels(f"batch-{lane}")
+
     async def lane_agent(stream: Any) -> None:
         timer = asyncio.create_task(processor.run_timer())
         try:
             async for event in stream.noack().events():
-                metrics.records_in.labels(f"batch-{lane}").inc()
+                records_in.inc()
                 handle = track(acker, event)
                 try:
                     record = NormalizedRecord.model_validate_json(event.value)
