@@ -105,12 +105,8 @@ async def fragments_of(
 
 
 def total_ranges(report: Report) -> int:
-    """Offset ranges stored anywhere in a report: its own, its incidents', their evidence's."""
-    sets = [report.covered]
-    for incident in report.incidents:
-        sets.append(incident.covered)
-        sets.extend(ev.covered for ev in incident.evidence)
-    return sum(len(ranges) for covered in sets for ranges in covered.values())
+    """Offset ranges stored in a report: its ledger is the only interval set it keeps."""
+    return sum(len(ranges) for ranges in report.covered.values())
 
 
 # --- the child: merging only ----------------------------------------------------------------

@@ -10,13 +10,13 @@ never acked before the fragments or reviews that cover it are on the broker.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 from collections.abc import Awaitable, Callable
 from typing import Any, Protocol
 
 from streams.batch.answers import Place, place_fragments, review_for
 from streams.batch.window import Batch, TokenWindow
+from streams.clock import Sleep
 from streams.metrics import Metrics
 from streams.records import BatchOutcome, NormalizedRecord
 
@@ -46,6 +46,7 @@ class LaneProcessor:
         max_inflight_batches: int = 8,
         metrics: Metrics | None = None,
         place: Place | None = None,
+        sleep: Sleep = asyncio.sleep,
     ) -> None:
         if max_inflight_batches < 1:
             raise ValueError("max_inflight_batches must be at least 1")
@@ -57,6 +58,7 @@ class LaneProcessor:
         self.prompt_version = prompt_version
         self.metrics = metrics
         self.place = place  # a record's report; fragments are cut one per report
+        self._sleep = sleep  # the timer's wait; tests pass a fake clock's sleep
         self._tokens: dict[int, list[Any]] = {}  # id(record) -> ack tokens
         self._slots = asyncio.Semaphore(max_inflight_batches)
         self._lock = asyncio.Lock()
@@ -85,12 +87,23 @@ class LaneProcessor:
         return wait
 
     async def run_timer(self) -> None:
-        """Wall-clock flushing, so a quiet partition still flushes: run as a task."""
+        """Flushing on the clock, so a quiet partition still flushes: run as a task."""
         while True:
             wait = await self.flush_due()
             self._wakeup.clear()
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._wakeup.wait(), timeout=wait if wait else None)
+            await self._nap(wait)
+
+    async def _nap(self, seconds: float | None) -> None:
+        """Until ``seconds`` passed (forever for None) or a record arrived."""
+        woken = asyncio.ensure_future(self._wakeup.wait())
+        waits = {woken}
+        if seconds is not None:
+            waits.add(asyncio.ensure_future(self._sleep(seconds)))
+        try:
+            await asyncio.wait(waits, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            for task in waits:
+                task.cancel()
 
     async def drain(self) -> None:
         """Flush what is pending and wait for every batch in flight."""

@@ -27,6 +27,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
+from streams.clean.timestamps import iso_utc
 from streams.ingest.reader import iter_records, open_source
 from streams.records import Severity
 
@@ -192,7 +193,7 @@ def resolve_start(start: datetime | None) -> datetime:
 
 
 def _iso(t: datetime) -> str:
-    return f"{t:%Y-%m-%dT%H:%M:%S}.{t.microsecond // 1000:03d}Z"
+    return iso_utc(t)
 
 
 def _dumps(obj: object) -> str:

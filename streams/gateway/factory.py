@@ -7,6 +7,8 @@ own AIMD limiter capped by its ``max_concurrency``, timeout and prompt detail.
 
 from __future__ import annotations
 
+import asyncio
+import random
 from dataclasses import dataclass
 
 from streams.clean.tokens import TokenCalibration, TokenCounter
@@ -14,8 +16,10 @@ from streams.gateway.aimd import AIMDLimiter
 from streams.gateway.backends import ChatBackend, build_backend
 from streams.gateway.buckets import TokenBucket
 from streams.gateway.cache import AnswerCache, build_cache
+from streams.gateway.caller import ModelCaller
 from streams.gateway.gateway import Gateway
 from streams.gateway.retry import RetryBudget
+from streams.gateway.telemetry import LaneMetrics
 from streams.metrics import Metrics
 from streams.settings import Settings
 
@@ -84,24 +88,28 @@ def build_gateways(
             maximum=maximum,
             pause_seconds=m.aimd_pause_seconds,
         )
-        return Gateway(
+        caller = ModelCaller(
             backend=backend,
-            lane=lane,
             model=m.name,
-            prompt_version=m.prompt_version,  # type: ignore[arg-type]
-            detail=ls.prompt_detail,
-            context_window=ls.context_window,
-            output_reserve=ls.output_reserve,
             timeout_seconds=ls.timeout_seconds,
             limiter=limiter,
             rpm=rpm,
             tpm=tpm,
             retry_budget=budget,
-            cache=cache,
             max_attempts=m.max_attempts,
             backoff_base=m.backoff_base_seconds,
             calibration=calibration,
-            metrics=metrics,
+            telemetry=LaneMetrics(metrics, lane),  # type: ignore[arg-type]
+            sleep=asyncio.sleep,
+            rng=random.Random(),
+        )
+        return Gateway(
+            caller,
+            prompt_version=m.prompt_version,
+            detail=ls.prompt_detail,
+            context_window=ls.context_window,
+            output_reserve=ls.output_reserve,
+            cache=cache,
         )
 
     return GatewaySet(

@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import random
 from typing import Any
 
 from streams.batch.answers import parse_answer, review_for, validate_answer
@@ -43,11 +42,9 @@ from streams.gateway.aimd import AIMDLimiter
 from streams.gateway.backends import ChatBackend, ChatResult
 from streams.gateway.buckets import TokenBucket
 from streams.gateway.cache import AnswerCache
-from streams.gateway.caller import Calibration, CallFailure, ModelCaller, Sleep
+from streams.gateway.caller import CallFailure, ModelCaller
 from streams.gateway.retry import RetryBudget
 from streams.gateway.rollup_prompt import parse_rollup, rollup_cache_key, rollup_repair_messages
-from streams.gateway.telemetry import LaneMetrics
-from streams.metrics import Metrics
 from streams.records import BatchOutcome, Fragment, Lane
 
 logger = logging.getLogger(__name__)
@@ -62,55 +59,30 @@ class Gateway:
 
     def __init__(
         self,
+        caller: ModelCaller,
         *,
-        backend: ChatBackend,
-        lane: Lane,
-        model: str,
         prompt_version: str,
         detail: Detail,
         context_window: int,
         output_reserve: float,
-        timeout_seconds: float,
-        limiter: AIMDLimiter,
-        rpm: TokenBucket,
-        tpm: TokenBucket,
-        retry_budget: RetryBudget,
-        cache: AnswerCache | None,
-        max_attempts: int = 3,
-        backoff_base: float = 1.0,
-        calibration: Calibration | None = None,
-        metrics: Metrics | None = None,
-        sleep: Sleep = asyncio.sleep,
-        rng: random.Random | None = None,
+        cache: AnswerCache | None = None,
     ) -> None:
+        """``caller`` is one lane's way to the provider (limits, retries, telemetry;
+        built by ``streams.gateway.factory``); the rest is how this lane asks."""
         if context_window <= 0:
             raise ValueError(f"context_window must be positive, got {context_window}")
         if output_reserve < 0:
             raise ValueError(f"output_reserve must not be negative, got {output_reserve}")
-        self.lane: Lane = lane
-        self.model = model
+        self.caller = caller
+        self.telemetry = caller.telemetry
+        self.lane: Lane = caller.telemetry.lane
+        self.model = caller.model
+        self.calibration = caller.calibration
         self.prompt_version = prompt_version
         self.detail: Detail = detail
         self.context_window = context_window
         self.output_reserve = output_reserve
         self.cache = cache
-        self.calibration = calibration
-        self.telemetry = LaneMetrics(metrics, lane)
-        self.caller = ModelCaller(
-            backend=backend,
-            model=model,
-            timeout_seconds=timeout_seconds,
-            limiter=limiter,
-            rpm=rpm,
-            tpm=tpm,
-            retry_budget=retry_budget,
-            max_attempts=max_attempts,
-            backoff_base=backoff_base,
-            calibration=calibration,
-            telemetry=self.telemetry,
-            sleep=sleep,
-            rng=rng or random.Random(),
-        )
 
     def __repr__(self) -> str:
         return f"Gateway(lane={self.lane!r}, model={self.model!r}, backend={self.backend!r})"

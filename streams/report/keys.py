@@ -14,6 +14,7 @@ from datetime import UTC, datetime
 from typing import Literal
 
 from streams.batch.cost import service_of
+from streams.clean.timestamps import iso_utc
 from streams.records import Fragment, NormalizedRecord
 
 logger = logging.getLogger(__name__)
@@ -86,7 +87,8 @@ def parse_time(value: str | None) -> datetime | None:
 
 
 def format_time(value: datetime) -> str:
-    return value.isoformat(timespec="milliseconds").replace("+00:00", "Z")
+    """The one time format of reports: fixed-width UTC with milliseconds and "Z"."""
+    return iso_utc(value)
 
 
 def _bucket(when: datetime | None, window: Window) -> str:

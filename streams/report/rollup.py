@@ -20,6 +20,7 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field
 
 from streams.gateway.rollup_prompt import MAX_SUMMARY_CHARS, ROLLUP_KIND
+from streams.report.keys import format_time
 from streams.report.model import Incident, Report
 
 logger = logging.getLogger(__name__)
@@ -168,4 +169,4 @@ def apply_rollup(
 
 
 def _now() -> str:
-    return datetime.now(UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
+    return format_time(datetime.now(UTC))

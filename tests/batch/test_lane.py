@@ -4,6 +4,8 @@ after the outcome covering them is published; failures never lose a record."""
 from __future__ import annotations
 
 import asyncio
+import time
+from collections.abc import Callable
 
 import pytest
 
@@ -13,7 +15,7 @@ from streams.batch.window import Batch, TokenWindow
 from streams.intervals import Coverage
 from streams.records import BatchOutcome
 
-from helpers import WordCounter, make_record
+from helpers import FakeClock, WordCounter, make_record
 
 
 class ReviewEverything:
@@ -39,7 +41,8 @@ class ReviewEverything:
         return BatchOutcome(fragments=[], reviews=[review], calls=1, cache_hits=0)
 
 
-def window(max_records: int = 3, wait: float = 0.05) -> TokenWindow:
+def window(max_records: int = 3, wait: float = 0.05,
+           clock: Callable[[], float] = time.monotonic) -> TokenWindow:
     return TokenWindow(
         lane="fast",
         input_budget=4000,
@@ -48,6 +51,7 @@ def window(max_records: int = 3, wait: float = 0.05) -> TokenWindow:
         max_records=max_records,
         max_wait_seconds=wait,
         counter=WordCounter(),
+        clock=clock,
     )
 
 
@@ -78,28 +82,31 @@ async def test_acks_follow_publication_never_precede_it() -> None:
     assert len(published) == 1
 
 
-async def test_a_quiet_partition_flushes_on_the_wall_clock() -> None:
+async def test_a_quiet_partition_flushes_on_the_clock() -> None:
     acked: list[int] = []
 
     async def publish(outcome: BatchOutcome) -> None:
         return None
 
+    clock = FakeClock()
     analyzer = ReviewEverything()
     lane = LaneProcessor(
-        window=window(max_records=100, wait=0.05),
+        window=window(max_records=100, wait=30.0, clock=clock),
         analyzer=analyzer,
         publish=publish,
         ack=acked.append,
         model="m",
         prompt_version="v1",
+        sleep=clock.sleep,
     )
     timer = asyncio.create_task(lane.run_timer())
     try:
-        await lane.add(make_record(1), token=1)
-        for _ in range(100):  # no further record arrives
-            if acked:
-                break
-            await asyncio.sleep(0.01)
+        await lane.add(make_record(1), token=1)  # and no further record arrives
+        for _ in range(50):  # let the timer task run; no wall time passes
+            await asyncio.sleep(0)
+        assert clock.slept and clock.now >= 30.0  # it slept the window's wait, once due
+        while lane.in_flight:
+            await asyncio.sleep(0)
     finally:
         timer.cancel()
     assert acked == [1]

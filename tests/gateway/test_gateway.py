@@ -24,8 +24,10 @@ from streams.gateway.aimd import AIMDLimiter
 from streams.gateway.backends import ChatResult
 from streams.gateway.buckets import TokenBucket
 from streams.gateway.cache import MemoryCache
+from streams.gateway.caller import ModelCaller
 from streams.gateway.gateway import Gateway
 from streams.gateway.retry import RetryBudget
+from streams.gateway.telemetry import LaneMetrics
 from streams.intervals import Coverage
 from streams.metrics import Metrics
 from streams.records import BatchOutcome, NormalizedRecord
@@ -172,17 +174,11 @@ def make_gateway(
     calibration: TokenCalibration | None = None,
     tpm_capacity: float | None = None,
     seed: int = 0,
-    **kwargs: Any,
 ) -> Gateway:
     t = time or FakeClock()
-    return Gateway(
+    caller = ModelCaller(
         backend=backend,
-        lane="fast",
         model="test-model",
-        prompt_version="v1",
-        detail="brief",
-        context_window=8192,
-        output_reserve=0.3,
         timeout_seconds=30.0,
         # pause 0: the limiter's own pause is covered in test_aimd with a patched loop clock
         limiter=limiter or SpyLimiter(start=4, maximum=8, pause_seconds=0.0),
@@ -195,13 +191,15 @@ def make_gateway(
             setting="RETRO_MODEL__TPM",
         ),
         retry_budget=budget or RetryBudget(),
-        cache=cache,
+        max_attempts=3,
+        backoff_base=1.0,
         calibration=calibration,
-        metrics=metrics,
+        telemetry=LaneMetrics(metrics, "fast"),
         sleep=t.sleep,
         rng=random.Random(seed),
-        **kwargs,
     )
+    return Gateway(caller, prompt_version="v1", detail="brief", context_window=8192,
+                   output_reserve=0.3, cache=cache)
 
 
 def sample(metrics: Metrics, name: str, **labels: str) -> float:

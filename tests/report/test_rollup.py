@@ -16,6 +16,7 @@ from streams.errors import MalformedOutput
 from streams.gateway.aimd import AIMDLimiter
 from streams.gateway.backends import OpenAIBackend
 from streams.gateway.buckets import TokenBucket
+from streams.gateway.caller import ModelCaller
 from streams.gateway.gateway import Gateway
 from streams.gateway.retry import RetryBudget
 from streams.gateway.rollup_prompt import (
@@ -25,6 +26,7 @@ from streams.gateway.rollup_prompt import (
     rollup_messages,
 )
 from streams.gateway.rules.analyzer import analyze
+from streams.gateway.telemetry import LaneMetrics
 from streams.records import Evidence, Fragment
 from streams.report.merge import merge
 from streams.report.model import Report
@@ -242,23 +244,23 @@ def _gateway(base_url: str) -> Gateway:
     async def no_sleep(_: float) -> None:
         await asyncio.sleep(0)
 
-    return Gateway(
+    caller = ModelCaller(
         backend=OpenAIBackend(base_url=base_url, api_key=None),
-        lane="fast",
         model="fake-gpt",
-        prompt_version="v1",
-        detail="brief",
-        context_window=8192,
-        output_reserve=0.3,
         timeout_seconds=10.0,
         limiter=AIMDLimiter(start=2, maximum=4, pause_seconds=0.0),
         rpm=TokenBucket(rate_per_minute=600),
         tpm=TokenBucket(rate_per_minute=1_000_000),
         retry_budget=RetryBudget(),
-        cache=None,
+        max_attempts=3,
+        backoff_base=1.0,
+        calibration=None,
+        telemetry=LaneMetrics(None, "fast"),
         sleep=no_sleep,
         rng=random.Random(0),
     )
+    return Gateway(caller, prompt_version="v1", detail="brief", context_window=8192,
+                   output_reserve=0.3)
 
 
 async def test_fake_provider_answers_a_rollup_request_through_the_gateway() -> None:
