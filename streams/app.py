@@ -180,6 +180,7 @@ def _wire_lag(app: Any, settings: Settings, metrics: Metrics, gid: str,
         mine = {k: v for k, v in offsets.items() if k in owned}
         health.observe({k: c for k, (c, _) in mine.items()},
                        {k: lag for k, (_, lag) in mine.items()})
+        metrics.partitions_stalled.set(len(health.stalled()))
 
 
 async def consumer_offsets(

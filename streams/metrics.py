@@ -100,6 +100,11 @@ class Metrics:
         self.reviews = Counter(
             "retro_review_total", "Batches sent to review", ["lane", "reason"], registry=r
         )
+        self.partitions_stalled = Gauge(
+            "retro_partitions_stalled",
+            "Owned input partitions with lag whose commit has not moved for RETRO_STALL_SECONDS",
+            registry=r,
+        )
         self.consumer_lag = Gauge(
             "retro_consumer_lag_messages", "Messages behind the log end", ["topic", "partition"],
             registry=r,

@@ -8,6 +8,8 @@ the record number as offset.
 
 from __future__ import annotations
 
+import base64
+import hashlib
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
@@ -58,7 +60,11 @@ class NormalizedRecord(BaseModel):
 
 
 class DeadLetter(BaseModel):
-    """A record no stage could use, with the reason and its raw bytes."""
+    """A record no stage could use, with the reason and its raw bytes.
+
+    Build it with :meth:`of`: a dead letter must always fit the topic, or its record
+    is never accounted for and its partition's commit stays stuck.
+    """
 
     id: str
     raw: RawCoord
@@ -66,7 +72,21 @@ class DeadLetter(BaseModel):
     stage: Literal["clean", "batch"]
     reason: str  # stable code, e.g. "undecodable", "too_large"
     detail: str  # what to do about it, for a person
-    raw_base64: str
+    raw_base64: str  # the raw bytes, or their first part when raw_size is larger
+    raw_size: int | None = None  # bytes of the whole raw message
+    raw_sha256: str | None = None  # of the whole raw message, to find or compare it
+
+    @classmethod
+    def of(cls, data: bytes, /, *, sample_bytes: int, **fields: Any) -> DeadLetter:
+        """A dead letter keeping at most ``sample_bytes`` of the raw ``data``, with the
+        whole message's size and hash."""
+        return cls(raw_base64=base64.b64encode(data[:sample_bytes]).decode("ascii"),
+                   raw_size=len(data), raw_sha256=hashlib.sha256(data).hexdigest(), **fields)
+
+    @property
+    def raw_sampled(self) -> bool:
+        """True when raw_base64 holds only the first part of the raw message."""
+        return self.raw_size is not None and len(base64.b64decode(self.raw_base64)) < self.raw_size
 
 
 class Review(BaseModel):

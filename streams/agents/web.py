@@ -63,8 +63,16 @@ def newest_first(reports: Any) -> list[Any]:
 
 def wire_web(app: Any, metrics: Metrics, follower: ReportFollower,
              health: StallDetector) -> None:
+    @app.page("/livez")
+    async def livez(web: Any, request: Any) -> Any:
+        """Liveness: the event loop answers. A stall is not a reason to restart a pod
+        (throttling by the provider looks like one); it fails readiness and alerts."""
+        return web.json({"status": "ok"})
+
     @app.page("/healthz")
     async def healthz(web: Any, request: Any) -> Any:
+        """Readiness: no owned partition has lag with a commit stuck for
+        RETRO_STALL_SECONDS (``retro_partitions_stalled`` counts them)."""
         stalled = health.stalled()
         if stalled:
             return web.json({"status": "stalled", "partitions": [

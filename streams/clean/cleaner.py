@@ -8,7 +8,6 @@ failure becomes a dead letter with a stable reason and a sentence saying what to
 
 from __future__ import annotations
 
-import base64
 import logging
 from collections.abc import Callable
 from datetime import UTC, datetime
@@ -57,10 +56,12 @@ class Cleaner:
         template_miner: TemplateMiner | None = None,
         metrics: Metrics | None = None,
         clock: Callable[[], datetime] | None = None,
+        deadletter_sample_bytes: int = 16 * 1024,
     ) -> None:
         if max_record_bytes < 1:
             raise ValueError(f"max_record_bytes must be >= 1, got {max_record_bytes}")
         self.max_record_bytes = max_record_bytes
+        self.deadletter_sample_bytes = deadletter_sample_bytes
         self.slow_cost_threshold = slow_cost_threshold
         self.parser = FormatParser(
             default_year=default_year, default_timezone=default_timezone, clock=clock
@@ -81,6 +82,7 @@ class Cleaner:
             default_year=c.default_year,
             default_timezone=c.default_timezone,
             metrics=metrics,
+            deadletter_sample_bytes=c.deadletter_sample_bytes,
         )
 
     def clean(
@@ -127,8 +129,9 @@ class Cleaner:
         size = len(raw)
         if size > self.max_record_bytes:
             raise RecordTooLarge(
-                f"record is over the {self.max_record_bytes}-byte limit ({size} bytes kept); "
-                "raise RETRO_CLEAN__MAX_RECORD_BYTES or split such records at the source"
+                f"record is over the {self.max_record_bytes}-byte limit ({size} bytes; the "
+                "dead letter keeps its first part, size and SHA-256); raise "
+                "RETRO_CLEAN__MAX_RECORD_BYTES or split such records at the source"
             )
         nul = raw.count(0)
         control = size - len(raw.translate(None, _CONTROL))
@@ -191,12 +194,13 @@ class Cleaner:
         if self.metrics is not None:
             self.metrics.deadletters.labels(stage="clean", reason=reason).inc()
         logger.info("dead letter %s from %s: %s", coord.id, source, reason)
-        return DeadLetter(
+        return DeadLetter.of(
+            raw,
+            sample_bytes=self.deadletter_sample_bytes,
             id=coord.id,
             raw=coord,
             source=source,
             stage="clean",
             reason=reason,
             detail=detail,
-            raw_base64=base64.b64encode(raw).decode("ascii"),
         )

@@ -42,10 +42,14 @@ class Entry:
             "stage": self.letter.stage,
             "reason": self.letter.reason,
             "detail": self.letter.detail,
-            "raw_bytes": len(base64.b64decode(self.letter.raw_base64)),
+            "raw_bytes": (self.letter.raw_size if self.letter.raw_size is not None
+                          else len(base64.b64decode(self.letter.raw_base64))),
         }
+        if self.letter.raw_sha256:
+            out["raw_sha256"] = self.letter.raw_sha256
         if raw:
             out["raw_base64"] = self.letter.raw_base64
+            out["raw_sampled"] = self.letter.raw_sampled
         return out
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import base64
+import hashlib
 import io
 import json
 from datetime import UTC, datetime
@@ -86,7 +87,20 @@ def test_too_large_is_a_dead_letter_with_the_raw_bytes() -> None:
     assert isinstance(out, DeadLetter)
     assert (out.reason, out.stage, out.id) == ("too_large", "clean", "retro.logs.raw/2/41")
     assert "MAX_RECORD_BYTES" in out.detail and "100" in out.detail
-    assert base64.b64decode(out.raw_base64) == raw
+    assert base64.b64decode(out.raw_base64) == raw  # small enough to keep whole
+    assert out.raw_size == len(raw) and not out.raw_sampled
+
+
+def test_a_huge_record_leaves_a_dead_letter_that_fits_any_topic() -> None:
+    """A 900 KB line once gave a 1.2 MB dead letter that a 1 MB topic refused: the
+    record was never accounted for and its partition's commit stuck."""
+    raw = b"INFO " + bytes(range(32, 127)) * 9_500  # about 900 KB of text
+    out = make(max_record_bytes=64 * 1024).clean(raw, COORD, "s")
+    assert isinstance(out, DeadLetter) and out.reason == "too_large"
+    assert len(out.model_dump_json()) < 32 * 1024
+    assert out.raw_sampled and out.raw_size == len(raw)
+    assert base64.b64decode(out.raw_base64) == raw[: 16 * 1024]
+    assert out.raw_sha256 == hashlib.sha256(raw).hexdigest()
 
 
 def test_invalid_utf8_is_undecodable(cleaner: Cleaner) -> None:

@@ -114,6 +114,10 @@ def test_rules_model_end_to_end_report_and_views(pipeline_factory, tmp_path: Pat
     with urllib.request.urlopen(f"http://127.0.0.1:{p.web_port}/metrics", timeout=5) as r:
         metrics = r.read().decode()
     assert "retro_records_routed_total" in metrics
+    assert "retro_partitions_stalled 0.0" in metrics  # a series from the start, not on first use
+    for probe in ("livez", "healthz"):  # liveness answers; readiness: nothing stalled
+        with urllib.request.urlopen(f"http://127.0.0.1:{p.web_port}/{probe}", timeout=5) as r:
+            assert r.status == 200 and json.loads(r.read())["status"] == "ok"
     assert "retro_batches_total" in metrics
 
     # the live page, in a real browser: it renders the report and follows new versions
@@ -381,3 +385,40 @@ def _report_ids(p) -> list[str]:
     from streams.report.store import read_reports
 
     return sorted(asyncio.run(read_reports(p.settings())))
+
+
+def test_huge_raw_messages_are_dead_lettered_without_holding_their_partition(
+        pipeline_factory, tmp_path: Path) -> None:
+    """Three 900 KB messages among 100 small ones on one key, on topics that take 1 MiB
+    (the Kafka default): each must end as a dead letter that fits, and the partition's
+    commit must reach its end."""
+    import asyncio
+
+    from aiokafka import AIOKafkaProducer
+
+    from streams.kafka.connect import aiokafka_kwargs
+
+    p = pipeline_factory(RETRO_KAFKA__MAX_MESSAGE_BYTES=str(1024 * 1024))
+    p.retro("topics")
+    settings = p.settings()
+    huge = b"2026-11-28T10:00:00Z ERROR " + bytes(range(32, 127)) * 9_500  # ~900 KB
+
+    async def send_all() -> None:
+        producer = AIOKafkaProducer(**aiokafka_kwargs(settings), max_request_size=1024 * 1024)
+        await producer.start()
+        try:
+            for i in range(103):
+                value = huge if i in (20, 50, 80) else (
+                    f"2026-11-28T10:00:{i % 60:02d}Z INFO request {i} served".encode())
+                await producer.send_and_wait(settings.topics.raw, value, key=b"big.log")
+        finally:
+            await producer.stop()
+
+    asyncio.run(send_all())
+    p.start_worker()
+    result = _audit(p)
+    assert result["ok"], (result, p.worker_logs())
+    assert result["raw_records"] == 103 and result["claimed"]["deadletter"] == 3
+    _commits_catch_up(p)
+    letters = json.loads(p.retro("deadletter", "--format", "json").stdout)
+    assert letters["total"] == 3 and letters["by_reason"] == {"too_large": 3}
