@@ -162,6 +162,13 @@ class Cleaner:
         for kind, n in attr_counts.items():
             counts[kind] = counts.get(kind, 0) + n
         redacted_text, _ = self.redactor.redact(text)  # counted once, via its parts
+        # the Kafka key / --source and a service name travel to the model and the report
+        # as much as the message does (e.g. a DSN with a password used as a stream name)
+        source, source_counts = self.redactor.redact(source)
+        service, service_counts = self.redactor.redact(parsed.service or source)
+        for found in (source_counts, service_counts):
+            for kind, n in found.items():
+                counts[kind] = counts.get(kind, 0) + n
         template_id, template = self.templates.match(message.partition("\n")[0])
         score = cost_score(redacted_text)
         record = NormalizedRecord(
@@ -172,7 +179,7 @@ class Cleaner:
             timestamp=iso_utc(parsed.timestamp) if parsed.timestamp else None,
             timestamp_rule=parsed.timestamp_rule if parsed.timestamp else None,
             level=parsed.level,
-            service=parsed.service or source,
+            service=service,
             message=message,
             attributes=attributes,
             template_id=template_id,
@@ -193,6 +200,7 @@ class Cleaner:
     ) -> DeadLetter:
         if self.metrics is not None:
             self.metrics.deadletters.labels(stage="clean", reason=reason).inc()
+        source, _ = self.redactor.redact(source)
         logger.info("dead letter %s from %s: %s", coord.id, source, reason)
         return DeadLetter.of(
             raw,

@@ -157,6 +157,7 @@ class Markup:
 
     def block(self, value: str) -> list[str]:
         if self.md:
+            value = _printable(value)
             fence = "`" * max(3, _longest_run(value, "`") + 1)
             return [fence, value, fence, ""]
         return [f"<pre><code>{_h(value)}</code></pre>"]
@@ -348,8 +349,17 @@ def _num(value: int) -> str:
     return f"{value:,}"
 
 
+# C0/C1 controls (ESC starts terminal sequences such as ESC[10A) other than tab and
+# newline: log lines must not move a reader's cursor or recolour their terminal
+_CONTROL = re.compile(r"[\x00-\x08\x0b\x0c\x0e-\x1f\x7f-\x9f]")
+
+
+def _printable(text: str) -> str:
+    return _CONTROL.sub("\ufffd", text)
+
+
 def _h(value: object) -> str:
-    return html.escape(str(value), quote=True)
+    return html.escape(_printable(str(value)), quote=True)
 
 
 _MD_SPECIAL = re.compile(r"([\\`*_\[\]<>|])")
@@ -357,11 +367,11 @@ _MD_SPECIAL = re.compile(r"([\\`*_\[\]<>|])")
 
 def _md(text: str) -> str:
     """Inline Markdown text: one line, punctuation that could become markup escaped."""
-    return _MD_SPECIAL.sub(r"\\\1", re.sub(r"\s+", " ", text).strip())
+    return _MD_SPECIAL.sub(r"\\\1", re.sub(r"\s+", " ", _printable(text)).strip())
 
 
 def _code_span(text: str) -> str:
-    text = re.sub(r"\s+", " ", text).strip()
+    text = re.sub(r"\s+", " ", _printable(text)).strip()
     ticks = "`" * (_longest_run(text, "`") + 1)
     pad = " " if text.startswith("`") or text.endswith("`") else ""
     return f"{ticks}{pad}{text}{pad}{ticks}"

@@ -69,6 +69,19 @@ def test_service_falls_back_to_the_source(cleaner: Cleaner) -> None:
     assert out.timestamp is None
 
 
+def test_a_secret_in_the_source_or_service_name_is_redacted(cleaner: Cleaner) -> None:
+    """The Kafka key (``--source``) and a service field reach the model and the report
+    like the message does: a DSN with a password used as a stream name once did."""
+    dsn = "postgres://svc:Hunter2Secret@db.internal:5432/orders"
+    out = cleaner.clean(b"connection pool exhausted", COORD, dsn)
+    assert isinstance(out, NormalizedRecord)
+    assert "Hunter2Secret" not in out.source and "Hunter2Secret" not in (out.service or "")
+    assert "db.internal" in out.source  # the rest still names the stream
+    named = cleaner.clean(json.dumps({"msg": "hi", "service": dsn}).encode(), COORD, "k")
+    assert isinstance(named, NormalizedRecord)
+    assert "Hunter2Secret" not in (named.service or "") and named.redactions
+
+
 def test_routing_by_cost_threshold() -> None:
     nested = json.dumps({"msg": "deep", "a": [[{"b": [{"c": [1]}]}]] * 3}).encode()
     low = make(slow_cost_threshold=5.0).clean(b"INFO short and cheap", COORD, "s")

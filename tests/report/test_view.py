@@ -18,29 +18,15 @@ from streams.report.view import (
     render_markdown,
 )
 
-from helpers import shared_file
+from helpers import make_fragment, shared_file
 
 XSS = "<script>alert('x')</script>"
 
 
 def _frag(fid: str, covered: dict, **kw) -> Fragment:
-    fields = {
-        "id": fid,
-        "lane": "fast",
-        "window": TimeWindow(start="2026-11-29T10:00:00Z", end="2026-11-29T10:05:00Z"),
-        "service": "hdfs",
-        "timestamp": "2026-11-29T10:00:00Z",
-        "event": "Disk full on datanode",
-        "cause": "No space left on /data",
-        "suggestion": "Free disk space",
-        "severity": "high",
-        "evidence": [Evidence(template="No space <*>", count=1, examples=["No space /d"])],
-        "covered": covered,
-        "record_count": 1,
-        "model": "retro-rules-v1",
-        "prompt_version": "v1",
-    }
-    return Fragment(**(fields | kw))
+    return make_fragment(fid, covered, **({"event": "Disk full on datanode",
+                                          "cause": "No space left on /data",
+                                          "model": "retro-rules-v1"} | kw))
 
 
 def _report() -> Report:
@@ -201,3 +187,16 @@ def test_a_stale_summary_says_how_many_records_it_covered() -> None:
     md = render_markdown(report)
     assert "Summary: Disks filled up. (written at 10 records)" in md
     assert "written at" not in render_markdown(_summarized(_report(), "Disk", "Disks.", 15))
+
+
+def test_terminal_control_sequences_in_log_text_never_reach_the_reader() -> None:
+    """A log line with ESC[10A (cursor up) or a bell must not act on the terminal that
+    shows `retro report`, nor hide in the HTML page."""
+    nasty = "disk \x1b[10A\x1b[31mred\x07 full\x9b"
+    report, _ = merge(None, _frag("a", {"raw/0": [[0, 2]]}, event=nasty, service=f"svc{nasty}",
+                                  evidence=[Evidence(template=f"tpl {nasty}", count=3,
+                                                     examples=[f"line {nasty}"])]),
+                      report_id="2026-11-29/all", now="t1")
+    for text in (render_markdown(report), render_html(report)):
+        assert not re.search(r"[\x00-\x08\x0b\x0c\x0e-\x1f\x7f-\x9f]", text)
+        assert "[10A" in text  # the visible rest of the line is kept
