@@ -398,11 +398,16 @@ class Observer:
         await self.admin.close()
 
     async def committed(self) -> dict[TopicPartition, int]:
-        try:
-            offsets = await self.admin.list_consumer_group_offsets(self.group)
-        except Exception:  # the group does not exist yet
-            return {}
-        return {tp: meta.offset for tp, meta in offsets.items() if meta.offset >= 0}
+        """The worker group's commits, with its clean loop's (``<group>-raw``, when
+        RETRO_CLEAN__ENGINE=aiokafka) for the raw topic."""
+        out: dict[TopicPartition, int] = {}
+        for group in (self.group, f"{self.group}-raw"):
+            try:
+                offsets = await self.admin.list_consumer_group_offsets(group)
+            except Exception:  # the group does not exist (yet)
+                continue
+            out.update({tp: meta.offset for tp, meta in offsets.items() if meta.offset >= 0})
+        return out
 
     async def sample(self, launched: float) -> Sample:
         committed = await self.committed()
@@ -693,6 +698,7 @@ async def run_pipeline(args: argparse.Namespace, ctx: dict[str, Any], workers: i
     topics = {"raw": ctx["raw"], **{n: f"{prefix}.{n}" for n in PIPELINE_TOPICS}}
     env = base_env(ctx["bootstrap"], state)
     env["RETRO_APP_ID"] = prefix  # with every role, the consumer group is the app id
+    env["RETRO_CLEAN__ENGINE"] = args.clean_engine
     env["RETRO_TOPICS__PARTITIONS"] = str(args.partitions)
     env.update({f"RETRO_TOPICS__{n.upper()}": t for n, t in topics.items()})
     code, out, err = await retro(env, "topics", timeout=120)  # not timed against the worker
@@ -987,6 +993,9 @@ def main(argv: list[str] | None = None) -> int:
                              "sample (default); sample: generated only; multiday: "
                              "write_multiday (4 days out of order)")
     parser.add_argument("--partitions", type=int, default=4, help="partitions of every topic")
+    parser.add_argument("--clean-engine", choices=("faust", "aiokafka"), default="faust",
+                        help="RETRO_CLEAN__ENGINE of the workers: the clean stage as a faust "
+                             "agent or as a plain aiokafka loop")
     parser.add_argument("--spread", type=int, default=4, help="retro produce --spread")
     parser.add_argument("--workers", type=int, default=1,
                         help="also run this many workers in one group and compare (default 1)")

@@ -17,7 +17,7 @@ from aiokafka.admin import AIOKafkaAdminClient
 from aiokafka.structs import TopicPartition
 
 from streams.agents.batch import wire_batch
-from streams.agents.clean import wire_clean
+from streams.agents.clean import clean_group, wire_clean
 from streams.agents.compactor import wire_compactor
 from streams.agents.web import wire_web
 from streams.batch.lane import LaneProcessor
@@ -60,9 +60,20 @@ def group_id(settings: Settings, roles: tuple[str, ...]) -> str:
 
 
 def input_topics(settings: Settings, roles: tuple[str, ...]) -> list[str]:
-    """The topics a worker with these roles consumes as a group."""
+    """The topics the faust app of a worker with these roles consumes as a group."""
     inputs = {"clean": ["raw"], "batch": ["fast", "slow"], "compactor": ["fragments"]}
+    if settings.clean.engine == "aiokafka":
+        inputs["clean"] = []  # the clean loop consumes raw in a group of its own
     return [getattr(settings.topics, n) for r in ROLES if r in roles for n in inputs[r]]
+
+
+def consumer_groups(settings: Settings, roles: tuple[str, ...]) -> dict[str, list[str]]:
+    """Every consumer group a worker with these roles runs, with the topics it reads."""
+    gid = group_id(settings, roles)
+    groups = {gid: input_topics(settings, roles)}
+    if "clean" in roles and settings.clean.engine == "aiokafka":
+        groups[clean_group(gid)] = [settings.topics.raw]
+    return {g: topics for g, topics in groups.items() if topics}
 
 
 def build_app(settings: Settings, *, roles: tuple[str, ...] = ROLES,
@@ -128,7 +139,7 @@ def build_app(settings: Settings, *, roles: tuple[str, ...] = ROLES,
     if web:
         worker.follower = ReportFollower(settings)
         wire_web(app, metrics, worker.follower, health)
-    _wire_lag(app, settings, metrics, gid, topics, roles, health)
+    _wire_lag(app, settings, metrics, roles, health)
     _wire_reread(app, settings, metrics)
     return worker
 
@@ -161,16 +172,18 @@ def _wire_reread(app: Any, settings: Settings, metrics: Metrics) -> None:
             await consumer.seek(tp, committed[tp])
 
 
-def _wire_lag(app: Any, settings: Settings, metrics: Metrics, gid: str,
-              topics: dict[str, Any], roles: tuple[str, ...], health: StallDetector) -> None:
+def _wire_lag(app: Any, settings: Settings, metrics: Metrics, roles: tuple[str, ...],
+              health: StallDetector) -> None:
     """Publish consumer lag per input topic/partition, and feed the stall detector
-    with the partitions this worker owns."""
-    names = input_topics(settings, roles)
+    with the partitions this worker's faust consumer owns."""
+    groups = consumer_groups(settings, roles)
 
     @app.timer(interval=15.0)
     async def measure_lag() -> None:
+        offsets: dict[tuple[str, int], tuple[int, int]] = {}
         try:
-            offsets = await consumer_offsets(settings, gid, names)
+            for gid, names in groups.items():
+                offsets.update(await consumer_offsets(settings, gid, names))
         except Exception as exc:  # metrics must never take the worker down
             logger.warning("measuring consumer lag failed: %r", exc)
             return

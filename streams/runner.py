@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 import logging
 
-from streams.app import build_app, group_id, input_topics
+from streams.app import build_app, consumer_groups
 from streams.kafka.topics import ensure_group_offsets, ensure_topics
 from streams.settings import Settings
 
@@ -17,8 +17,8 @@ def run_worker(settings: Settings, *, roles: tuple[str, ...]) -> int:
 
     asyncio.run(ensure_topics(settings))
     try:
-        asyncio.run(ensure_group_offsets(settings, group_id(settings, roles),
-                                         input_topics(settings, roles)))
+        for gid, topics in consumer_groups(settings, roles).items():
+            asyncio.run(ensure_group_offsets(settings, gid, topics))
     except Exception as exc:  # a safety net, not a reason to refuse to start
         logger.warning("could not initialise consumer group offsets: %r", exc)
     worker = build_app(settings, roles=roles)

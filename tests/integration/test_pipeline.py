@@ -46,11 +46,12 @@ def _uncommitted(p) -> dict[str, int]:
     """Input partitions the worker group has not committed to their end: lag by name."""
     import asyncio
 
-    from streams.app import ROLES, consumer_offsets, group_id, input_topics
+    from streams.app import ROLES, consumer_groups, consumer_offsets
 
     settings = p.settings()
-    offsets = asyncio.run(consumer_offsets(settings, group_id(settings, ROLES),
-                                           input_topics(settings, ROLES)))
+    offsets = {}
+    for gid, topics in consumer_groups(settings, ROLES).items():
+        offsets.update(asyncio.run(consumer_offsets(settings, gid, topics)))
     return {f"{topic}/{partition}": lag for (topic, partition), (_, lag) in offsets.items()
             if lag}
 
@@ -266,9 +267,11 @@ def _fake_requests(port: int) -> list:
         return json.loads(r.read())
 
 
+@pytest.mark.parametrize("engine", ["faust", "aiokafka"])
 def test_crash_and_restart_counts_every_record_once(pipeline_factory, tmp_path: Path,
-                                                    wait_until) -> None:
-    p = pipeline_factory()
+                                                    wait_until, engine: str) -> None:
+    """SIGKILL twice mid-stream, with either clean-stage engine (RETRO_CLEAN__ENGINE)."""
+    p = pipeline_factory(RETRO_CLEAN__ENGINE=engine)
     paths = _sample(tmp_path, 3000)
     worker = p.start_worker()
     time.sleep(3)
