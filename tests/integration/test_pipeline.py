@@ -213,7 +213,8 @@ def test_faulty_provider_loses_nothing(pipeline_factory, tmp_path: Path) -> None
     """429s with Retry-After, 5xx, malformed JSON and wrong ids: every record still
     ends in exactly one report, review or dead letter, and no secret reaches the model."""
     port = _free_port()
-    fake = _start_fake_llm(tmp_path, port, "--rpm", "8", "--error-rate", "0.15",
+    # rpm 5: even the smallest run's batches (8 requests without ../shared) overrun it
+    fake = _start_fake_llm(tmp_path, port, "--rpm", "5", "--error-rate", "0.15",
                            "--malformed-rate", "0.1", "--wrong-ids-rate", "0.1", "--seed", "3")
     try:
         p = pipeline_factory(
