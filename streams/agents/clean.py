@@ -139,8 +139,8 @@ class CleanLoop:
                       fetched: dict[TopicPartition, list[ConsumerRecord]]) -> None:
         futures = []
         for messages in fetched.values():
+            self.records_in.inc(len(messages))
             for m in messages:
-                self.records_in.inc()
                 routed = route(self.cleaner, value=m.value, key=m.key, topic=m.topic,
                                partition=m.partition, offset=m.offset,
                                timestamp_ms=m.timestamp)

@@ -75,15 +75,16 @@ def wire_compactor(app: Any, settings: Settings, metrics: Metrics,
     parsed = ParsedReports()
     report_settings = settings.report
 
-    def store(report_id: str, partition: int, updated: Report) -> list[Any]:
-        """Write a report to the table, its changelog partition and the reports topic;
-        returns the delivery futures. The changelog partition is the fragments
-        partition the report lives on, named explicitly: a buffer of events may mix
-        partitions, so faust's "current event" is not the report's."""
+    async def store(report_id: str, partition: int, updated: Report) -> list[Any]:
+        """Write a report to the table, its changelog partition and the reports topic
+        (serialized once); returns the delivery futures. The changelog partition is the
+        fragments partition the report lives on, named explicitly: a buffer of events
+        may mix partitions, so faust's "current event" is not the report's."""
         body = updated.to_json()
         table.data[report_id] = body
         parsed.put(report_id, body, updated)
-        return [table.send_changelog(partition, report_id, body)]
+        return [table.send_changelog(partition, report_id, body),
+                await send(reports, key=report_id.encode(), value=body.encode())]
 
     buffer = _Buffer()
     lock = asyncio.Lock()
@@ -108,9 +109,7 @@ def wire_compactor(app: Any, settings: Settings, metrics: Metrics,
                     continue
                 updated = await _fold(report_id, pending, table, parsed, topics, metrics)
                 if updated is not None:
-                    futures += store(report_id, pending.partition, updated)
-                    futures.append(await send(reports, key=report_id.encode(),
-                                              value=updated.to_json().encode()))
+                    futures += await store(report_id, pending.partition, updated)
             delivered = asyncio.gather(*futures)
             for handle in held:
                 if handle.token.message.partition in owned:

@@ -96,9 +96,10 @@ def merge_all(
     models = set(base.models)
     applied: list[str] = []
     results: list[MergeResult] = []
+    added = Coverage()  # new in this call; folded into the (large) ledger once, at the end
     for fragment in fragments:
         offered = _coverage(fragment.covered, fragment.id)
-        new = offered.difference(seen)
+        new = offered.difference(seen).difference(added)
         if not new:
             logger.debug("fragment %s adds nothing to report %s", fragment.id, report_id)
             results.append("duplicate")
@@ -114,7 +115,7 @@ def merge_all(
         own.add(("i", key))
         incidents[key] = _absorb(incident, key, fragment, new)
         _add_suggestion(suggestions, own, fragment, key)
-        seen = seen.union(new)
+        added = added.union(new)
         touched.add(key)
         models.add(f"{fragment.model}@{fragment.prompt_version}")
         applied.append(fragment.id)
@@ -123,7 +124,7 @@ def merge_all(
         return base, results
 
     out = base.model_copy()
-    out.covered = seen.to_json()
+    out.covered = seen.union(added).to_json()
     out.incidents = sorted(incidents.values(), key=_incident_rank)
     out.suggestions = _rank_suggestions(suggestions, own, incidents, touched)
     out.timeline = _timeline(out.incidents)

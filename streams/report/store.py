@@ -36,16 +36,18 @@ class LatestReports:
     """
 
     def __init__(self) -> None:
-        self._raw: dict[str, bytes] = {}
+        self._raw: dict[str, bytes] = {}  # by compaction key ("<report id>#<share>")
         self._decoded: dict[str, Report] = {}
+        self._keys: dict[str, set[str]] = {}  # report id -> its compaction keys
 
     def put(self, key: bytes | None, value: bytes | None) -> bool:
         """Keep a message as the latest of its id; False for tombstones and keyless ones."""
         if key is None or value is None:
             return False
-        report_id = key.decode(errors="replace")
-        self._raw[report_id] = value
-        self._decoded.pop(report_id, None)
+        text = key.decode(errors="replace")
+        self._raw[text] = value
+        self._decoded.pop(text, None)
+        self._keys.setdefault(report_of(text), set()).add(text)
         return True
 
     def _shard(self, key: str) -> Report | None:
@@ -67,18 +69,14 @@ class LatestReports:
         """Every stored report as it was published: one per compaction key."""
         return {key: r for key in list(self._raw) if (r := self._shard(key)) is not None}
 
-    def report(self, report_id: str) -> Report | None:
+    def get(self, report_id: str) -> Report | None:
         """The report composed from its shares (``streams.report.keys.report_of``)."""
-        parts = [r for key in list(self._raw) if report_of(key) == report_id
-                 and (r := self._shard(key)) is not None]
+        parts = [r for key in sorted(self._keys.get(report_id, ()))
+                 if (r := self._shard(key)) is not None]
         return compose(report_id, parts) if parts else None
 
-    def get(self, report_id: str) -> Report | None:
-        return self.report(report_id)
-
     def values(self) -> list[Report]:
-        ids = sorted({report_of(key) for key in self._raw})
-        return [r for rid in ids if (r := self.report(rid)) is not None]
+        return [r for rid in sorted(self._keys) if (r := self.get(rid)) is not None]
 
     def as_dict(self) -> dict[str, Report]:
         return {r.id: r for r in self.values()}

@@ -208,6 +208,27 @@ def _free_port() -> int:
         s.bind(("127.0.0.1", 0))
         return int(s.getsockname()[1])
 
+class _Workers:
+    """Workers of one pipeline, each with its own web port and state folder, and how
+    many records each has consumed (0 while it is not up)."""
+
+    def __init__(self, p, count: int = 2) -> None:
+        self.p = p
+        self.ports = [p.web_port] + [_free_port() for _ in range(count - 1)]
+
+    def start(self, i: int) -> subprocess.Popen[bytes]:
+        return self.p.start_worker(RETRO_WEB_PORT=str(self.ports[i]),
+                                   RETRO_STATE_DIR=str(self.p.state_dir / f"w{i}"))
+
+    def consumed(self, i: int) -> float:
+        try:
+            with urllib.request.urlopen(f"http://127.0.0.1:{self.ports[i]}/metrics",
+                                        timeout=5) as r:
+                return _metric_sum(r.read().decode(), "retro_records_consumed_total")
+        except OSError:
+            return 0.0
+
+
 
 def test_faulty_provider_loses_nothing(pipeline_factory, tmp_path: Path) -> None:
     """429s with Retry-After, 5xx, malformed JSON and wrong ids: every record still
@@ -297,19 +318,8 @@ def test_workers_joining_and_leaving_mid_stream_lose_nothing(pipeline_factory, t
     from concurrent.futures import ThreadPoolExecutor
 
     p = pipeline_factory()
-    ports = [p.web_port, _free_port()]
-
-    def worker(i: int) -> subprocess.Popen[bytes]:  # own web port and state folder
-        return p.start_worker(RETRO_WEB_PORT=str(ports[i]),
-                              RETRO_STATE_DIR=str(p.state_dir / f"w{i}"))
-
-    def consumed(i: int) -> float:
-        try:
-            with urllib.request.urlopen(f"http://127.0.0.1:{ports[i]}/metrics",
-                                        timeout=5) as r:
-                return _metric_sum(r.read().decode(), "retro_records_consumed_total")
-        except OSError:
-            return 0.0
+    workers = _Workers(p)
+    worker, consumed = workers.start, workers.consumed
 
     worker(0)
     paths = _sample(tmp_path, 3000)
@@ -341,23 +351,12 @@ def test_multi_day_logs_through_crashes_and_a_rebalance_land_once(pipeline_facto
     from streams.dev.sample import write_multiday
 
     p = pipeline_factory()
-    ports = [p.web_port, _free_port()]
+    workers = _Workers(p)
+    worker, consumed = workers.start, workers.consumed
     paths = [str(x) for x in write_multiday(tmp_path / "multiday", records=3000, days=4)]
     bgl = SHARED / "loghub" / "BGL" / "BGL_2k.log"
     if bgl.exists():
         paths.append(str(bgl))
-
-    def worker(i: int) -> subprocess.Popen[bytes]:
-        return p.start_worker(RETRO_WEB_PORT=str(ports[i]),
-                              RETRO_STATE_DIR=str(p.state_dir / f"w{i}"))
-
-    def consumed(i: int) -> float:
-        try:
-            with urllib.request.urlopen(f"http://127.0.0.1:{ports[i]}/metrics",
-                                        timeout=5) as r:
-                return _metric_sum(r.read().decode(), "retro_records_consumed_total")
-        except OSError:
-            return 0.0
 
     first = worker(0)
     with ThreadPoolExecutor(1) as pool:
