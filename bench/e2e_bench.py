@@ -699,6 +699,7 @@ async def run_pipeline(args: argparse.Namespace, ctx: dict[str, Any], workers: i
     env = base_env(ctx["bootstrap"], state)
     env["RETRO_APP_ID"] = prefix  # with every role, the consumer group is the app id
     env["RETRO_CLEAN__ENGINE"] = args.clean_engine
+    env["RETRO_BATCH__ENGINE"] = args.batch_engine
     env["RETRO_TOPICS__PARTITIONS"] = str(args.partitions)
     env.update({f"RETRO_TOPICS__{n.upper()}": t for n, t in topics.items()})
     code, out, err = await retro(env, "topics", timeout=120)  # not timed against the worker
@@ -993,9 +994,12 @@ def main(argv: list[str] | None = None) -> int:
                              "sample (default); sample: generated only; multiday: "
                              "write_multiday (4 days out of order)")
     parser.add_argument("--partitions", type=int, default=4, help="partitions of every topic")
-    parser.add_argument("--clean-engine", choices=("faust", "aiokafka"), default="faust",
+    parser.add_argument("--clean-engine", choices=("faust", "aiokafka"), default="aiokafka",
                         help="RETRO_CLEAN__ENGINE of the workers: the clean stage as a faust "
-                             "agent or as a plain aiokafka loop")
+                             "agent or as a plain aiokafka loop (default)")
+    parser.add_argument("--batch-engine", choices=("faust", "aiokafka"), default="aiokafka",
+                        help="RETRO_BATCH__ENGINE of the workers: the lanes as faust agents "
+                             "or as a plain aiokafka loop (default)")
     parser.add_argument("--spread", type=int, default=4, help="retro produce --spread")
     parser.add_argument("--workers", type=int, default=1,
                         help="also run this many workers in one group and compare (default 1)")

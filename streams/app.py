@@ -16,7 +16,7 @@ import faust
 from aiokafka.admin import AIOKafkaAdminClient
 from aiokafka.structs import TopicPartition
 
-from streams.agents.batch import wire_batch
+from streams.agents.batch import BatchLoop, lanes_group, wire_batch
 from streams.agents.clean import clean_group, wire_clean
 from streams.agents.compactor import wire_compactor
 from streams.agents.web import wire_web
@@ -49,7 +49,8 @@ class Worker:
     metrics: Metrics
     roles: tuple[str, ...]
     gateways: GatewaySet | None = None
-    processors: dict[str, LaneProcessor] = field(default_factory=dict)
+    processors: dict[str, LaneProcessor] = field(default_factory=dict)  # faust engine
+    batch_loop: BatchLoop | None = None  # aiokafka engine
     follower: ReportFollower | None = None
 
 
@@ -64,6 +65,8 @@ def input_topics(settings: Settings, roles: tuple[str, ...]) -> list[str]:
     inputs = {"clean": ["raw"], "batch": ["fast", "slow"], "compactor": ["fragments"]}
     if settings.clean.engine == "aiokafka":
         inputs["clean"] = []  # the clean loop consumes raw in a group of its own
+    if settings.batch.engine == "aiokafka":
+        inputs["batch"] = []  # so does the batch loop, the lanes
     return [getattr(settings.topics, n) for r in ROLES if r in roles for n in inputs[r]]
 
 
@@ -73,6 +76,8 @@ def consumer_groups(settings: Settings, roles: tuple[str, ...]) -> dict[str, lis
     groups = {gid: input_topics(settings, roles)}
     if "clean" in roles and settings.clean.engine == "aiokafka":
         groups[clean_group(gid)] = [settings.topics.raw]
+    if "batch" in roles and settings.batch.engine == "aiokafka":
+        groups[lanes_group(gid)] = [settings.topics.fast, settings.topics.slow]
     return {g: topics for g, topics in groups.items() if topics}
 
 
@@ -125,10 +130,14 @@ def build_app(settings: Settings, *, roles: tuple[str, ...] = ROLES,
         wire_clean(app, settings, metrics, topics)
     if "batch" in roles:
         worker.gateways = build_gateways(settings, metrics=metrics)
-        worker.processors = wire_batch(
+        wired = wire_batch(
             app, settings, metrics, topics,
             {"fast": worker.gateways.fast, "slow": worker.gateways.slow},
             worker.gateways.window_counter(settings.model.name))
+        if isinstance(wired, BatchLoop):
+            worker.batch_loop = wired
+        else:
+            worker.processors = wired
     if "compactor" in roles:
         rollup = None
         if settings.report.rollup_seconds > 0:
@@ -139,7 +148,7 @@ def build_app(settings: Settings, *, roles: tuple[str, ...] = ROLES,
     if web:
         worker.follower = ReportFollower(settings)
         wire_web(app, metrics, worker.follower, health)
-    _wire_lag(app, settings, metrics, roles, health)
+    _wire_lag(app, settings, metrics, roles, health, worker.batch_loop)
     _wire_reread(app, settings, metrics)
     return worker
 
@@ -173,9 +182,9 @@ def _wire_reread(app: Any, settings: Settings, metrics: Metrics) -> None:
 
 
 def _wire_lag(app: Any, settings: Settings, metrics: Metrics, roles: tuple[str, ...],
-              health: StallDetector) -> None:
+              health: StallDetector, batch_loop: BatchLoop | None) -> None:
     """Publish consumer lag per input topic/partition, and feed the stall detector
-    with the partitions this worker's faust consumer owns."""
+    with the partitions this worker's faust consumer and batch loop own."""
     groups = consumer_groups(settings, roles)
 
     @app.timer(interval=15.0)
@@ -190,6 +199,8 @@ def _wire_lag(app: Any, settings: Settings, metrics: Metrics, roles: tuple[str, 
         for (topic, partition), (_, lag) in offsets.items():
             metrics.consumer_lag.labels(topic, str(partition)).set(lag)
         owned = {(tp.topic, tp.partition) for tp in app.consumer.assignment()}
+        if batch_loop is not None:
+            owned |= {(tp.topic, tp.partition) for tp in batch_loop.assignment()}
         mine = {k: v for k, v in offsets.items() if k in owned}
         health.observe({k: c for k, (c, _) in mine.items()},
                        {k: lag for k, (_, lag) in mine.items()})

@@ -26,10 +26,13 @@ def run_worker(settings: Settings, *, roles: tuple[str, ...]) -> int:
                           redirect_stdouts=False)
 
     async def _close_gateways() -> None:
+        if worker.batch_loop is not None:
+            # a bounded drain: flush windows, finish batches, commit, leave the group
+            await worker.batch_loop.drain(timeout=settings.shutdown_seconds)
         if worker.gateways is not None:
             for processor in worker.processors.values():
                 # unflushed window records stay unacked and are re-read after restart
-                await processor.wait_in_flight(timeout=30.0)
+                await processor.wait_in_flight(timeout=settings.shutdown_seconds)
             await worker.gateways.close()
 
     @worker.app.on_before_shutdown.connect

@@ -43,6 +43,14 @@ class CleanSettings(BaseModel):
     engine: Literal["faust", "aiokafka"] = "aiokafka"
 
 
+class BatchSettings(BaseModel):
+    model_config = ConfigDict(frozen=True)
+
+    # aiokafka: one plain loop over both lanes with its own consumer group
+    # (<group>-lanes), batched sends, commit on delivery; faust: one agent per lane
+    engine: Literal["faust", "aiokafka"] = "aiokafka"
+
+
 class LaneSettings(BaseModel):
     """A lane differs from the other by these numbers and prompt, never by code."""
 
@@ -147,12 +155,16 @@ class Settings(BaseSettings):
     kafka: KafkaSettings = KafkaSettings()
     topics: TopicSettings = TopicSettings()
     clean: CleanSettings = CleanSettings()
+    batch: BatchSettings = BatchSettings()
     fast: LaneSettings = LaneSettings()
     slow: SlowLaneSettings = SlowLaneSettings()
     model: ModelSettings = ModelSettings()
     report: ReportSettings = ReportSettings()
     # /healthz fails when an assigned partition has lag and no commit for this long
     stall_seconds: float = Field(600.0, ge=0.0)
+    # on SIGTERM, batches get this long to finish before the worker leaves its groups;
+    # keep it well under the pods' termination grace period (deploy/: 60 s)
+    shutdown_seconds: float = Field(20.0, ge=0.0)
     web_port: int = 6066
     web_host: str = "127.0.0.1"
     log_level: str = "INFO"

@@ -292,8 +292,9 @@ def _fake_requests(port: int) -> list:
 @pytest.mark.parametrize("engine", ["faust", "aiokafka"])
 def test_crash_and_restart_counts_every_record_once(pipeline_factory, tmp_path: Path,
                                                     wait_until, engine: str) -> None:
-    """SIGKILL twice mid-stream, with either clean-stage engine (RETRO_CLEAN__ENGINE)."""
-    p = pipeline_factory(RETRO_CLEAN__ENGINE=engine)
+    """SIGKILL twice mid-stream, with the hot-path stages on faust agents or on plain
+    aiokafka loops (RETRO_CLEAN__ENGINE, RETRO_BATCH__ENGINE)."""
+    p = pipeline_factory(RETRO_CLEAN__ENGINE=engine, RETRO_BATCH__ENGINE=engine)
     paths = _sample(tmp_path, 3000)
     worker = p.start_worker()
     time.sleep(3)
