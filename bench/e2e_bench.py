@@ -398,10 +398,11 @@ class Observer:
         await self.admin.close()
 
     async def committed(self) -> dict[TopicPartition, int]:
-        """The worker group's commits, with its clean loop's (``<group>-raw``, when
-        RETRO_CLEAN__ENGINE=aiokafka) for the raw topic."""
+        """The worker group's commits, with those of its aiokafka loops: the clean
+        loop's (``<group>-raw``) for the raw topic and the batch loop's
+        (``<group>-lanes``) for the lanes."""
         out: dict[TopicPartition, int] = {}
-        for group in (self.group, f"{self.group}-raw"):
+        for group in (self.group, f"{self.group}-raw", f"{self.group}-lanes"):
             try:
                 offsets = await self.admin.list_consumer_group_offsets(group)
             except Exception:  # the group does not exist (yet)

@@ -6,18 +6,38 @@ a partition's offsets compress to a few ranges, and overlap checks stay cheap.
 
 from __future__ import annotations
 
+from bisect import bisect_left
 from collections.abc import Iterable, Iterator
 
 Range = tuple[int, int]  # inclusive [first, last]
 
 
 class IntervalSet:
-    """An immutable-by-convention set of ints kept as merged inclusive ranges."""
+    """An immutable-by-convention set of ints kept as merged inclusive ranges.
 
-    __slots__ = ("_ranges",)
+    A report's ledger holds many ranges and a fragment few: the operations locate the
+    few with bisection instead of walking the many, so merging a fragment costs about
+    the same whether the report holds a hundred records or a million.
+    """
+
+    __slots__ = ("_ends", "_ranges")
 
     def __init__(self, ranges: Iterable[Iterable[int]] = ()) -> None:
         self._ranges: list[Range] = _normalize((int(a), int(b)) for a, b in ranges)
+        self._ends: list[int] | None = None
+
+    @classmethod
+    def _of(cls, ranges: list[Range]) -> IntervalSet:
+        """Trusted constructor: ``ranges`` are already sorted, merged and valid."""
+        out = cls.__new__(cls)
+        out._ranges = ranges
+        out._ends = None
+        return out
+
+    def _end_offsets(self) -> list[int]:
+        if self._ends is None:
+            self._ends = [b for _, b in self._ranges]
+        return self._ends
 
     @classmethod
     def from_values(cls, values: Iterable[int]) -> IntervalSet:
@@ -55,31 +75,37 @@ class IntervalSet:
         return f"IntervalSet({self._ranges!r})"
 
     def union(self, other: IntervalSet) -> IntervalSet:
-        return IntervalSet(self._ranges + other._ranges)
+        small, large = sorted((self, other), key=lambda s: len(s._ranges))
+        if not small._ranges:
+            return large
+        if len(small._ranges) * 8 > len(large._ranges):
+            return IntervalSet._of(_normalize(self._ranges + other._ranges))
+        out = list(large._ranges)
+        for a, b in reversed(small._ranges):  # from the end: earlier indices stay valid
+            _insert(out, a, b)
+        return IntervalSet._of(out)
 
     def intersection(self, other: IntervalSet) -> IntervalSet:
+        small, large = sorted((self, other), key=lambda s: len(s._ranges))
+        b = large._ranges
+        ends = large._end_offsets()
         out: list[Range] = []
-        i = j = 0
-        a, b = self._ranges, other._ranges
-        while i < len(a) and j < len(b):
-            lo, hi = max(a[i][0], b[j][0]), min(a[i][1], b[j][1])
-            if lo <= hi:
-                out.append((lo, hi))
-            if a[i][1] < b[j][1]:
-                i += 1
-            else:
-                j += 1
-        return IntervalSet(out)
+        for lo, hi in small._ranges:
+            k = bisect_left(ends, lo)  # the first range of ``large`` ending at or after lo
+            while k < len(b) and b[k][0] <= hi:
+                out.append((max(lo, b[k][0]), min(hi, b[k][1])))
+                k += 1
+        return IntervalSet._of(out)
 
     def difference(self, other: IntervalSet) -> IntervalSet:
         out: list[Range] = []
         b = other._ranges
-        j = 0
+        if not b:
+            return self
+        ends = other._end_offsets()
         for lo, hi in self._ranges:
             cur = lo
-            while j < len(b) and b[j][1] < cur:
-                j += 1
-            k = j
+            k = bisect_left(ends, cur)  # the first range of ``other`` ending at or after lo
             while k < len(b) and b[k][0] <= hi:
                 if b[k][0] > cur:
                     out.append((cur, b[k][0] - 1))
@@ -87,7 +113,23 @@ class IntervalSet:
                 k += 1
             if cur <= hi:
                 out.append((cur, hi))
-        return IntervalSet(out)
+        return IntervalSet._of(out)
+
+
+def _insert(ranges: list[Range], a: int, b: int) -> None:
+    """Add [a, b] to sorted, merged ``ranges`` in place, merging the neighbours it
+    touches; only those are looked at."""
+    if a > b:
+        raise ValueError(f"range start {a} is after its end {b}")
+    lo = bisect_left(ranges, (a,))
+    if lo > 0 and ranges[lo - 1][1] + 1 >= a:  # the range before touches [a, b]
+        lo -= 1
+    hi = lo
+    while hi < len(ranges) and ranges[hi][0] <= b + 1:
+        hi += 1
+    if hi > lo:
+        a, b = min(a, ranges[lo][0]), max(b, ranges[hi - 1][1])
+    ranges[lo:hi] = [(a, b)]
 
 
 def _normalize(ranges: Iterable[Range]) -> list[Range]:

@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 from aiokafka import TopicPartition
-from helpers import make_fragment
 
 from streams.agents.batch import _Commits, lanes_group, outcome_messages
 from streams.records import BatchOutcome, Review
 from streams.settings import Settings
+
+from helpers import make_fragment
 
 FAST0 = TopicPartition("retro.records.fast", 0)
 FAST1 = TopicPartition("retro.records.fast", 1)
