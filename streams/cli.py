@@ -216,11 +216,12 @@ def select_report(reports: dict[str, Any], *, window: str | None, service: str |
 
 
 def cmd_audit(args: argparse.Namespace, settings: Settings) -> int:
-    from streams.dev.audit import audit_until_clean, dumps, missing_hint
+    from streams.dev.audit import audit_until_clean, dumps, missing_hint, summary_line
 
     kafka(settings)
     result = asyncio.run(audit_until_clean(settings, wait_seconds=args.wait))
     print(dumps(result), flush=True)
+    print(f"retro: {summary_line(result)}", file=sys.stderr)
     hint = missing_hint(result)
     if hint:
         print(f"retro: {hint}", file=sys.stderr)
