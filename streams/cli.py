@@ -237,6 +237,27 @@ def cmd_deadletter(args: argparse.Namespace, settings: Settings) -> int:
     return 0
 
 
+def cmd_review(args: argparse.Namespace, settings: Settings) -> int:
+    from streams.report.reviews import parked_coverage, read_reviews, render_json, render_text
+    from streams.report.reviews import summarize as summarize_reviews
+
+    kafka(settings)
+    entries, analysed, unreadable = asyncio.run(read_reviews(settings))
+    if args.redrive:
+        from streams.agents.redrive import redrive_coverage
+
+        chosen = parked_coverage(entries, analysed, set(args.reason) if args.reason else None)
+        sent = asyncio.run(redrive_coverage(settings, chosen)) if len(chosen) else 0
+        which = ", ".join(args.reason) if args.reason else "every reason"
+        print(f"re-drove {sent} parked records ({which}) to the lanes; a running worker "
+              "analyses them and `retro audit` then counts them as analysed")
+        return 0
+    summary = summarize_reviews(entries, analysed, topic=settings.topics.review,
+                                latest=args.latest, unreadable=unreadable)
+    print(render_json(summary) if args.format == "json" else render_text(summary))
+    return 0
+
+
 def cmd_fake_llm(args: argparse.Namespace, settings: Settings) -> int:
     from streams.agents.web import port_free
     from streams.dev.fakellm import FakeLLMConfig, serve
@@ -278,6 +299,7 @@ day to day:
   retro report                      the latest post-mortem (md, json or html)
   retro audit                       prove nothing was lost or counted twice
   retro deadletter                  what was rejected and why
+  retro review                      what is parked in review; --redrive sends it again
 
 `retro COMMAND --help` explains a command. Exit codes: 0 ok, 1 nothing found,
 2 audit failed, 64 usage, 66 input file, 69 Kafka unreachable, 70 local broker,
@@ -372,6 +394,17 @@ def make_parser() -> argparse.ArgumentParser:
                    help="output format (default text)")
     d.add_argument("--raw", action="store_true",
                    help="with --format json, include each record's raw bytes (base64)")
+
+    rv = command("review", "show what is parked in review and why; re-drive it on demand",
+                 cmd_review)
+    rv.add_argument("--latest", type=int, default=10, metavar="N",
+                    help="how many of the newest reviews to list (default 10)")
+    rv.add_argument("--format", choices=["text", "json"], default="text",
+                    help="output format (default text)")
+    rv.add_argument("--redrive", action="store_true",
+                    help="send the parked records to the lanes again (a worker analyses them)")
+    rv.add_argument("--reason", action="append", metavar="R",
+                    help="with --redrive, only reviews with this reason (repeatable)")
 
     f = command("fake-llm", "a simulated OpenAI-compatible provider (limits, latency, faults)",
                 cmd_fake_llm)
