@@ -196,8 +196,12 @@ def cmd_report(args: argparse.Namespace, settings: Settings) -> int:
 
     # dead letters carry no report of their own: name how many the pipeline rejected
     dead = asyncio.run(read_deadletters(settings, latest=0)).total
+    from streams.report.reviews import read_reviews, summarize
+
+    entries, analysed, _ = asyncio.run(read_reviews(settings))
+    parked = summarize(entries, analysed, topic=settings.topics.review, latest=0).parked
     render = render_markdown if args.format == "md" else render_html
-    print(render(chosen, deadletter_count=dead))
+    print(render(chosen, deadletter_count=dead, parked_count=parked))
     return 0
 
 
