@@ -272,7 +272,9 @@ def cmd_fake_llm(args: argparse.Namespace, settings: Settings) -> int:
             base_latency=args.base_latency, per_input_token=args.per_input_token,
             per_output_token=args.per_output_token, error_rate=args.error_rate,
             timeout_rate=args.timeout_rate, malformed_rate=args.malformed_rate,
-            wrong_ids_rate=args.wrong_ids_rate, seed=args.seed)
+            wrong_ids_rate=args.wrong_ids_rate, truncate_rate=args.truncate_rate,
+            context_error_rate=args.context_error_rate,
+            fault_min_tokens=args.fault_min_tokens, seed=args.seed)
     except ValueError as exc:  # names the field: "error_rate must be a number in [0, 1]"
         raise UsageError(f"fake-llm: --{str(exc).replace('_', '-')}") from None
     if not port_free(args.host, args.port):
@@ -435,6 +437,12 @@ def make_parser() -> argparse.ArgumentParser:
                    help="share of answers that are not the JSON asked for")
     f.add_argument("--wrong-ids-rate", type=float, default=0.0, metavar="SHARE",
                    help="share of answers that drop a record reference or invent one")
+    f.add_argument("--truncate-rate", type=float, default=0.0, metavar="SHARE",
+                   help="share of answers cut at half their length (finish_reason=length)")
+    f.add_argument("--context-error-rate", type=float, default=0.0, metavar="SHARE",
+                   help="share of requests refused as too long for the context (400)")
+    f.add_argument("--fault-min-tokens", type=int, default=0, metavar="TOKENS",
+                   help="truncation and context faults only above this many tokens")
     f.add_argument("--seed", type=int, default=0, help="random seed of the faults")
 
     dm = command("demo", "end to end on this machine: broker, worker, logs, report, audit",
