@@ -274,7 +274,8 @@ def cmd_fake_llm(args: argparse.Namespace, settings: Settings) -> int:
             timeout_rate=args.timeout_rate, malformed_rate=args.malformed_rate,
             wrong_ids_rate=args.wrong_ids_rate, truncate_rate=args.truncate_rate,
             context_error_rate=args.context_error_rate,
-            fault_min_tokens=args.fault_min_tokens, seed=args.seed)
+            truncate_min_tokens=args.truncate_min_tokens,
+            context_error_min_tokens=args.context_error_min_tokens, seed=args.seed)
     except ValueError as exc:  # names the field: "error_rate must be a number in [0, 1]"
         raise UsageError(f"fake-llm: --{str(exc).replace('_', '-')}") from None
     if not port_free(args.host, args.port):
@@ -441,8 +442,10 @@ def make_parser() -> argparse.ArgumentParser:
                    help="share of answers cut at half their length (finish_reason=length)")
     f.add_argument("--context-error-rate", type=float, default=0.0, metavar="SHARE",
                    help="share of requests refused as too long for the context (400)")
-    f.add_argument("--fault-min-tokens", type=int, default=0, metavar="TOKENS",
-                   help="truncation and context faults only above this many tokens")
+    f.add_argument("--truncate-min-tokens", type=int, default=0, metavar="TOKENS",
+                   help="only answers longer than this are cut (default 0: any)")
+    f.add_argument("--context-error-min-tokens", type=int, default=0, metavar="TOKENS",
+                   help="only prompts longer than this are refused (default 0: any)")
     f.add_argument("--seed", type=int, default=0, help="random seed of the faults")
 
     dm = command("demo", "end to end on this machine: broker, worker, logs, report, audit",

@@ -13,11 +13,12 @@ from dataclasses import dataclass
 from typing import Any
 
 WINDOW_SECONDS = 60.0
-_INT_FIELDS = {"rpm", "tpm", "context", "seed", "max_recorded", "fault_min_tokens"}
+_INT_FIELDS = {"rpm", "tpm", "context", "seed", "max_recorded", "truncate_min_tokens",
+               "context_error_min_tokens"}
 _NULLABLE = {"rpm", "tpm", "api_key"}
 _RATE_FIELDS = {"error_rate", "timeout_rate", "malformed_rate", "wrong_ids_rate",
                 "truncate_rate", "context_error_rate"}
-_MAY_BE_ZERO = {"seed", "fault_min_tokens"}
+_MAY_BE_ZERO = {"seed", "truncate_min_tokens", "context_error_min_tokens"}
 
 
 @dataclass
@@ -42,9 +43,10 @@ class FakeLLMConfig:
     # share of requests refused with 400 context_length_exceeded although they fit the
     # declared context (the provider counts tokens differently); the gateway splits
     context_error_rate: float = 0.0
-    # truncation and context faults hit only prompts / answers above this many tokens,
-    # as real ones hit long requests: split halves eventually pass (0: any size)
-    fault_min_tokens: int = 0
+    # the two faults hit only answers / prompts above these many tokens, as real ones
+    # hit long requests: the gateway's split halves eventually pass (0: any size)
+    truncate_min_tokens: int = 0
+    context_error_min_tokens: int = 0
     seed: int = 0
     api_key: str | None = None  # if set, requests need "Authorization: Bearer <key>"
     max_recorded: int = 10_000  # request bodies kept for inspection

@@ -114,7 +114,7 @@ class FakeProvider:
         error, stall, malformed, wrong = (self._rng.random() for _ in range(4))
         # the size faults draw only when switched on: seeded runs without them stay as were
         cut = self._draw(cfg.truncate_rate)
-        if self._draw(cfg.context_error_rate) and prompt_tokens > cfg.fault_min_tokens:
+        if self._draw(cfg.context_error_rate) and prompt_tokens > cfg.context_error_min_tokens:
             self._count(record, "context_length_exceeded")
             message = (
                 f"This model's maximum context length is {cfg.context} tokens. However, your "
@@ -164,7 +164,7 @@ class FakeProvider:
             content = self._malform(content)
         completion_tokens = self._counter.count(content)
         limit = max_tokens if max_tokens is not None else cfg.context - prompt_tokens
-        if cut and completion_tokens > max(1, cfg.fault_min_tokens):
+        if cut and completion_tokens > max(1, cfg.truncate_min_tokens):
             limit = min(limit, completion_tokens // 2)  # the model ran out of output tokens
         finish_reason = "length" if completion_tokens > limit else "stop"
         if finish_reason == "length":
