@@ -21,6 +21,7 @@ from pydantic import ValidationError
 from streams.gateway.reasons import kind_of
 from streams.intervals import Coverage
 from streams.records import Review
+from streams.report.deadletters import _one_line
 from streams.report.store import read_latest, read_messages
 from streams.settings import Settings
 
@@ -148,8 +149,3 @@ async def read_reviews(settings: Settings) -> tuple[list[ReviewEntry], Coverage,
 def _where(covered: Coverage) -> str:
     parts = [f"{tp}@{r[0][0]}-{r[-1][1]}" for tp, r in covered.to_json().items() if r]
     return ", ".join(parts[:3]) + (f" (+{len(parts) - 3} more)" if len(parts) > 3 else "")
-
-
-def _one_line(text: str, limit: int = 200) -> str:
-    flat = " ".join(text.split())
-    return flat if len(flat) <= limit else flat[:limit - 1] + "…"

@@ -7,13 +7,13 @@ between faults through its control plane while a real worker runs on the real br
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 import time
 import urllib.request
 from pathlib import Path
 
 import pytest
+
+from helpers import start_fake_llm as _start_fake_llm
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(300)]
 
@@ -24,21 +24,6 @@ def _free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return int(s.getsockname()[1])
-
-
-def _start_fake_llm(tmp_path: Path, port: int, *args: str) -> subprocess.Popen[bytes]:
-    log = open(tmp_path / "fake-llm.log", "wb")  # noqa: SIM115
-    proc = subprocess.Popen([sys.executable, "-m", "streams", "fake-llm", "--port", str(port),
-                             *args], stdout=log, stderr=subprocess.STDOUT)
-    deadline = time.monotonic() + 30
-    while time.monotonic() < deadline:
-        try:
-            urllib.request.urlopen(f"http://127.0.0.1:{port}/v1/models", timeout=2).read()
-            return proc
-        except OSError:
-            time.sleep(0.3)
-    proc.kill()
-    raise AssertionError((tmp_path / "fake-llm.log").read_text())
 
 
 def _fake(port: int, path: str, patch: dict | None = None) -> dict:
