@@ -24,12 +24,10 @@ from typing import Any
 
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, ConsumerRecord, TopicPartition
 from aiokafka.errors import CommitFailedError, IllegalStateError, KafkaError
-from pydantic import ValidationError
 
 from streams.agents.clean import route
 from streams.clean.cleaner import Cleaner
-from streams.gateway.reasons import is_transient
-from streams.gateway.redrive import RedriveGate, backend_probe
+from streams.gateway.redrive import RedriveGate, backend_probe, redrive_fetch
 from streams.intervals import Coverage
 from streams.kafka.connect import aiokafka_kwargs, stop_consumer
 from streams.metrics import Metrics
@@ -188,22 +186,16 @@ class RedriveLoop:
         When the provider does not answer the probe, the rest of the fetch is sought
         back and read again after the backoff.
         """
-        done: dict[TopicPartition, int] = {}
         futures: list[Any] = []
-        blocked = False
-        for tp, messages in fetched.items():
-            for m in messages:
-                if blocked:
-                    break
-                review = _review(m)
-                if review is not None and is_transient(review.reason):
-                    if not await self.gate.healthy():
-                        self.metrics.redrive_probes_failed.inc()
-                        blocked = True
-                        break
-                    sent = await self._redrive(review, raw, producer, futures)
-                    await self.gate.pace(sent)
-                done[tp] = m.offset + 1
+
+        async def redrive(review: Review) -> int:
+            return await self._redrive(review, raw, producer, futures)
+
+        outcome = await redrive_fetch(fetched, self.gate, redrive)
+        if outcome.blocked:
+            self.metrics.redrive_probes_failed.inc()
+        done = outcome.done
+        for tp, messages in fetched.items():  # what is not done is read again
             if tp in reviews.assignment():
                 reviews.seek(tp, done.get(tp, messages[0].offset))
         try:
@@ -234,12 +226,3 @@ class RedriveLoop:
         logger.info("re-driving review %s (%s, %s lane): %d records back to the lanes",
                     review.id, review.reason, review.lane, sent)
         return sent
-
-
-def _review(message: ConsumerRecord) -> Review | None:
-    try:
-        return Review.model_validate_json(message.value or b"")
-    except ValidationError:
-        logger.warning("%s[%s]@%s is not a review; skipped", message.topic, message.partition,
-                       message.offset)
-        return None

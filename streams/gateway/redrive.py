@@ -9,11 +9,17 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Hashable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Protocol
+
+from pydantic import ValidationError
 
 from streams.clock import Sleep
 from streams.errors import PermanentModelError, RateLimited, TransientModelError
 from streams.gateway.backends import ChatBackend
+from streams.gateway.reasons import is_transient
+from streams.records import Review
 
 logger = logging.getLogger(__name__)
 
@@ -81,3 +87,54 @@ class RedriveGate:
         """Wait as long as ``records`` re-driven records take at the bounded rate."""
         if records > 0:
             await self._sleep(records / self.records_per_second)
+
+
+class ReviewMessage(Protocol):
+    """What a fetched review message needs to offer (aiokafka's ConsumerRecord does)."""
+
+    offset: int
+    value: bytes | None
+
+
+Redrive = Callable[[Review], Awaitable[int]]  # sends a review's records; how many
+
+
+@dataclass
+class FetchOutcome:
+    """How far each partition of a fetch is done, and whether the probe stopped it."""
+
+    done: dict[Hashable, int] = field(default_factory=dict)  # partition -> next offset
+    blocked: bool = False
+    redriven: int = 0  # records sent to the lanes
+    skipped: int = 0  # messages that are not reviews
+
+
+async def redrive_fetch(fetched: Mapping[Hashable, Sequence[ReviewMessage]], gate: RedriveGate,
+                        redrive: Redrive) -> FetchOutcome:
+    """Walk a fetch of review messages in offset order per partition.
+
+    A transient review is re-driven once the gate's probe passes; a permanent one is
+    passed over (it stays parked for ``retro review --redrive``). A failed probe stops
+    the whole fetch after its backoff: ``done`` then ends before that review, so it is
+    read again, and nothing after it is committed.
+    """
+    out = FetchOutcome()
+    for tp, messages in fetched.items():
+        for m in messages:
+            if out.blocked:
+                break
+            try:
+                review = Review.model_validate_json(m.value or b"")
+            except ValidationError:
+                out.skipped += 1
+                logger.warning("review topic offset %s is not a review; skipped", m.offset)
+                review = None
+            if review is not None and is_transient(review.reason):
+                if not await gate.healthy():
+                    out.blocked = True
+                    break
+                sent = await redrive(review)
+                out.redriven += sent
+                await gate.pace(sent)
+            out.done[tp] = m.offset + 1
+    return out

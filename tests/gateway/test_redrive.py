@@ -7,7 +7,8 @@ import pytest
 from streams.errors import PermanentModelError, RateLimited, TransientModelError
 from streams.gateway.backends import ChatResult
 from streams.gateway.reasons import TRANSIENT_REASONS, is_transient, kind_of
-from streams.gateway.redrive import RedriveGate, backend_probe
+from streams.gateway.redrive import RedriveGate, backend_probe, redrive_fetch
+from streams.records import Review
 
 from helpers import FakeClock
 
@@ -91,3 +92,58 @@ async def test_the_probe_is_one_small_request_healthy_when_the_provider_answers(
     probe = backend_probe(backend, model="m", timeout_seconds=5.0)
     assert await probe() is healthy
     assert backend.requests == [1]
+
+
+class Message:
+    def __init__(self, offset: int, value: bytes | None) -> None:
+        self.offset = offset
+        self.value = value
+
+
+def review_message(offset: int, reason: str, first: int) -> Message:
+    review = Review(id=f"r-{offset}", lane="slow", reason=reason, detail="",
+                    covered={"raw/0": [[first, first + 9]]}, record_ids=[], model="m",
+                    prompt_version="v1")
+    return Message(offset, review.model_dump_json().encode())
+
+
+async def test_a_fetch_re_drives_transient_reviews_and_passes_permanent_ones() -> None:
+    clock = FakeClock()
+    gate = RedriveGate(ScriptedProbe([True, True]), backoff_base=1.0, backoff_max=8.0,
+                       records_per_second=10.0, sleep=clock.sleep)
+    sent: list[str] = []
+
+    async def redrive(review: Review) -> int:
+        sent.append(review.id)
+        return 10
+
+    fetched = {"review/0": [review_message(5, "model_unavailable", 0),
+                            review_message(6, "schema", 10),
+                            Message(7, b"not a review")],
+               "review/1": [review_message(3, "retry_budget_exhausted", 20)]}
+    outcome = await redrive_fetch(fetched, gate, redrive)
+    assert sent == ["r-5", "r-3"]  # the permanent one stays parked
+    assert outcome.done == {"review/0": 8, "review/1": 4} and not outcome.blocked
+    assert (outcome.redriven, outcome.skipped) == (20, 1)
+    assert clock.now == pytest.approx(2.0)  # 20 records paced at 10/s
+
+
+async def test_a_failed_probe_stops_the_fetch_before_the_review_it_guards() -> None:
+    clock = FakeClock()
+    gate = RedriveGate(ScriptedProbe([True, False]), backoff_base=3.0, backoff_max=8.0,
+                       records_per_second=1000.0, sleep=clock.sleep)
+    sent: list[str] = []
+
+    async def redrive(review: Review) -> int:
+        sent.append(review.id)
+        return 0
+
+    fetched = {"review/0": [review_message(0, "timeout", 0), review_message(1, "schema", 10),
+                            review_message(2, "model_unavailable", 20),
+                            review_message(3, "model_unavailable", 30)],
+               "review/1": [review_message(9, "model_unavailable", 40)]}
+    outcome = await redrive_fetch(fetched, gate, redrive)
+    assert outcome.blocked and sent == ["r-0"]
+    # offset 2 and everything after it (both partitions) are read again after the backoff
+    assert outcome.done == {"review/0": 2}
+    assert clock.slept == [3.0]
