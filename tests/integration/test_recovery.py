@@ -122,5 +122,45 @@ def test_outage_then_5xx_drill_ends_with_records_analysed_once(pipeline_factory,
         assert result["analysed"] >= 0.99 * lanes, result
         assert _metric_sum(p.web_port, "retro_review_redriven_records_total") > 0
         assert "analysed" in result["summary"] and "parked in review" in result["summary"]
+        print(f"drill, provider down {down:g} s then 30% 5xx: {result['summary'].strip()}; "
+              f"re-driven {_metric_sum(p.web_port, 'retro_review_redriven_records_total'):g}")
+    finally:
+        fake.kill()
+
+
+def test_permanent_reviews_stay_until_retro_review_redrives_them(pipeline_factory,
+                                                                 tmp_path: Path) -> None:
+    """Answers that stay malformed after a repair park their records for good (no
+    automatic re-drive); `retro review` lists them, `--redrive --reason` sends them
+    again, and once the model answers they are analysed, not counted twice."""
+    port = _free_port()
+    fake = _start_fake_llm(tmp_path, port, "--malformed-rate", "1.0", "--seed", "2")
+    try:
+        p = pipeline_factory(RETRO_MODEL__BASE_URL=f"http://127.0.0.1:{port}/v1",
+                             RETRO_MODEL__NAME="fake-gpt")
+        p.retro("produce", "--quiet", *_sample(tmp_path, 300))
+        p.start_worker()
+        result = _settled(p, timeout=90, analysed_share=0.0)
+        assert result["ok"], result
+        # half the malformed answers are JSON in prose, which the parser still reads
+        parked, analysed = result["parked"], result["analysed"]
+        assert parked > 0 and parked + analysed == result["raw_records"] - result[
+            "dead_lettered"], result
+        assert set(result["parked_by_reason"]) == {"malformed_output"}, result
+        _fake(port, "/_fake/config", {"malformed_rate": 0.0})
+        time.sleep(5)  # nothing re-drives a permanent reason on its own
+        assert _audit(p)["parked"] == parked
+
+        listing = p.retro("review").stdout.decode()
+        assert f"{parked} records parked in review" in listing, listing
+        assert "malformed_output  (permanent)" in listing, listing
+        none = p.retro("review", "--redrive", "--reason", "schema").stdout.decode()
+        assert none.startswith("re-drove 0 parked records (schema)"), none  # none of that
+        out = p.retro("review", "--redrive", "--reason", "malformed_output").stdout.decode()
+        assert f"re-drove {parked} parked records" in out, out
+        result = _settled(p, timeout=90, analysed_share=1.0)
+        assert result["ok"], (result, p.worker_logs())
+        assert result["analysed"] == analysed + parked and result["parked"] == 0, result
+        assert "nothing parked in review" in p.retro("review").stdout.decode()
     finally:
         fake.kill()
