@@ -19,6 +19,7 @@ from aiokafka.structs import TopicPartition
 from streams.agents.batch import BatchLoop, lanes_group, wire_batch
 from streams.agents.clean import clean_group, wire_clean
 from streams.agents.compactor import wire_compactor
+from streams.agents.redrive import wire_redrive
 from streams.agents.web import wire_web
 from streams.batch.lane import LaneProcessor
 from streams.gateway.factory import GatewaySet, build_gateways
@@ -142,6 +143,7 @@ def build_app(settings: Settings, *, roles: tuple[str, ...] = ROLES,
             worker.batch_loop = wired
         else:
             worker.processors = wired
+        wire_redrive(app, settings, metrics, worker.gateways)
     if "compactor" in roles:
         rollup = None
         if settings.report.rollup_seconds > 0:

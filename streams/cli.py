@@ -196,8 +196,12 @@ def cmd_report(args: argparse.Namespace, settings: Settings) -> int:
 
     # dead letters carry no report of their own: name how many the pipeline rejected
     dead = asyncio.run(read_deadletters(settings, latest=0)).total
+    from streams.report.reviews import read_reviews, summarize
+
+    entries, analysed, _ = asyncio.run(read_reviews(settings))
+    parked = summarize(entries, analysed, topic=settings.topics.review, latest=0).parked
     render = render_markdown if args.format == "md" else render_html
-    print(render(chosen, deadletter_count=dead))
+    print(render(chosen, deadletter_count=dead, parked_count=parked))
     return 0
 
 
@@ -216,11 +220,12 @@ def select_report(reports: dict[str, Any], *, window: str | None, service: str |
 
 
 def cmd_audit(args: argparse.Namespace, settings: Settings) -> int:
-    from streams.dev.audit import audit_until_clean, dumps, missing_hint
+    from streams.dev.audit import audit_until_clean, dumps, missing_hint, summary_line
 
     kafka(settings)
     result = asyncio.run(audit_until_clean(settings, wait_seconds=args.wait))
     print(dumps(result), flush=True)
+    print(f"retro: {summary_line(result)}", file=sys.stderr)
     hint = missing_hint(result)
     if hint:
         print(f"retro: {hint}", file=sys.stderr)
@@ -236,6 +241,27 @@ def cmd_deadletter(args: argparse.Namespace, settings: Settings) -> int:
     return 0
 
 
+def cmd_review(args: argparse.Namespace, settings: Settings) -> int:
+    from streams.report.reviews import parked_coverage, read_reviews, render_json, render_text
+    from streams.report.reviews import summarize as summarize_reviews
+
+    kafka(settings)
+    entries, analysed, unreadable = asyncio.run(read_reviews(settings))
+    if args.redrive:
+        from streams.agents.redrive import redrive_coverage
+
+        chosen = parked_coverage(entries, analysed, set(args.reason) if args.reason else None)
+        sent = asyncio.run(redrive_coverage(settings, chosen)) if len(chosen) else 0
+        which = ", ".join(args.reason) if args.reason else "every reason"
+        print(f"re-drove {sent} parked records ({which}) to the lanes; a running worker "
+              "analyses them and `retro audit` then counts them as analysed")
+        return 0
+    summary = summarize_reviews(entries, analysed, topic=settings.topics.review,
+                                latest=args.latest, unreadable=unreadable)
+    print(render_json(summary) if args.format == "json" else render_text(summary))
+    return 0
+
+
 def cmd_fake_llm(args: argparse.Namespace, settings: Settings) -> int:
     from streams.agents.web import port_free
     from streams.dev.fakellm import FakeLLMConfig, serve
@@ -246,7 +272,10 @@ def cmd_fake_llm(args: argparse.Namespace, settings: Settings) -> int:
             base_latency=args.base_latency, per_input_token=args.per_input_token,
             per_output_token=args.per_output_token, error_rate=args.error_rate,
             timeout_rate=args.timeout_rate, malformed_rate=args.malformed_rate,
-            wrong_ids_rate=args.wrong_ids_rate, seed=args.seed)
+            wrong_ids_rate=args.wrong_ids_rate, truncate_rate=args.truncate_rate,
+            context_error_rate=args.context_error_rate,
+            truncate_min_tokens=args.truncate_min_tokens,
+            context_error_min_tokens=args.context_error_min_tokens, seed=args.seed)
     except ValueError as exc:  # names the field: "error_rate must be a number in [0, 1]"
         raise UsageError(f"fake-llm: --{str(exc).replace('_', '-')}") from None
     if not port_free(args.host, args.port):
@@ -277,6 +306,7 @@ day to day:
   retro report                      the latest post-mortem (md, json or html)
   retro audit                       prove nothing was lost or counted twice
   retro deadletter                  what was rejected and why
+  retro review                      what is parked in review; --redrive sends it again
 
 `retro COMMAND --help` explains a command. Exit codes: 0 ok, 1 nothing found,
 2 audit failed, 64 usage, 66 input file, 69 Kafka unreachable, 70 local broker,
@@ -372,6 +402,17 @@ def make_parser() -> argparse.ArgumentParser:
     d.add_argument("--raw", action="store_true",
                    help="with --format json, include each record's raw bytes (base64)")
 
+    rv = command("review", "show what is parked in review and why; re-drive it on demand",
+                 cmd_review)
+    rv.add_argument("--latest", type=int, default=10, metavar="N",
+                    help="how many of the newest reviews to list (default 10)")
+    rv.add_argument("--format", choices=["text", "json"], default="text",
+                    help="output format (default text)")
+    rv.add_argument("--redrive", action="store_true",
+                    help="send the parked records to the lanes again (a worker analyses them)")
+    rv.add_argument("--reason", action="append", metavar="R",
+                    help="with --redrive, only reviews with this reason (repeatable)")
+
     f = command("fake-llm", "a simulated OpenAI-compatible provider (limits, latency, faults)",
                 cmd_fake_llm)
     f.add_argument("--host", default="127.0.0.1", help="address to listen on (default 127.0.0.1)")
@@ -397,6 +438,14 @@ def make_parser() -> argparse.ArgumentParser:
                    help="share of answers that are not the JSON asked for")
     f.add_argument("--wrong-ids-rate", type=float, default=0.0, metavar="SHARE",
                    help="share of answers that drop a record reference or invent one")
+    f.add_argument("--truncate-rate", type=float, default=0.0, metavar="SHARE",
+                   help="share of answers cut at half their length (finish_reason=length)")
+    f.add_argument("--context-error-rate", type=float, default=0.0, metavar="SHARE",
+                   help="share of requests refused as too long for the context (400)")
+    f.add_argument("--truncate-min-tokens", type=int, default=0, metavar="TOKENS",
+                   help="only answers longer than this are cut (default 0: any)")
+    f.add_argument("--context-error-min-tokens", type=int, default=0, metavar="TOKENS",
+                   help="only prompts longer than this are refused (default 0: any)")
     f.add_argument("--seed", type=int, default=0, help="random seed of the faults")
 
     dm = command("demo", "end to end on this machine: broker, worker, logs, report, audit",

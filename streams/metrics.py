@@ -100,6 +100,16 @@ class Metrics:
         self.reviews = Counter(
             "retro_review_total", "Batches sent to review", ["lane", "reason"], registry=r
         )
+        self.redriven_records = Counter(
+            "retro_review_redriven_records_total",
+            "Parked records sent to the lanes again by the re-drive loop", ["reason"],
+            registry=r,
+        )
+        self.redrive_probes_failed = Counter(
+            "retro_review_redrive_probes_failed_total",
+            "Provider probes that failed before a re-drive (each one waits a backoff)",
+            registry=r,
+        )
         self.partitions_stalled = Gauge(
             "retro_partitions_stalled",
             "Owned input partitions with lag whose commit has not moved for RETRO_STALL_SECONDS",

@@ -125,6 +125,19 @@ class ReportSettings(BaseModel):
     shards: int = Field(4, ge=1, le=64)
 
 
+class ReviewSettings(BaseModel):
+    """Re-driving parked records (``streams/agents/redrive.py``, ``retro review``)."""
+
+    model_config = ConfigDict(frozen=True)
+
+    # re-drive reviews with a transient reason (streams/gateway/reasons.py) once the
+    # provider answers a probe; False leaves every review to `retro review --redrive`
+    redrive: bool = True
+    backoff_base_seconds: float = Field(5.0, gt=0.0)  # first wait after a failed probe
+    backoff_max_seconds: float = Field(300.0, gt=0.0)  # waits double up to this
+    records_per_second: float = Field(200.0, gt=0.0)  # re-driven records, at most
+
+
 class KafkaSettings(BaseModel):
     model_config = ConfigDict(frozen=True)
 
@@ -160,6 +173,7 @@ class Settings(BaseSettings):
     slow: SlowLaneSettings = SlowLaneSettings()
     model: ModelSettings = ModelSettings()
     report: ReportSettings = ReportSettings()
+    review: ReviewSettings = ReviewSettings()
     # /healthz fails when an assigned partition has lag and no commit for this long
     stall_seconds: float = Field(600.0, ge=0.0)
     # on SIGTERM, batches get this long to finish before the worker leaves its groups;

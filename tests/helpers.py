@@ -9,6 +9,10 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import socket
+import subprocess
+import sys
+import time
+import urllib.request
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -149,3 +153,19 @@ def make_fragment(fid: str, covered: dict[str, list[list[int]]], **fields: Any) 
         "prompt_version": "v1",
     }
     return Fragment(**(base | fields))
+
+
+def start_fake_llm(log_dir: Path, port: int, *args: str) -> subprocess.Popen[bytes]:
+    """``retro fake-llm`` as its own process on ``port``, once it answers; logs in log_dir."""
+    log = open(log_dir / "fake-llm.log", "wb")  # noqa: SIM115
+    proc = subprocess.Popen([sys.executable, "-m", "streams", "fake-llm", "--port", str(port),
+                             *args], stdout=log, stderr=subprocess.STDOUT)
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        try:
+            urllib.request.urlopen(f"http://127.0.0.1:{port}/v1/models", timeout=2).read()
+            return proc
+        except OSError:
+            time.sleep(0.3)
+    proc.kill()
+    raise AssertionError((log_dir / "fake-llm.log").read_text())

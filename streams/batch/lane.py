@@ -87,10 +87,16 @@ class LaneProcessor:
         return wait
 
     async def run_timer(self) -> None:
-        """Flushing on the clock, so a quiet partition still flushes: run as a task."""
+        """Flushing on the clock, so a quiet partition still flushes: run as a task.
+
+        The wake-up is cleared *before* the flush: ``flush_due`` may wait minutes for
+        a batch slot (a slow or throttled model), and a record added meanwhile must
+        wake the next nap, or it waits in the window for a record that never comes
+        (issue 11: a slow lane held its commit for 25 minutes).
+        """
         while True:
-            wait = await self.flush_due()
             self._wakeup.clear()
+            wait = await self.flush_due()
             await self._nap(wait)
 
     async def _nap(self, seconds: float | None) -> None:

@@ -1,10 +1,14 @@
 """`retro audit`: prove every raw record ended up exactly once somewhere.
 
 Per raw partition, the offsets in ``retro.logs.raw`` are reconciled with those covered
-by reports, the review topic and the dead-letter topic. Each report, each distinct
-review id and each distinct dead-letter id is one *claim*; a coordinate claimed
-twice is double-counted, one claimed never is missing. Replays of the same review or
-dead letter (same id after a crash) are one claim, not two.
+by reports, the review topic and the dead-letter topic. A record ends in one of three
+states: *analysed* (a report covers it), *parked* (a review covers it and no report
+does) or *dead-lettered*. Review is a state a record leaves: a record re-analysed
+after it was parked (a re-drive, or a re-batch after a crash) counts as analysed,
+and two reviews of one record are one parked record. Each report share and each
+distinct dead-letter id is one claim: a coordinate in two reports, in two dead
+letters, or in a dead letter and a report or review is double-counted; one claimed
+never is missing.
 """
 
 from __future__ import annotations
@@ -12,6 +16,7 @@ from __future__ import annotations
 import asyncio
 import json
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -27,10 +32,11 @@ from streams.settings import Settings
 @dataclass
 class AuditResult:
     raw_records: int
-    claimed: dict[str, int]  # records covered by reports / review / deadletter
+    claimed: dict[str, int]  # records analysed (reports) / parked (review) / dead-lettered
     missing: dict[str, list[list[int]]]
     double_counted: dict[str, list[list[int]]]
     foreign: dict[str, list[list[int]]] = field(default_factory=dict)  # claimed, not in raw
+    parked_by_reason: dict[str, int] = field(default_factory=dict)  # still in review
 
     @property
     def ok(self) -> bool:
@@ -38,27 +44,69 @@ class AuditResult:
 
     def to_json(self) -> dict[str, Any]:
         return {"ok": self.ok, "raw_records": self.raw_records, "claimed": self.claimed,
+                "analysed": self.claimed.get("reports", 0),
+                "parked": self.claimed.get("review", 0),
+                "parked_by_reason": self.parked_by_reason,
+                "dead_lettered": self.claimed.get("deadletter", 0),
                 "missing": self.missing, "double_counted": self.double_counted,
                 "claimed_outside_raw": self.foreign}
 
 
-def reconcile(raw: Coverage, claims: dict[str, list[Coverage]]) -> AuditResult:
-    """Pure reconciliation: ``claims`` maps a destination to its independent claims."""
-    seen = Coverage()
+def reconcile(raw: Coverage, claims: dict[str, list[Coverage]],
+              review_reasons: Sequence[str] | None = None) -> AuditResult:
+    """Pure reconciliation of ``raw`` with the claims of reports, review and dead letter.
+
+    ``claims["reports"]`` holds one coverage per report share, ``claims["review"]`` one
+    per distinct review, ``claims["deadletter"]`` one per distinct dead letter.
+    ``review_reasons`` (aligned with ``claims["review"]``, oldest first) attributes each
+    parked record to the reason of the latest review that covers it.
+    """
     double = Coverage()
-    counts: dict[str, int] = {}
-    for destination, items in claims.items():
-        total = Coverage()
-        for claim in items:
-            double = double.union(seen.intersection(claim))
-            seen = seen.union(claim)
-            total = total.union(claim)
-        counts[destination] = len(total.intersection(raw))
+    analysed = Coverage()
+    for claim in claims.get("reports", []):
+        double = double.union(analysed.intersection(claim))
+        analysed = analysed.union(claim)
+    reviews = claims.get("review", [])
+    in_review = Coverage()
+    for claim in reviews:
+        in_review = in_review.union(claim)
+    parked = in_review.difference(analysed)
+    dead = Coverage()
+    for claim in claims.get("deadletter", []):
+        double = double.union(dead.intersection(claim))
+        dead = dead.union(claim)
+    double = double.union(dead.intersection(analysed.union(in_review)))
+    seen = analysed.union(in_review).union(dead)
+    by_reason: dict[str, int] = {}
+    if review_reasons is not None:
+        if len(review_reasons) != len(reviews):
+            raise ValueError("review_reasons must name one reason per review claim")
+        assigned = Coverage()
+        for reason, claim in zip(reversed(review_reasons), reversed(reviews), strict=True):
+            own = len(claim.difference(assigned).difference(analysed).intersection(raw))
+            if own:
+                by_reason[reason] = by_reason.get(reason, 0) + own
+            assigned = assigned.union(claim)
     return AuditResult(
-        raw_records=len(raw), claimed=counts,
+        raw_records=len(raw),
+        claimed={"reports": len(analysed.intersection(raw)),
+                 "review": len(parked.intersection(raw)),
+                 "deadletter": len(dead.intersection(raw))},
         missing=raw.difference(seen).to_json(),
         double_counted=double.intersection(raw).to_json(),
-        foreign=seen.difference(raw).to_json())
+        foreign=seen.difference(raw).to_json(),
+        parked_by_reason=dict(sorted(by_reason.items(), key=lambda kv: (-kv[1], kv[0]))))
+
+
+def summary_line(result: AuditResult) -> str:
+    """analysed / parked (by reason) / dead-lettered, for stderr."""
+    parked = result.claimed.get("review", 0)
+    reasons = ", ".join(f"{r} {n:,}" for r, n in result.parked_by_reason.items())
+    return (f"{result.raw_records:,} raw records: {result.claimed.get('reports', 0):,} analysed, "
+            f"{parked:,} parked in review{f' ({reasons})' if reasons else ''}, "
+            f"{result.claimed.get('deadletter', 0):,} dead-lettered, "
+            f"{missing_count(result):,} missing, "
+            f"{len(Coverage.from_json(result.double_counted)):,} double-counted")
 
 
 async def raw_coverage(settings: Settings) -> Coverage:
@@ -81,13 +129,23 @@ async def raw_coverage(settings: Settings) -> Coverage:
         await stop_consumer(consumer)
 
 
-async def collect_claims(settings: Settings) -> dict[str, list[Coverage]]:
-    # every share of every report is its own claim: shares must never overlap
-    reports = (await read_latest(settings)).shards()
+async def read_reviews(settings: Settings) -> tuple[dict[str, Coverage], list[str]]:
+    """Distinct reviews (by id) in topic order, and their reasons in the same order."""
     reviews: dict[str, Coverage] = {}
+    reasons: dict[str, str] = {}
     async for _key, value in read_topic(settings, settings.topics.review):
         item = Review.model_validate_json(value)
+        reviews.pop(item.id, None)  # a replayed review moves to its latest place
         reviews[item.id] = Coverage.from_json(item.covered)
+        reasons[item.id] = item.reason
+    return reviews, [reasons[i] for i in reviews]
+
+
+async def collect_claims(settings: Settings) -> tuple[dict[str, list[Coverage]], list[str]]:
+    """The claims of reports, review and dead letter, and the reviews' reasons."""
+    # every share of every report is its own claim: shares must never overlap
+    reports = (await read_latest(settings)).shards()
+    reviews, reasons = await read_reviews(settings)
     dead: dict[str, Coverage] = {}
     async for _key, value in read_topic(settings, settings.topics.deadletter):
         letter = DeadLetter.model_validate_json(value)
@@ -96,11 +154,13 @@ async def collect_claims(settings: Settings) -> dict[str, list[Coverage]]:
         "reports": [Coverage.from_json(r.covered) for r in reports.values()],
         "review": list(reviews.values()),
         "deadletter": list(dead.values()),
-    }
+    }, reasons
 
 
 async def audit(settings: Settings) -> AuditResult:
-    return reconcile(await raw_coverage(settings), await collect_claims(settings))
+    raw = await raw_coverage(settings)
+    claims, reasons = await collect_claims(settings)
+    return reconcile(raw, claims, reasons)
 
 
 async def audit_until_clean(settings: Settings, *, wait_seconds: float,

@@ -179,3 +179,58 @@ async def test_in_flight_batches_are_bounded() -> None:
     await lane.drain()
     assert analyzer.peak == 2  # bounded, and the bound is used
     assert len(analyzer.batches) == 6
+
+
+class GatedAnalyzer(ReviewEverything):
+    """Holds every batch until ``gate`` opens: a model answering only after long 429 waits."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.gate = asyncio.Event()
+
+    async def analyze(self, batch: Batch) -> BatchOutcome:
+        await self.gate.wait()
+        return await super().analyze(batch)
+
+
+async def _spin(times: int = 200) -> None:
+    for _ in range(times):  # let the other tasks run; no wall time passes
+        await asyncio.sleep(0)
+
+
+async def test_a_record_added_while_the_timer_waits_for_a_slot_still_flushes() -> None:
+    """Issue 11, item 4 (a slow-lane window stuck for 25 minutes under 429s and 5xx).
+
+    The timer flushed a due window, then waited in ``_dispatch`` for a batch slot
+    held by a slow model call. A record that arrived meanwhile set the wake-up event,
+    but the timer cleared it after its flush and slept with the wait it had computed
+    before that record, i.e. forever (an empty window has no due time). With no
+    further record on the lane, the record sat in the window unacked: the commit
+    held, and the re-read guard skips a partition with unacked records in flight.
+    """
+    acked: list[int] = []
+
+    async def publish(outcome: BatchOutcome) -> None:
+        return None
+
+    clock = FakeClock()
+    analyzer = GatedAnalyzer()
+    lane = LaneProcessor(
+        window=window(max_records=100, wait=30.0, clock=clock),
+        analyzer=analyzer, publish=publish, ack=acked.append,
+        model="m", prompt_version="v1", max_inflight_batches=1, sleep=clock.sleep,
+    )
+    timer = asyncio.create_task(lane.run_timer())
+    try:
+        await lane.add(make_record(1), token=1)
+        await _spin()  # due after 30 s: batch [1] takes the only slot and waits on the model
+        assert lane.in_flight == 1 and len(lane.window) == 0
+        await lane.add(make_record(2), token=2)
+        await _spin()  # due: the timer flushes [2] and waits for the slot
+        assert len(lane.window) == 0 and lane.in_flight == 1
+        await lane.add(make_record(3), token=3)  # arrives while the timer waits for the slot
+        analyzer.gate.set()  # the provider recovers; no further record arrives
+        await _spin(2000)
+    finally:
+        timer.cancel()
+    assert sorted(acked) == [1, 2, 3], "a record stayed in the window with nothing to flush it"

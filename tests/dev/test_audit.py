@@ -32,15 +32,83 @@ def test_missing_records_are_listed_by_partition() -> None:
     assert result.double_counted == {}
 
 
-def test_a_record_in_two_reports_or_report_and_review_is_double_counted() -> None:
+def test_a_record_in_two_reports_is_double_counted() -> None:
     result = reconcile(RAW, {
         "reports": [cov("raw/0", (0, 60)), cov("raw/0", (55, 99)).union(cov("raw/1", (0, 9)))],
-        "review": [cov("raw/0", (99, 99))],
+        "review": [],
         "deadletter": [],
     })
     assert not result.ok
-    assert result.double_counted == {"raw/0": [[55, 60], [99, 99]]}
+    assert result.double_counted == {"raw/0": [[55, 60]]}
     assert result.missing == {}
+
+
+def test_a_report_takes_records_out_of_review() -> None:
+    """Parked, then re-analysed (re-drive, or a re-batch after a crash): analysed once."""
+    result = reconcile(RAW, {
+        "reports": [RAW],
+        "review": [cov("raw/0", (90, 99))],
+        "deadletter": [],
+    }, ["model_unavailable"])
+    assert result.ok
+    assert result.claimed == {"reports": 110, "review": 0, "deadletter": 0}
+    assert result.parked_by_reason == {}
+
+
+def test_two_reviews_of_one_record_are_one_parked_record() -> None:
+    result = reconcile(RAW, {
+        "reports": [cov("raw/0", (0, 89)), cov("raw/1", (0, 9))],
+        "review": [cov("raw/0", (90, 99)), cov("raw/0", (95, 99))],
+        "deadletter": [],
+    }, ["retry_budget_exhausted", "schema"])
+    assert result.ok and result.double_counted == {}
+    assert result.claimed["review"] == 10
+    # each parked record counts once, under its latest review's reason
+    assert result.parked_by_reason == {"retry_budget_exhausted": 5, "schema": 5}
+
+
+def test_a_partly_re_analysed_review_keeps_only_the_rest_parked() -> None:
+    result = reconcile(RAW, {
+        "reports": [cov("raw/0", (0, 94)), cov("raw/1", (0, 9))],
+        "review": [cov("raw/0", (90, 99))],
+        "deadletter": [],
+    }, ["model_unavailable"])
+    assert result.ok
+    assert result.claimed == {"reports": 105, "review": 5, "deadletter": 0}
+    assert result.parked_by_reason == {"model_unavailable": 5}
+
+
+def test_a_dead_letter_in_a_report_or_review_is_double_counted() -> None:
+    result = reconcile(RAW, {
+        "reports": [cov("raw/0", (0, 89))],
+        "review": [cov("raw/0", (90, 95))],
+        "deadletter": [cov("raw/0", (89, 89)), cov("raw/0", (95, 99)), cov("raw/1", (0, 9))],
+    })
+    assert not result.ok
+    assert result.double_counted == {"raw/0": [[89, 89], [95, 95]]}
+    assert result.missing == {}
+
+
+def test_two_dead_letters_of_one_record_are_double_counted() -> None:
+    result = reconcile(RAW, {
+        "reports": [cov("raw/0", (0, 99))],
+        "deadletter": [cov("raw/1", (0, 9)), cov("raw/1", (3, 3))],
+    })
+    assert result.double_counted == {"raw/1": [[3, 3]]}
+
+
+def test_the_summary_names_analysed_parked_and_dead_lettered() -> None:
+    from streams.dev.audit import summary_line
+
+    result = reconcile(RAW, {
+        "reports": [cov("raw/0", (0, 89))],
+        "review": [cov("raw/0", (90, 97))],
+        "deadletter": [cov("raw/0", (98, 99)), cov("raw/1", (0, 9))],
+    }, ["model_unavailable"])
+    assert summary_line(result) == (
+        "110 raw records: 90 analysed, 8 parked in review (model_unavailable 8), "
+        "12 dead-lettered, 0 missing, 0 double-counted")
+    assert result.to_json()["parked_by_reason"] == {"model_unavailable": 8}
 
 
 def test_claims_outside_the_raw_topic_are_reported_but_not_double() -> None:

@@ -11,12 +11,13 @@ from __future__ import annotations
 import json
 import signal
 import subprocess
-import sys
 import time
 import urllib.request
 from pathlib import Path
 
 import pytest
+
+from helpers import start_fake_llm as _start_fake_llm
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(600)]
 
@@ -184,21 +185,6 @@ def _page_follows_updates(p, report_id: str, version: int, tmp_path: Path) -> No
 def _png_size(data: bytes) -> tuple[int, int]:
     assert data[:8] == b"\x89PNG\r\n\x1a\n", "not a PNG"
     return int.from_bytes(data[16:20], "big"), int.from_bytes(data[20:24], "big")
-
-
-def _start_fake_llm(tmp_path: Path, port: int, *args: str) -> subprocess.Popen[bytes]:
-    log = open(tmp_path / "fake-llm.log", "wb")  # noqa: SIM115
-    proc = subprocess.Popen([sys.executable, "-m", "streams", "fake-llm", "--port", str(port),
-                             *args], stdout=log, stderr=subprocess.STDOUT)
-    deadline = time.monotonic() + 30
-    while time.monotonic() < deadline:
-        try:
-            urllib.request.urlopen(f"http://127.0.0.1:{port}/v1/models", timeout=2).read()
-            return proc
-        except OSError:
-            time.sleep(0.3)
-    proc.kill()
-    raise AssertionError((tmp_path / "fake-llm.log").read_text())
 
 
 def _free_port() -> int:

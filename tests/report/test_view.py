@@ -200,3 +200,13 @@ def test_terminal_control_sequences_in_log_text_never_reach_the_reader() -> None
     for text in (render_markdown(report), render_html(report)):
         assert not re.search(r"[\x00-\x08\x0b\x0c\x0e-\x1f\x7f-\x9f]", text)
         assert "[10A" in text  # the visible rest of the line is kept
+
+
+def test_data_coverage_states_analysed_and_parked_records() -> None:
+    report = _report()
+    md = render_markdown(report, parked_count=40)
+    coverage = md.split("## Data coverage", 1)[1].split("\n## ", 1)[0]
+    assert "Analysed: 17 records in this report. Parked: 40 record(s)" in coverage
+    assert "`retro review`" in coverage
+    assert "Parked:" not in render_markdown(report)  # unknown: not claimed as zero
+    assert "Parked: 40 record(s)" in render_html(report, parked_count=40)

@@ -13,9 +13,12 @@ from dataclasses import dataclass
 from typing import Any
 
 WINDOW_SECONDS = 60.0
-_INT_FIELDS = {"rpm", "tpm", "context", "seed", "max_recorded"}
+_INT_FIELDS = {"rpm", "tpm", "context", "seed", "max_recorded", "truncate_min_tokens",
+               "context_error_min_tokens"}
 _NULLABLE = {"rpm", "tpm", "api_key"}
-_RATE_FIELDS = {"error_rate", "timeout_rate", "malformed_rate", "wrong_ids_rate"}
+_RATE_FIELDS = {"error_rate", "timeout_rate", "malformed_rate", "wrong_ids_rate",
+                "truncate_rate", "context_error_rate"}
+_MAY_BE_ZERO = {"seed", "truncate_min_tokens", "context_error_min_tokens"}
 
 
 @dataclass
@@ -34,6 +37,16 @@ class FakeLLMConfig:
     stall_seconds: float = 600.0  # longer than any client timeout
     malformed_rate: float = 0.0  # share answered 200 with content that is not JSON
     wrong_ids_rate: float = 0.0  # share whose answer drops a ref or adds an unknown one
+    # share of answers cut at half their length (finish_reason "length"), as a model
+    # that runs out of output tokens does; the gateway then splits the batch
+    truncate_rate: float = 0.0
+    # share of requests refused with 400 context_length_exceeded although they fit the
+    # declared context (the provider counts tokens differently); the gateway splits
+    context_error_rate: float = 0.0
+    # the two faults hit only answers / prompts above these many tokens, as real ones
+    # hit long requests: the gateway's split halves eventually pass (0: any size)
+    truncate_min_tokens: int = 0
+    context_error_min_tokens: int = 0
     seed: int = 0
     api_key: str | None = None  # if set, requests need "Authorization: Bearer <key>"
     max_recorded: int = 10_000  # request bodies kept for inspection
@@ -51,7 +64,9 @@ class FakeLLMConfig:
                 ok, wanted = isinstance(value, str) and bool(value), "a non-empty string"
             elif name in _INT_FIELDS:
                 ok = isinstance(value, int) and not isinstance(value, bool)
-                ok, wanted = ok and (name == "seed" or value >= 1), "an integer >= 1"
+                floor = 0 if name in _MAY_BE_ZERO else 1
+                ok = ok and (name == "seed" or value >= floor)
+                wanted = f"an integer >= {floor}"
             else:
                 top = 1.0 if name in _RATE_FIELDS else math.inf
                 ok = isinstance(value, int | float) and not isinstance(value, bool)

@@ -112,6 +112,16 @@ class FakeProvider:
             return limited
         # one draw per fault, always all four, so a run is reproducible from the seed
         error, stall, malformed, wrong = (self._rng.random() for _ in range(4))
+        # the size faults draw only when switched on: seeded runs without them stay as were
+        cut = self._draw(cfg.truncate_rate)
+        if self._draw(cfg.context_error_rate) and prompt_tokens > cfg.context_error_min_tokens:
+            self._count(record, "context_length_exceeded")
+            message = (
+                f"This model's maximum context length is {cfg.context} tokens. However, your "
+                f"messages resulted in {cfg.context + 1} tokens. Please reduce the length of "
+                "the messages or completion."
+            )
+            return _error(400, message, code="context_length_exceeded")
         if error < cfg.error_rate:
             self._count(record, "error_5xx")
             await self._sleep(cfg.base_latency)
@@ -124,8 +134,11 @@ class FakeProvider:
             return _error(504, "The upstream model timed out.", "server_error", "timeout")
         return await self._complete(
             body, prompt_tokens, max_tokens, record, malformed < cfg.malformed_rate,
-            wrong < cfg.wrong_ids_rate,
+            wrong < cfg.wrong_ids_rate, cut,
         )  # fmt: skip
+
+    def _draw(self, rate: float) -> bool:
+        return rate > 0 and self._rng.random() < rate
 
     async def _complete(
         self,
@@ -135,6 +148,7 @@ class FakeProvider:
         record: dict[str, Any],
         malformed: bool,
         wrong_ids: bool,
+        cut: bool = False,
     ) -> web.Response:
         cfg = self.config
         try:
@@ -150,6 +164,8 @@ class FakeProvider:
             content = self._malform(content)
         completion_tokens = self._counter.count(content)
         limit = max_tokens if max_tokens is not None else cfg.context - prompt_tokens
+        if cut and completion_tokens > max(1, cfg.truncate_min_tokens):
+            limit = min(limit, completion_tokens // 2)  # the model ran out of output tokens
         finish_reason = "length" if completion_tokens > limit else "stop"
         if finish_reason == "length":
             content = self._counter.truncate(content, limit)[0]

@@ -269,6 +269,36 @@ async def test_small_max_tokens_truncates_with_finish_reason_length(
 # --- faults ---------------------------------------------------------------------------------
 
 
+async def test_truncate_rate_cuts_long_answers_at_half_and_spares_short_ones(
+    server: FakeLLMServer, http: aiohttp.ClientSession
+) -> None:
+    server.config.truncate_rate = 1.0
+    server.config.truncate_min_tokens = 60
+    payload = make_payload(4)
+    full = json.dumps(analyze(payload), ensure_ascii=False)
+    status, _, answer = await post(http, server, chat_body(payload))  # max_tokens 1000: fits
+    assert status == 200 and answer["choices"][0]["finish_reason"] == "length"
+    assert full.startswith(content_of(answer)) and len(content_of(answer)) < len(full)
+    assert answer["usage"]["completion_tokens"] <= server.stats.completion_tokens
+    server.config.truncate_min_tokens = 10_000  # every answer is below the floor: spared
+    _, _, spared = await post(http, server, chat_body(payload))
+    assert spared["choices"][0]["finish_reason"] == "stop" and content_of(spared) == full
+    assert server.stats.truncated == 1 and server.stats.ok == 1
+
+
+async def test_context_error_rate_refuses_requests_that_fit_above_the_floor(
+    server: FakeLLMServer, http: aiohttp.ClientSession
+) -> None:
+    server.config.context_error_rate = 1.0
+    server.config.context_error_min_tokens = 150
+    status, _, answer = await post(http, server, chat_body(make_payload(12), max_tokens=50))
+    assert status == 400 and answer["error"]["code"] == "context_length_exceeded"
+    assert "maximum context length is 8192 tokens" in answer["error"]["message"]
+    status, _, _ = await post(http, server, chat_body(make_payload(1), max_tokens=50))
+    assert status == 200  # a prompt under the floor passes
+    assert server.stats.context_errors == 1
+
+
 async def test_error_rate_one_gives_5xx(server: FakeLLMServer, http: aiohttp.ClientSession) -> None:
     server.config.error_rate = 1.0
     for _ in range(5):

@@ -1,0 +1,166 @@
+"""Faults end in reports, not in review: splits end to end, and an outage drill.
+
+The simulated provider (``retro fake-llm``) runs as its own process and is switched
+between faults through its control plane while a real worker runs on the real broker.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+import urllib.request
+from pathlib import Path
+
+import pytest
+
+from helpers import start_fake_llm as _start_fake_llm
+
+pytestmark = [pytest.mark.integration, pytest.mark.timeout(300)]
+
+
+def _free_port() -> int:
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def _fake(port: int, path: str, patch: dict | None = None) -> dict:
+    data = json.dumps(patch).encode() if patch is not None else None
+    request = urllib.request.Request(f"http://127.0.0.1:{port}{path}", data=data,
+                                     headers={"Content-Type": "application/json"})
+    with urllib.request.urlopen(request, timeout=10) as r:
+        return json.loads(r.read())
+
+
+def _metric_sum(port: int, name: str) -> float:
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as r:
+        text = r.read().decode()
+    return sum(float(line.rsplit(" ", 1)[1]) for line in text.splitlines()
+               if line.startswith(name + "{") or line.startswith(name + " "))
+
+
+def _audit(p) -> dict:
+    proc = p.retro("audit", check=False, timeout=120)
+    result = json.loads(proc.stdout.decode())
+    result["summary"] = proc.stderr.decode()
+    return result
+
+
+def _settled(p, *, timeout: float, analysed_share: float) -> dict:
+    """Audit until nothing is missing and at least ``analysed_share`` of what reached
+    the lanes is in reports (the rest parked), or the timeout passes; the last audit."""
+    deadline = time.monotonic() + timeout
+    while True:
+        result = _audit(p)
+        lanes = result["raw_records"] - result["dead_lettered"]
+        if (not result["missing"] and not result["double_counted"]
+                and result["analysed"] >= analysed_share * lanes) or time.monotonic() > deadline:
+            return result
+        time.sleep(3)
+
+
+def _sample(tmp_path: Path, records: int) -> list[str]:
+    from streams.dev.sample import write_sample
+
+    return [str(p) for p in write_sample(tmp_path / "sample", records=records, include_bad=True)]
+
+
+def test_truncated_answers_and_context_errors_are_split_and_end_in_reports(
+        pipeline_factory, tmp_path: Path) -> None:
+    port = _free_port()
+    # long answers are cut and long prompts refused; a split's halves get below the floors
+    fake = _start_fake_llm(tmp_path, port, "--truncate-rate", "0.5", "--truncate-min-tokens",
+                           "250", "--context-error-rate", "0.5", "--context-error-min-tokens",
+                           "700", "--seed", "5")
+    try:
+        p = pipeline_factory(RETRO_MODEL__BASE_URL=f"http://127.0.0.1:{port}/v1",
+                             RETRO_MODEL__NAME="fake-gpt")
+        p.retro("produce", "--quiet", *_sample(tmp_path, 1200))
+        p.start_worker()
+        result = _settled(p, timeout=150, analysed_share=1.0)
+        assert result["ok"], (result, p.worker_logs())
+        assert result["parked"] == 0, result  # every split leaf was answered
+        assert result["analysed"] == result["raw_records"] - result["dead_lettered"]
+        stats = _fake(port, "/_fake/stats")
+        assert stats["truncated"] > 0 and stats["context_errors"] > 0, stats
+        assert _metric_sum(p.web_port, "retro_batch_splits_total") > 0
+    finally:
+        fake.kill()
+
+
+def test_outage_then_5xx_drill_ends_with_records_analysed_once(pipeline_factory,
+                                                               tmp_path: Path) -> None:
+    """Issue 11 drill: the provider is down (every request 5xx) for DOWN seconds, then
+    answers 30% 5xx. Batches of the outage go to review as transient; the worker's
+    re-drive loop sends them again once the provider answers its probe. In the end
+    >= 99% of the records are analysed (in reports), none missing, none doubled."""
+    # the issue's drill used 60 s (RETRO_DRILL_DOWN_SECONDS=60); 15 s keeps the test short
+    down = float(os.environ.get("RETRO_DRILL_DOWN_SECONDS", "15"))
+    port = _free_port()
+    fake = _start_fake_llm(tmp_path, port, "--seed", "11")
+    try:
+        p = pipeline_factory(RETRO_MODEL__BASE_URL=f"http://127.0.0.1:{port}/v1",
+                             RETRO_MODEL__NAME="fake-gpt",
+                             RETRO_MODEL__BACKOFF_BASE_SECONDS="0.2",
+                             RETRO_REVIEW__BACKOFF_BASE_SECONDS="1",
+                             RETRO_REVIEW__BACKOFF_MAX_SECONDS="4")
+        p.retro("produce", "--quiet", *_sample(tmp_path, 1500))
+        _fake(port, "/_fake/config", {"error_rate": 1.0})
+        p.start_worker()
+        deadline = time.monotonic() + 90
+        while _fake(port, "/_fake/stats")["errors_5xx"] == 0:  # the worker met the outage
+            assert time.monotonic() < deadline, p.worker_logs()
+            time.sleep(0.5)
+        time.sleep(down)
+        _fake(port, "/_fake/config", {"error_rate": 0.3})
+        result = _settled(p, timeout=120, analysed_share=0.99)
+        assert result["ok"], (result, p.worker_logs())  # none missing, none doubled
+        lanes = result["raw_records"] - result["dead_lettered"]
+        assert result["analysed"] >= 0.99 * lanes, result
+        assert _metric_sum(p.web_port, "retro_review_redriven_records_total") > 0
+        assert "analysed" in result["summary"] and "parked in review" in result["summary"]
+        print(f"drill, provider down {down:g} s then 30% 5xx: {result['summary'].strip()}; "
+              f"re-driven {_metric_sum(p.web_port, 'retro_review_redriven_records_total'):g}")
+    finally:
+        fake.kill()
+
+
+def test_permanent_reviews_stay_until_retro_review_redrives_them(pipeline_factory,
+                                                                 tmp_path: Path) -> None:
+    """Answers that stay malformed after a repair park their records for good (no
+    automatic re-drive); `retro review` lists them, `--redrive --reason` sends them
+    again, and once the model answers they are analysed, not counted twice."""
+    port = _free_port()
+    fake = _start_fake_llm(tmp_path, port, "--malformed-rate", "1.0", "--seed", "2")
+    try:
+        p = pipeline_factory(RETRO_MODEL__BASE_URL=f"http://127.0.0.1:{port}/v1",
+                             RETRO_MODEL__NAME="fake-gpt")
+        p.retro("produce", "--quiet", *_sample(tmp_path, 300))
+        p.start_worker()
+        result = _settled(p, timeout=90, analysed_share=0.0)
+        assert result["ok"], result
+        # half the malformed answers are JSON in prose, which the parser still reads
+        parked, analysed = result["parked"], result["analysed"]
+        assert parked > 0 and parked + analysed == result["raw_records"] - result[
+            "dead_lettered"], result
+        assert set(result["parked_by_reason"]) == {"malformed_output"}, result
+        _fake(port, "/_fake/config", {"malformed_rate": 0.0})
+        time.sleep(5)  # nothing re-drives a permanent reason on its own
+        assert _audit(p)["parked"] == parked
+
+        listing = p.retro("review").stdout.decode()
+        assert f"{parked} records parked in review" in listing, listing
+        assert "malformed_output  (permanent)" in listing, listing
+        none = p.retro("review", "--redrive", "--reason", "schema").stdout.decode()
+        assert none.startswith("re-drove 0 parked records (schema)"), none  # none of that
+        out = p.retro("review", "--redrive", "--reason", "malformed_output").stdout.decode()
+        assert f"re-drove {parked} parked records" in out, out
+        result = _settled(p, timeout=90, analysed_share=1.0)
+        assert result["ok"], (result, p.worker_logs())
+        assert result["analysed"] == analysed + parked and result["parked"] == 0, result
+        assert "nothing parked in review" in p.retro("review").stdout.decode()
+    finally:
+        fake.kill()
