@@ -227,8 +227,17 @@ def _otlp_json(obj: dict[str, Any]) -> list[Entry]:
                     time_ns=int(rec.get("timeUnixNano") or 0),
                     observed_ns=int(rec.get("observedTimeUnixNano") or 0),
                     severity_text=rec.get("severityText") or "",
-                    severity_number=int(rec.get("severityNumber") or 0)))
+                    severity_number=_json_severity(rec.get("severityNumber"))))
     return entries
+
+
+def _json_severity(value: Any) -> int:
+    """severityNumber: an integer (the collector), or the enum's name (protobuf's JSON)."""
+    if isinstance(value, str) and value.startswith("SEVERITY_NUMBER_"):
+        word = value.removeprefix("SEVERITY_NUMBER_").rstrip("234")
+        index = _OTEL_SEVERITY.index(word) if word in _OTEL_SEVERITY else -1
+        return index * 4 + 1 if index >= 0 else 0
+    return int(value or 0)
 
 
 def _json_attrs(items: Any) -> dict[str, Any]:
