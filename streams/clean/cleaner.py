@@ -42,6 +42,10 @@ MAX_MESSAGE_BYTES = 8 * 1024 * 1024  # an envelope is bounded by the Kafka messa
 _WRAPPER_SKEW = timedelta(days=1)  # a line's date may be completed from a shipper's this close
 
 
+def _readable(key: str) -> bool:
+    return key.isprintable() and "\ufffd" not in key
+
+
 class Cleaner:
     """Turns raw record bytes into a routed NormalizedRecord, or a DeadLetter.
 
@@ -169,8 +173,10 @@ class Cleaner:
                      received_at: datetime | None, kind: str) -> NormalizedRecord | DeadLetter:
         """One record out of an envelope: its line parsed again, the envelope's metadata
         filling what the line does not say (its time only as a fallback)."""
-        if entry.stream and source == "unknown":
-            source = entry.stream  # no key (the collector's default): the envelope's stream
+        if entry.stream and (source == "unknown" or not _readable(source)):
+            # no key (the collector's default) or a binary one (its hash of the resource,
+            # partition_logs_by_resource_attributes): the envelope names the stream
+            source = entry.stream
         text = entry.text
         size = len(text.encode("utf-8", "replace"))
         if size > self.max_record_bytes:

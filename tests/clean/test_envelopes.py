@@ -284,3 +284,10 @@ def test_envelope_metadata_is_redacted_like_the_rest() -> None:
     (rec,) = records(make().clean(raw, COORD, "unknown"))
     assert "hunter2secret" not in json.dumps(rec.attributes)
     assert rec.redactions
+
+
+def test_a_binary_key_gives_way_to_the_envelopes_stream() -> None:
+    raw = otlp_logs([{"body": "one"}, {"body": "two"}], resource=K8S)
+    key = bytes.fromhex("9f3a0c11d2e4b5a6c7d8e9f00112a3b4").decode("utf-8", "replace")
+    out = records(make().clean(raw, COORD, key))
+    assert {r.source for r in out} == {"checkout"}

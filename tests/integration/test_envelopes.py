@@ -13,6 +13,7 @@ from datetime import UTC, datetime, timedelta
 import pytest
 from aiokafka import AIOKafkaProducer
 from aiokafka.admin import AIOKafkaAdminClient, NewTopic
+
 from helpers import otlp_logs
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(600)]

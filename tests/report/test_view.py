@@ -200,3 +200,14 @@ def test_terminal_control_sequences_in_log_text_never_reach_the_reader() -> None
     for text in (render_markdown(report), render_html(report)):
         assert not re.search(r"[\x00-\x08\x0b\x0c\x0e-\x1f\x7f-\x9f]", text)
         assert "[10A" in text  # the visible rest of the line is kept
+
+
+def test_coverage_folds_messages_of_many_records_into_their_partition() -> None:
+    report, _ = merge(None, _frag("a", {"otlp/0": [[0, 4]], "otlp/0@5:500": [[0, 499]],
+                                        "otlp/0@9:300": [[0, 299]], "otlp/2@1:3": [[0, 2]]}),
+                      report_id="2026-11-29/all", now="t1")
+    md = render_markdown(report, review_count=0, deadletter_count=0)
+    assert ("`otlp/0`: offsets 0-4 (5 records); 800 records from 2 message(s) carrying many"
+            in md)
+    assert "`otlp/2`: 3 records from 1 message(s) carrying many" in md
+    assert "Total: 808 records in 2 partition(s)" in md
