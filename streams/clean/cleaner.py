@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, datetime
 from typing import TYPE_CHECKING
 
 from streams.clean.cost import choose_lane, cost_score
@@ -39,7 +39,6 @@ MAX_CONTROL_SHARE = 0.10  # more C0 control bytes than this: binary
 _CONTROL = bytes(b for b in range(32) if b not in (9, 10, 11, 12, 13, 27)) + b"\x7f"
 _REPLACEMENT_UTF8 = "\ufffd".encode()
 MAX_MESSAGE_BYTES = 8 * 1024 * 1024  # an envelope is bounded by the Kafka message limit
-_WRAPPER_SKEW = timedelta(days=1)  # a line's date may be completed from a shipper's this close
 
 
 def _readable(key: str) -> bool:
@@ -188,7 +187,10 @@ class Cleaner:
             parsed = self.parser.parse(text, source=entry.stream or source)
             self._apply_envelope(parsed, entry, received_at)
             parsed.attributes = {"envelope": kind, **entry.attributes, **parsed.attributes}
-            return self._finish(parsed, text, coord, source)
+            record = self._finish(parsed, text, coord, source)
+            if self.metrics is not None:
+                self.metrics.records_by_envelope.labels(envelope=kind).inc()
+            return record
         except Exception as exc:  # same rule as for a line: a bug must not stop the stream
             logger.warning("cleaning failed on %s: %s", coord.id, exc, exc_info=True)
             return self._dead(text.encode("utf-8", "replace"), coord, source, "clean_error", (
@@ -201,16 +203,16 @@ class Cleaner:
         used travels with the record ("line", "envelope:<field>", "ingest-time")."""
         shipped, shipped_rule = self._envelope_time(entry)
         field = f"envelope:{entry.time_field}"
-        if parsed.timestamp is not None or parsed.stamp is not None:
+        if parsed.timestamp is None and parsed.stamp is not None and (
+                shipped is not None and shipped_rule is None):
+            # a time of day without a date: the date (and zone) from the shipper's exact
+            # time. A line with a date keeps it and its assumed zone: the shipper's time
+            # is often when it read the file, which says nothing about the line's zone.
+            ts, rule = self.parser.times.on_wrapper_date(parsed.stamp, shipped)
+            parsed.timestamp, parsed.timestamp_rule = ts, f"line,{rule}:{entry.time_field}"
+        elif parsed.timestamp is not None:
             line_rule = parsed.timestamp_rule
-            if shipped is not None and shipped_rule is None and parsed.stamp is not None and (
-                    parsed.timestamp is None or line_rule):
-                # a line without date or zone: completed from the shipper's exact time
-                ts, rule = self.parser.times.on_wrapper_date(parsed.stamp, shipped)
-                if parsed.timestamp is None or abs(ts - parsed.timestamp) < _WRAPPER_SKEW:
-                    parsed.timestamp, line_rule = ts, f"{rule}:{entry.time_field}"
-            if parsed.timestamp is not None:
-                parsed.timestamp_rule = f"line,{line_rule}" if line_rule else "line"
+            parsed.timestamp_rule = f"line,{line_rule}" if line_rule else "line"
         if parsed.timestamp is None and shipped is not None:
             parsed.timestamp = shipped
             parsed.timestamp_rule = f"{field},{shipped_rule}" if shipped_rule else field

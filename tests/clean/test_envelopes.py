@@ -291,3 +291,26 @@ def test_a_binary_key_gives_way_to_the_envelopes_stream() -> None:
     key = bytes.fromhex("9f3a0c11d2e4b5a6c7d8e9f00112a3b4").decode("utf-8", "replace")
     out = records(make().clean(raw, COORD, key))
     assert {r.source for r in out} == {"checkout"}
+
+
+def test_envelope_records_are_counted_by_envelope() -> None:
+    from streams.metrics import Metrics
+
+    metrics = Metrics()
+    cleaner = make(metrics=metrics)
+    cleaner.clean(otlp_logs([{"body": "a"}, {"body": "b"}]), COORD, "k")
+    cleaner.clean(b"a bare line", COORD, "k")
+    value = metrics.registry.get_sample_value
+    assert value("retro_records_envelope_total", {"envelope": "otlp_proto"}) == 2
+    assert value("retro_records_envelope_total", {"envelope": "plain"}) is None
+
+
+def test_a_dated_line_keeps_its_assumed_zone_whatever_the_read_time() -> None:
+    """The collector read the file at 12:00 UTC; the line says 06:33 with no zone. The
+    5.5 hours between them are the read delay, not the line's zone."""
+    raw = otlp_logs([{"body": "2026-12-01 06:33:04,440 INFO started", "observed": NOW},
+                     {"body": "2026-12-01 06:33:05,000 INFO ready", "observed": NOW}])
+    out = records(make().clean(raw, COORD, "k"))
+    assert [(r.timestamp, r.timestamp_rule) for r in out] == [
+        ("2026-12-01T06:33:04.440Z", "line,zone-assumed:UTC"),
+        ("2026-12-01T06:33:05.000Z", "line,zone-assumed:UTC")]
