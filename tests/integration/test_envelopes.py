@@ -98,6 +98,15 @@ def test_shipper_topics_are_audited_by_log_record(pipeline_factory, engine: str)
     assert sum(result["claimed"].values()) == expected
     assert not result["problems"]
 
+    if engine == "aiokafka":  # lag is measured on the pattern's topics too
+        from streams.agents.clean import clean_group
+        from streams.app import consumer_offsets
+
+        settings = p.settings()
+        lag = asyncio.run(consumer_offsets(settings, clean_group(settings.app_id),
+                                           settings.topics.raw_topics, inputs=True))
+        assert set(lag) == {(listed, 0), (listed, 1), (listed, 2), (matched, 0)}
+
     report = json.loads(p.retro("report", "--format", "json").stdout)
     assert report["id"].startswith("2017-12-01"), report["id"]  # the lines' time, not 2026
     assert report["first_seen"].startswith("2017-12-01T06:00:00")
