@@ -11,6 +11,7 @@ with a stable reason and a sentence saying what to do.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 from collections.abc import Callable
 from datetime import UTC, datetime
@@ -21,7 +22,7 @@ from streams.clean.envelopes import Entry, EnvelopeError, EnvelopeKind, unwrap
 from streams.clean.formats import FormatParser, Parsed
 from streams.clean.redact import Redactor
 from streams.clean.templates import TemplateMiner
-from streams.clean.timestamps import iso_utc, match_leading
+from streams.clean.timestamps import from_number, iso_utc, match_leading
 from streams.clean.tokens import TokenCounter
 from streams.errors import DecodeError, RecordError, RecordTooLarge
 from streams.records import DeadLetter, NormalizedRecord, RawCoord
@@ -229,7 +230,12 @@ class Cleaner:
             return entry.time, None
         if not entry.time:
             return None, None
-        stamp = match_leading(entry.time.strip())
+        text = entry.time.strip()
+        with contextlib.suppress(ValueError):  # epoch seconds/ms/ns written as text
+            number = float(text)
+            if number >= 1e8:  # from 1973 on; a bare "2017" is no epoch
+                return from_number(number), None
+        stamp = match_leading(text)
         if stamp is None:
             return None, None
         return self.parser.times.resolve(stamp)

@@ -118,7 +118,7 @@ def detect_json(obj: dict[str, Any]) -> EnvelopeKind | None:
 
 
 def _json_object(raw: bytes) -> dict[str, Any] | None:
-    if raw.lstrip()[:1] != b"{":
+    if raw[:1] != b"{" and raw[:64].lstrip()[:1] != b"{":
         return None
     try:
         obj = json.loads(raw)

@@ -314,3 +314,9 @@ def test_a_dated_line_keeps_its_assumed_zone_whatever_the_read_time() -> None:
     assert [(r.timestamp, r.timestamp_rule) for r in out] == [
         ("2026-12-01T06:33:04.440Z", "line,zone-assumed:UTC"),
         ("2026-12-01T06:33:05.000Z", "line,zone-assumed:UTC")]
+
+
+def test_a_shippers_epoch_written_as_text_is_a_time() -> None:
+    rec = one({"@timestamp": "1512109984.44", "log": "no time in this line"})
+    assert (rec.timestamp, rec.timestamp_rule) == ("2017-12-01T06:33:04.440Z",
+                                                   "envelope:@timestamp")
