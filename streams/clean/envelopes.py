@@ -321,7 +321,10 @@ def _otlp_entry(resource: dict[str, Any], *, body: Any, attributes: dict[str, An
     time_field, nanos = ("timeUnixNano", time_ns) if time_ns else (
         "observedTimeUnixNano", observed_ns)
     when = datetime.fromtimestamp(nanos / 1e9, UTC) if nanos else None
-    text = body if isinstance(body, str) else json.dumps(body, default=str, sort_keys=True)
+    if body is None or isinstance(body, str):
+        text = body or ""
+    else:  # a structured body (kvlist, array, number) reads as a JSON line
+        text = json.dumps(body, default=str, sort_keys=True)
     return Entry(_line(text), stream=service or _str(attributes.get("log.file.name")),
                  service=service, time=when, time_field=time_field if when else None,
                  level=level, attributes=attrs)

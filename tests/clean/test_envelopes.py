@@ -320,3 +320,21 @@ def test_a_shippers_epoch_written_as_text_is_a_time() -> None:
     rec = one({"@timestamp": "1512109984.44", "log": "no time in this line"})
     assert (rec.timestamp, rec.timestamp_rule) == ("2017-12-01T06:33:04.440Z",
                                                    "envelope:@timestamp")
+
+
+@pytest.mark.parametrize("encoding", ["proto", "json"])
+def test_a_structured_otlp_body_is_read_as_json(encoding: str) -> None:
+    from google.protobuf import json_format
+    from opentelemetry.proto.logs.v1.logs_pb2 import LogsData
+
+    data = LogsData()
+    rec = data.resource_logs.add().scope_logs.add().log_records.add()
+    for key, value in (("level", "error"), ("msg", "payment declined")):
+        rec.body.kvlist_value.values.add(key=key).value.string_value = value
+    data.resource_logs[0].scope_logs[0].log_records.add()  # a record with no body at all
+    raw = data.SerializeToString() if encoding == "proto" else json_format.MessageToJson(
+        data).encode()
+    structured, empty = records(make().clean(raw, COORD, "k"))
+    assert (structured.format, structured.level, structured.message) == (
+        "json", "ERROR", "payment declined")
+    assert empty.message == ""
