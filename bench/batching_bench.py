@@ -72,11 +72,11 @@ def clean_all(paths: list[Path], settings: Settings) -> tuple[list[NormalizedRec
             chunks = iter_records(stream, max_record_bytes=settings.clean.max_record_bytes)
             for offset, (_line, raw) in enumerate(chunks):
                 coord = RawCoord(topic=path.name, partition=0, offset=offset)
-                out = cleaner.clean(raw, coord, path.name.removesuffix(".log"))
-                if isinstance(out, DeadLetter):
-                    dead += 1
-                else:
-                    records.append(out)
+                for out in cleaner.clean(raw, coord, path.name.removesuffix(".log")):
+                    if isinstance(out, DeadLetter):
+                        dead += 1
+                    else:
+                        records.append(out)
     return records, dead
 
 

@@ -74,8 +74,8 @@ def clean_pass(cleaner: Cleaner, name: str, records: list[tuple[str, bytes]]) ->
     """Clean every record; count lanes and dead letters (outputs are dropped, as after a send)."""
     counts = {"fast": 0, "slow": 0, "deadletter": 0}
     for offset, (source, raw) in enumerate(records):
-        out = cleaner.clean(raw, RawCoord(topic=name, partition=0, offset=offset), source)
-        counts["deadletter" if isinstance(out, DeadLetter) else out.lane] += 1
+        for out in cleaner.clean(raw, RawCoord(topic=name, partition=0, offset=offset), source):
+            counts["deadletter" if isinstance(out, DeadLetter) else out.lane] += 1
     return counts
 
 

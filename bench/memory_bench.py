@@ -53,9 +53,9 @@ def cleaned_sample(records: int, tmp: Path, settings: Settings) -> list[Normaliz
             chunks = iter_records(stream, max_record_bytes=settings.clean.max_record_bytes)
             for offset, (_line, raw) in enumerate(chunks):
                 coord = RawCoord(topic=path.name, partition=0, offset=offset)
-                cleaned = cleaner.clean(raw, coord, path.name)
-                if isinstance(cleaned, NormalizedRecord):
-                    out.append(cleaned)
+                for cleaned in cleaner.clean(raw, coord, path.name):
+                    if isinstance(cleaned, NormalizedRecord):
+                        out.append(cleaned)
     return out
 
 

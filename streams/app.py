@@ -31,6 +31,7 @@ from streams.kafka.connect import (
     resolve_bootstrap,
     stop_consumer,
 )
+from streams.kafka.inputs import input_topics as input_topics_of
 from streams.kafka.stall import StallDetector
 from streams.metrics import Metrics
 from streams.report.store import ReportFollower
@@ -63,12 +64,13 @@ def group_id(settings: Settings, roles: tuple[str, ...]) -> str:
 
 def input_topics(settings: Settings, roles: tuple[str, ...]) -> list[str]:
     """The topics the faust app of a worker with these roles consumes as a group."""
-    inputs = {"clean": ["raw"], "batch": ["fast", "slow"], "compactor": ["fragments"]}
+    t = settings.topics
+    inputs = {"clean": t.raw_topics, "batch": [t.fast, t.slow], "compactor": [t.fragments]}
     if settings.clean.engine == "aiokafka":
         inputs["clean"] = []  # the clean loop consumes raw in a group of its own
     if settings.batch.engine == "aiokafka":
         inputs["batch"] = []  # so does the batch loop, the lanes
-    return [getattr(settings.topics, n) for r in ROLES if r in roles for n in inputs[r]]
+    return [name for r in ROLES if r in roles for name in inputs[r]]
 
 
 def consumer_groups(settings: Settings, roles: tuple[str, ...]) -> dict[str, list[str]]:
@@ -76,7 +78,9 @@ def consumer_groups(settings: Settings, roles: tuple[str, ...]) -> dict[str, lis
     gid = group_id(settings, roles)
     groups = {gid: input_topics(settings, roles)}
     if "clean" in roles and settings.clean.engine == "aiokafka":
-        groups[clean_group(gid)] = [settings.topics.raw]
+        # the listed inputs; topics matching RETRO_TOPICS__RAW_PATTERN are added where
+        # offsets are measured (consumer_offsets(..., inputs=True))
+        groups[clean_group(gid)] = settings.topics.raw_topics
     if "batch" in roles and settings.batch.engine == "aiokafka":
         groups[lanes_group(gid)] = [settings.topics.fast, settings.topics.slow]
     return {g: topics for g, topics in groups.items() if topics}
@@ -129,7 +133,9 @@ def build_app(settings: Settings, *, roles: tuple[str, ...] = ROLES,
     t = settings.topics
     topics = {name: app.topic(getattr(t, name), key_serializer="raw", value_serializer="raw",
                               partitions=t.partitions)
-              for name in ("raw", "fast", "slow", "deadletter", "fragments", "review", "reports")}
+              for name in ("fast", "slow", "deadletter", "fragments", "review", "reports")}
+    # the users' input topics keep their own partition counts
+    topics["raw"] = app.topic(*t.raw_topics, key_serializer="raw", value_serializer="raw")
     worker = Worker(app=app, settings=settings, metrics=metrics, roles=tuple(roles))
     if "clean" in roles:
         wire_clean(app, settings, metrics, topics)
@@ -198,7 +204,8 @@ def _wire_lag(app: Any, settings: Settings, metrics: Metrics, roles: tuple[str, 
         offsets: dict[tuple[str, int], tuple[int, int]] = {}
         try:
             for gid, names in groups.items():
-                offsets.update(await consumer_offsets(settings, gid, names))
+                offsets.update(await consumer_offsets(
+                    settings, gid, names, inputs=gid == clean_group(group_id(settings, roles))))
         except Exception as exc:  # metrics must never take the worker down
             logger.warning("measuring consumer lag failed: %r", exc)
             return
@@ -214,9 +221,10 @@ def _wire_lag(app: Any, settings: Settings, metrics: Metrics, roles: tuple[str, 
 
 
 async def consumer_offsets(
-    settings: Settings, gid: str, topics: list[str]
+    settings: Settings, gid: str, topics: list[str], *, inputs: bool = False
 ) -> dict[tuple[str, int], tuple[int, int]]:
-    """(committed offset, lag) for each partition of ``topics``."""
+    """(committed offset, lag) for each partition of ``topics`` (with ``inputs``: of
+    every input topic the cluster has, the pattern's matches included)."""
     from aiokafka import AIOKafkaConsumer
 
     admin = AIOKafkaAdminClient(**aiokafka_kwargs(settings))
@@ -226,6 +234,8 @@ async def consumer_offsets(
     await consumer.start()
     try:
         committed = await admin.list_consumer_group_offsets(gid)
+        if inputs:
+            topics = sorted(set(topics) | set(await input_topics_of(settings, consumer)))
         tps = [TopicPartition(topic, p) for topic in topics
                for p in await partitions_of(consumer, topic)]
         ends = await consumer.end_offsets(tps) if tps else {}

@@ -226,6 +226,8 @@ def cmd_audit(args: argparse.Namespace, settings: Settings) -> int:
     result = asyncio.run(audit_until_clean(settings, wait_seconds=args.wait))
     print(dumps(result), flush=True)
     print(f"retro: {summary_line(result)}", file=sys.stderr)
+    for problem in result.problems:
+        print(f"retro: audit not ok: {problem}", file=sys.stderr)
     hint = missing_hint(result)
     if hint:
         print(f"retro: {hint}", file=sys.stderr)

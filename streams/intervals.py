@@ -2,14 +2,37 @@
 
 Reports, fragments and the audit all speak about "which raw records are covered";
 a partition's offsets compress to a few ranges, and overlap checks stay cheap.
+
+Keys are ``"topic/partition"`` (values: raw offsets, one log record per message) or,
+for a message that carries N > 1 log records (an OTLP batch),
+``"topic/partition@offset:N"`` (values: record indices 0..N-1). A single-record
+message therefore keeps today's compact offset ranges, a multi-record message costs
+one key with (usually) one range, and every ledger counts log records. The audit
+(``streams/dev/audit.py``) treats such a message as complete when its indices
+0..N-1 are covered exactly once.
 """
 
 from __future__ import annotations
 
+import re
 from bisect import bisect_left
 from collections.abc import Iterable, Iterator
 
 Range = tuple[int, int]  # inclusive [first, last]
+_MESSAGE_KEY = re.compile(r"^(?P<part>.+/\d+)@(?P<offset>\d+):(?P<count>\d+)$")
+
+
+def message_key(topic: str, partition: int, offset: int, count: int) -> str:
+    """The coverage key of a message carrying ``count`` log records (indices as values)."""
+    return f"{topic}/{partition}@{offset}:{count}"
+
+
+def split_message_key(key: str) -> tuple[str, int, int] | None:
+    """("topic/partition", offset, count) of a multi-record message's key, else None."""
+    m = _MESSAGE_KEY.match(key)
+    if m is None:
+        return None
+    return m["part"], int(m["offset"]), int(m["count"])
 
 
 class IntervalSet:
@@ -161,6 +184,14 @@ class Coverage:
         buckets: dict[str, list[int]] = {}
         for topic, partition, offset in coords:
             buckets.setdefault(f"{topic}/{partition}", []).append(offset)
+        return cls({k: IntervalSet.from_values(v) for k, v in buckets.items()})
+
+    @classmethod
+    def from_entries(cls, entries: Iterable[tuple[str, int]]) -> Coverage:
+        """From (key, value) ledger entries, e.g. ``RawCoord.ledger_entry()``."""
+        buckets: dict[str, list[int]] = {}
+        for key, value in entries:
+            buckets.setdefault(key, []).append(value)
         return cls({k: IntervalSet.from_values(v) for k, v in buckets.items()})
 
     def to_json(self) -> dict[str, list[list[int]]]:

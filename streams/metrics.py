@@ -29,6 +29,11 @@ class Metrics:
             "retro_records_format_total", "Cleaned records by detected format", ["format"],
             registry=r,
         )
+        self.records_by_envelope = Counter(
+            "retro_records_envelope_total",
+            "Cleaned records that came in a shipper's envelope, by envelope (lines that "
+            "came bare are not counted)", ["envelope"], registry=r,
+        )
         self.deadletters = Counter(
             "retro_deadletter_total", "Records sent to the dead letter", ["stage", "reason"],
             registry=r,

@@ -13,35 +13,72 @@ import hashlib
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, model_serializer
 
 Lane = Literal["fast", "slow"]
 Level = Literal["TRACE", "DEBUG", "INFO", "NOTICE", "WARN", "ERROR", "FATAL"]
 Severity = Literal["info", "low", "medium", "high", "critical"]
 LogFormat = Literal["json", "docker", "logfmt", "log4j", "syslog", "delimited", "text"]
+# what a shipper wrapped around log lines (streams/clean/envelopes.py); plain: none
+EnvelopeKind = Literal[
+    "otlp_json", "otlp_proto", "fluentbit", "vector", "ecs", "rsyslog", "syslog_ng", "plain"
+]
 
 
 class RawCoord(BaseModel):
-    """Where a raw record lives in ``retro.logs.raw`` (or file/record number offline)."""
+    """Where a raw record lives in an input topic (or file/record number offline).
+
+    A message that carries one log record (the common case) is its own record:
+    ``topic/partition/offset``. A message that carries ``count`` > 1 records (an OTLP
+    batch) gives each record an ``index`` in 0..count-1; its id gets ``/index`` and
+    its ledger entry lives under the message's own key (``ledger_entry``).
+    """
 
     model_config = ConfigDict(frozen=True)
 
     topic: str
     partition: int
     offset: int
+    index: int | None = None  # the record's place in a multi-record message
+    count: int | None = None  # log records the message carries, with index
+
+    @model_serializer(mode="wrap")
+    def _drop_unset(self, handler: Any) -> dict[str, Any]:
+        """Single-record coordinates stay exactly {topic, partition, offset} on the wire."""
+        data = handler(self)
+        if self.index is None:
+            data.pop("index", None)
+            data.pop("count", None)
+        return data
 
     @property
     def id(self) -> str:
-        return f"{self.topic}/{self.partition}/{self.offset}"
+        base = f"{self.topic}/{self.partition}/{self.offset}"
+        return base if self.index is None else f"{base}/{self.index}"
 
     def as_tuple(self) -> tuple[str, int, int]:
         return (self.topic, self.partition, self.offset)
+
+    def ledger_entry(self) -> tuple[str, int]:
+        """(coverage key, value) this record is counted as in every ledger: the raw
+        offset under "topic/partition", or for a multi-record message its index under
+        "topic/partition@offset:count" (see ``streams.intervals.message_key``)."""
+        if self.index is None or self.count is None:
+            return f"{self.topic}/{self.partition}", self.offset
+        return f"{self.topic}/{self.partition}@{self.offset}:{self.count}", self.index
+
+    def in_message(self, index: int, count: int) -> RawCoord:
+        """The coordinate of record ``index`` of ``count`` in this message."""
+        if count <= 1:
+            return self
+        return RawCoord(topic=self.topic, partition=self.partition, offset=self.offset,
+                        index=index, count=count)
 
 
 class NormalizedRecord(BaseModel):
     """A cleaned log record: ``schemas/record.schema.json``."""
 
-    id: str  # "topic/partition/offset" of the raw record; stable across re-runs
+    id: str  # "topic/partition/offset[/index]" of the raw record; stable across re-runs
     raw: RawCoord
     source: str  # the raw message key: file or stream name
     format: LogFormat

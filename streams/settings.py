@@ -6,17 +6,26 @@ pass it down. Nested groups use ``__``: ``RETRO_FAST__INPUT_BUDGET=4000``.
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
-from typing import Literal
+from typing import Literal, get_args
 
-from pydantic import BaseModel, ConfigDict, Field, SecretStr
+from pydantic import BaseModel, ConfigDict, Field, SecretStr, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
+
+from streams.records import EnvelopeKind
+
+_TOPIC_NAME = re.compile(r"[A-Za-z0-9._-]{1,249}")
 
 
 class TopicSettings(BaseModel):
     model_config = ConfigDict(frozen=True)
 
+    # input topics, comma-separated; the first is the one `retro produce` writes to.
+    # Topics other than the first are the user's: any partition count, never created
     raw: str = "retro.logs.raw"
+    # a regex; topics it matches are inputs too, e.g. ^logs\..* (aiokafka clean engine)
+    raw_pattern: str | None = None
     fast: str = "retro.records.fast"
     slow: str = "retro.records.slow"
     deadletter: str = "retro.deadletter"
@@ -26,6 +35,37 @@ class TopicSettings(BaseModel):
     partitions: int = Field(4, ge=1, description="partitions of the data topics")
     replication: int = Field(1, ge=1)
     retention_ms: int = 7 * 24 * 3600 * 1000
+
+    @field_validator("raw")
+    @classmethod
+    def _raw_list(cls, value: str) -> str:
+        names = [n.strip() for n in value.split(",") if n.strip()]
+        bad = [n for n in names if not _TOPIC_NAME.fullmatch(n)]
+        if not names or bad:
+            raise ValueError(f"topics.raw must be comma-separated Kafka topic names, got "
+                             f"{value!r}")
+        return ",".join(names)
+
+    @field_validator("raw_pattern")
+    @classmethod
+    def _raw_regex(cls, value: str | None) -> str | None:
+        if not value:
+            return None
+        try:
+            re.compile(value)
+        except re.error as exc:
+            raise ValueError(f"topics.raw_pattern {value!r} is not a regex: {exc}") from None
+        return value
+
+    @property
+    def raw_topics(self) -> list[str]:
+        """The listed input topics (the pattern's matches come from the cluster)."""
+        return self.raw.split(",")
+
+    @property
+    def produce_topic(self) -> str:
+        """Where `retro produce` writes: the first input topic."""
+        return self.raw_topics[0]
 
 
 class CleanSettings(BaseModel):
@@ -41,6 +81,33 @@ class CleanSettings(BaseModel):
     # faust: an agent, one event at a time; aiokafka: a plain loop in the worker with
     # its own consumer group (<group>-raw), batched sends, commit after delivery
     engine: Literal["faust", "aiokafka"] = "aiokafka"
+    # envelopes are detected per message; this forces one per topic, e.g.
+    # "otlp_logs=otlp_proto,app-logs=plain" (kinds: streams.clean.envelopes)
+    envelope: str = ""
+
+    @field_validator("envelope")
+    @classmethod
+    def _envelope_spec(cls, value: str) -> str:
+        parse_envelope_overrides(value)  # ValueError names the bad part
+        return value
+
+    @property
+    def envelope_overrides(self) -> dict[str, EnvelopeKind]:
+        return parse_envelope_overrides(self.envelope)
+
+
+def parse_envelope_overrides(spec: str) -> dict[str, EnvelopeKind]:
+    """``"otlp_logs=otlp_proto,app-logs=plain"`` -> {topic: kind}; ValueError naming the
+    bad part."""
+    kinds = get_args(EnvelopeKind)
+    out: dict[str, EnvelopeKind] = {}
+    for part in filter(None, (p.strip() for p in spec.split(","))):
+        topic, sep, kind = (s.strip() for s in part.partition("="))
+        if not sep or not topic or kind not in kinds:
+            raise ValueError(f"envelope override {part!r} is not topic=kind with kind one of "
+                             f"{', '.join(kinds)}")
+        out[topic] = kind  # type: ignore[assignment]
+    return out
 
 
 class BatchSettings(BaseModel):

@@ -169,3 +169,44 @@ def start_fake_llm(log_dir: Path, port: int, *args: str) -> subprocess.Popen[byt
             time.sleep(0.3)
     proc.kill()
     raise AssertionError((log_dir / "fake-llm.log").read_text())
+
+
+def otlp_logs(
+    records: list[dict[str, Any]],
+    *,
+    resource: dict[str, str] | None = None,
+    encoding: str = "proto",
+) -> bytes:
+    """One Kafka message as the collector's kafka exporter writes it (``otlp_proto`` or
+    ``otlp_json``), built with the official bindings: one ResourceLogs, one ScopeLogs.
+
+    Each record dict may hold ``body`` (str), ``time`` / ``observed`` (datetime),
+    ``severity_text``, ``severity_number`` and ``attributes`` (str values).
+    """
+    from google.protobuf import json_format
+    from opentelemetry.proto.common.v1.common_pb2 import AnyValue, KeyValue
+    from opentelemetry.proto.logs.v1.logs_pb2 import LogRecord, LogsData
+
+    def attrs(values: dict[str, str]) -> list[KeyValue]:
+        return [KeyValue(key=k, value=AnyValue(string_value=v)) for k, v in values.items()]
+
+    def nanos(at: datetime | None) -> int:
+        return int(at.timestamp()) * 10**9 + at.microsecond * 1000 if at else 0
+
+    data = LogsData()
+    rl = data.resource_logs.add()
+    rl.resource.attributes.extend(attrs(resource or {}))
+    sl = rl.scope_logs.add()
+    sl.scope.name = "github.com/open-telemetry/opentelemetry-collector-contrib/receiver/filelog"
+    for rec in records:
+        sl.log_records.append(LogRecord(
+            time_unix_nano=nanos(rec.get("time")),
+            observed_time_unix_nano=nanos(rec.get("observed")),
+            severity_text=rec.get("severity_text", ""),
+            severity_number=rec.get("severity_number", 0),
+            body=AnyValue(string_value=rec.get("body", "")),
+            attributes=attrs(rec.get("attributes", {}))))
+    if encoding == "proto":
+        return data.SerializeToString()
+    # the collector writes severityNumber as an integer, as use_integers_for_enums does
+    return json_format.MessageToJson(data, indent=None, use_integers_for_enums=True).encode()

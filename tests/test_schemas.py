@@ -94,7 +94,8 @@ def test_raw_coord_matches_its_model() -> None:
     for name in ("record", "deadletter"):
         raw = load_schema(name)["$defs"]["rawCoord"]
         assert set(raw["properties"]) == set(RawCoord.model_fields)
-        assert set(raw["required"]) == set(RawCoord.model_fields)
+        required = {n for n, f in RawCoord.model_fields.items() if f.is_required()}
+        assert set(raw["required"]) == required == {"topic", "partition", "offset"}
 
 
 def test_optional_fields_may_be_null_or_absent() -> None:
@@ -206,3 +207,19 @@ def test_schemas_dir_is_next_to_the_package() -> None:
 def test_every_schema_file_is_a_valid_schema() -> None:
     for path in sorted(schemas_dir().glob("*.schema.json")):
         validator(path.name)  # raises ConfigError if not a valid JSON Schema
+
+
+def test_a_record_of_a_multi_record_message_validates() -> None:
+    coord = RAW.in_message(3, 500)
+    record = a_record(id=coord.id, raw=coord).model_dump(mode="json")
+    assert record["raw"] == {"topic": "retro.logs.raw", "partition": 2, "offset": 41,
+                             "index": 3, "count": 500}
+    assert errors("record", record) == []
+    letter = a_deadletter().model_copy(update={"id": coord.id, "raw": coord})
+    assert errors("deadletter", letter.model_dump(mode="json")) == []
+    review = a_review().model_copy(update={"covered": {"retro.logs.raw/2@41:500": [[0, 499]]}})
+    assert errors("review", review.model_dump(mode="json")) == []
+    half = dict(record, raw={"topic": "t", "partition": 0, "offset": 1, "index": 0})
+    assert errors("record", half) != []  # an index without its message's count
+    bad_key = a_review().model_copy(update={"covered": {"retro.logs.raw/2@41": [[0, 1]]}})
+    assert errors("review", bad_key.model_dump(mode="json")) != []

@@ -27,6 +27,7 @@ from streams.agents.common import ack_when_delivered, new_acker, send, track
 from streams.clean.cleaner import Cleaner
 from streams.ingest.keys import source_of_key
 from streams.kafka.connect import aiokafka_kwargs, stop_consumer
+from streams.kafka.inputs import input_pattern
 from streams.metrics import Metrics
 from streams.records import DeadLetter, RawCoord
 from streams.settings import Settings
@@ -45,16 +46,20 @@ class Routed:
 
 
 def route(cleaner: Cleaner, *, value: bytes | None, key: bytes | None, topic: str,
-          partition: int, offset: int, timestamp_ms: int | None) -> Routed:
-    """Where one raw message goes, and as what; never raises on bad input."""
+          partition: int, offset: int, timestamp_ms: int | None) -> list[Routed]:
+    """Where the log records of one raw message go, and as what (one per record: an
+    envelope may carry many); never raises on bad input."""
     coord = RawCoord(topic=topic, partition=partition, offset=offset)
     source = source_of_key(key)
     received = datetime.fromtimestamp(timestamp_ms / 1000, UTC) if timestamp_ms else None
-    out = cleaner.clean(value or b"", coord, source, received_at=received)
-    if isinstance(out, DeadLetter):
-        return Routed("deadletter", out.id.encode(), out.model_dump_json().encode())
-    # the raw key keeps --spread partitioning in the lanes
-    return Routed(out.lane, key or source.encode(), out.model_dump_json().encode())
+    routed = []
+    for out in cleaner.clean(value or b"", coord, source, received_at=received):
+        if isinstance(out, DeadLetter):
+            routed.append(Routed("deadletter", out.id.encode(), out.model_dump_json().encode()))
+        else:  # the raw key keeps --spread partitioning in the lanes
+            routed.append(Routed(out.lane, key or out.source.encode(),
+                                 out.model_dump_json().encode()))
+    return routed
 
 
 def wire_clean(app: Any, settings: Settings, metrics: Metrics, topics: dict[str, Any]) -> None:
@@ -72,6 +77,11 @@ def wire_clean(app: Any, settings: Settings, metrics: Metrics, topics: dict[str,
     records_in = metrics.records_in.labels("clean")
     records_out = {lane: metrics.records_out.labels(lane) for lane in targets}
 
+    if settings.topics.raw_pattern:
+        logger.warning("the faust clean engine reads the listed topics %s only, not "
+                       "RETRO_TOPICS__RAW_PATTERN %r; use RETRO_CLEAN__ENGINE=aiokafka for it",
+                       settings.topics.raw, settings.topics.raw_pattern)
+
     @app.agent(topics["raw"], name="clean", concurrency=1)
     async def clean_agent(stream: Any) -> None:
         acker = new_acker()
@@ -81,11 +91,19 @@ def wire_clean(app: Any, settings: Settings, metrics: Metrics, topics: dict[str,
             records_in.inc()
             # faust's message timestamp is in seconds
             stamp = int(m.timestamp * 1000) if m.timestamp else None
-            routed = route(cleaner, value=m.value, key=m.key, topic=m.topic,
-                           partition=m.partition, offset=m.offset, timestamp_ms=stamp)
-            records_out[routed.lane].inc()
-            fut = await send(targets[routed.lane], key=routed.key, value=routed.value)
-            ack_when_delivered(fut, acker, handle)
+            futures = []
+            for routed in route(cleaner, value=m.value, key=m.key, topic=m.topic,
+                                partition=m.partition, offset=m.offset, timestamp_ms=stamp):
+                records_out[routed.lane].inc()
+                futures.append(await send(targets[routed.lane], key=routed.key,
+                                          value=routed.value))
+            # acked once every record of the message is delivered
+            ack_when_delivered(_all_delivered(futures), acker, handle)
+
+
+def _all_delivered(futures: list[asyncio.Future]) -> asyncio.Future:
+    """One future for many deliveries: fails if any does."""
+    return futures[0] if len(futures) == 1 else asyncio.gather(*futures)
 
 
 def clean_group(worker_group: str) -> str:
@@ -115,18 +133,25 @@ class CleanLoop:
     async def run(self) -> None:
         s = self.settings
         consumer = AIOKafkaConsumer(
-            s.topics.raw, **aiokafka_kwargs(s), group_id=self.group,
+            **aiokafka_kwargs(s), group_id=self.group,
             enable_auto_commit=False, auto_offset_reset="earliest",
             session_timeout_ms=int(s.kafka.session_timeout_seconds * 1000),
             heartbeat_interval_ms=int(max(1.0, s.kafka.session_timeout_seconds / 10) * 1000),
-            max_partition_fetch_bytes=max(1024 * 1024, s.clean.max_record_bytes * 4))
+            max_partition_fetch_bytes=max(1024 * 1024, s.clean.max_record_bytes * 4),
+            # a topic created later that matches the pattern joins within this long
+            metadata_max_age_ms=30_000 if s.topics.raw_pattern else 300_000)
         producer = AIOKafkaProducer(
             **aiokafka_kwargs(s), acks="all", linger_ms=10, max_batch_size=256 * 1024,
             max_request_size=s.kafka.max_message_bytes)
         await producer.start()
         try:
             await consumer.start()
-            logger.info("clean loop consuming %s as group %s", s.topics.raw, self.group)
+            if s.topics.raw_pattern:  # topics created later join at the next metadata refresh
+                consumer.subscribe(pattern=input_pattern(s))
+            else:
+                consumer.subscribe(topics=s.topics.raw_topics)
+            logger.info("clean loop consuming %s as group %s",
+                        input_pattern(s) if s.topics.raw_pattern else s.topics.raw, self.group)
             while True:
                 fetched = await consumer.getmany(timeout_ms=500, max_records=FETCH_RECORDS)
                 if fetched:
@@ -141,12 +166,12 @@ class CleanLoop:
         for messages in fetched.values():
             self.records_in.inc(len(messages))
             for m in messages:
-                routed = route(self.cleaner, value=m.value, key=m.key, topic=m.topic,
-                               partition=m.partition, offset=m.offset,
-                               timestamp_ms=m.timestamp)
-                self.records_out[routed.lane].inc()
-                futures.append(await producer.send(self.targets[routed.lane], routed.value,
-                                                   key=routed.key))
+                for routed in route(self.cleaner, value=m.value, key=m.key, topic=m.topic,
+                                    partition=m.partition, offset=m.offset,
+                                    timestamp_ms=m.timestamp):
+                    self.records_out[routed.lane].inc()
+                    futures.append(await producer.send(self.targets[routed.lane],
+                                                       routed.value, key=routed.key))
         try:
             await asyncio.gather(*futures)
         except KafkaError as exc:

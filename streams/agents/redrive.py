@@ -28,10 +28,10 @@ from aiokafka.errors import CommitFailedError, IllegalStateError, KafkaError
 from streams.agents.clean import route
 from streams.clean.cleaner import Cleaner
 from streams.gateway.redrive import RedriveGate, backend_probe, redrive_fetch
-from streams.intervals import Coverage
+from streams.intervals import Coverage, split_message_key
 from streams.kafka.connect import aiokafka_kwargs, stop_consumer
 from streams.metrics import Metrics
-from streams.records import Review
+from streams.records import NormalizedRecord, Review
 from streams.settings import Settings
 
 logger = logging.getLogger(__name__)
@@ -69,12 +69,20 @@ def raw_consumer(settings: Settings) -> AIOKafkaConsumer:
 
 
 async def fetch_raw(consumer: AIOKafkaConsumer, covered: Coverage) -> list[ConsumerRecord]:
-    """The raw messages at ``covered`` (``topic/partition`` -> offset ranges), in order.
+    """The raw messages at ``covered`` (``topic/partition`` -> offset ranges), in order;
+    a message carrying many records (``topic/partition@offset:count``) is read whole.
 
     Offsets no longer on the topic (retention) are skipped with a warning.
     """
     out: list[ConsumerRecord] = []
-    for part, ranges in covered.to_json().items():
+    messages: dict[str, list[list[int]]] = {}
+    for key, ranges in covered.to_json().items():
+        split = split_message_key(key)
+        if split is None:
+            messages.setdefault(key, []).extend(ranges)
+        else:
+            messages.setdefault(split[0], []).append([split[1], split[1]])
+    for part, ranges in Coverage.from_json(messages).to_json().items():
         topic, _, partition = part.rpartition("/")
         tp = TopicPartition(topic, int(partition))
         consumer.assign([tp])
@@ -98,22 +106,30 @@ async def fetch_raw(consumer: AIOKafkaConsumer, covered: Coverage) -> list[Consu
 
 
 async def send_to_lanes(cleaner: Cleaner, producer: AIOKafkaProducer, settings: Settings,
-                        messages: Iterable[ConsumerRecord]) -> tuple[list[Any], int]:
-    """Clean ``messages`` again and send them to their lanes: (delivery futures, records).
+                        messages: Iterable[ConsumerRecord], *, wanted: Coverage | None = None
+                        ) -> tuple[list[Any], int]:
+    """Clean ``messages`` again and send their records in ``wanted`` (all when None) to
+    their lanes: (delivery futures, records).
 
     A record that now cleans into a dead letter is not sent: it was analysable once,
     and a dead letter beside its review would count it twice.
     """
     lanes = {"fast": settings.topics.fast, "slow": settings.topics.slow}
     futures: list[Any] = []
+    wanted_parts = wanted.parts() if wanted is not None else None
     for m in messages:
-        routed = route(cleaner, value=m.value, key=m.key, topic=m.topic, partition=m.partition,
-                       offset=m.offset, timestamp_ms=m.timestamp)
-        if routed.lane not in lanes:
-            logger.warning("%s[%s]@%s now cleans into a dead letter; left in review",
-                           m.topic, m.partition, m.offset)
-            continue
-        futures.append(await producer.send(lanes[routed.lane], routed.value, key=routed.key))
+        for routed in route(cleaner, value=m.value, key=m.key, topic=m.topic,
+                            partition=m.partition, offset=m.offset, timestamp_ms=m.timestamp):
+            if routed.lane not in lanes:
+                logger.warning("%s[%s]@%s now cleans into a dead letter; left in review",
+                               m.topic, m.partition, m.offset)
+                continue
+            if wanted_parts is not None:
+                key, value = NormalizedRecord.model_validate_json(routed.value).raw.ledger_entry()
+                if value not in wanted_parts.get(key, ()):
+                    continue  # another record of a message carrying many
+            futures.append(await producer.send(lanes[routed.lane], routed.value,
+                                               key=routed.key))
     return futures, len(futures)
 
 
@@ -127,7 +143,8 @@ async def redrive_coverage(settings: Settings, covered: Coverage, *,
         await consumer.start()
         await producer.start()
         messages = await fetch_raw(consumer, covered)
-        futures, sent = await send_to_lanes(cleaner, producer, settings, messages)
+        futures, sent = await send_to_lanes(cleaner, producer, settings, messages,
+                                            wanted=covered)
         await asyncio.gather(*futures)
         return sent
     finally:
@@ -218,9 +235,10 @@ class RedriveLoop:
 
     async def _redrive(self, review: Review, raw: AIOKafkaConsumer,
                        producer: AIOKafkaProducer, futures: list[Any]) -> int:
-        messages = await fetch_raw(raw, Coverage.from_json(review.covered))
+        covered = Coverage.from_json(review.covered)
+        messages = await fetch_raw(raw, covered)
         sent_futures, sent = await send_to_lanes(self.cleaner, producer, self.settings,
-                                                 messages)
+                                                 messages, wanted=covered)
         futures.extend(sent_futures)
         self.metrics.redriven_records.labels(review.reason).inc(sent)
         logger.info("re-driving review %s (%s, %s lane): %d records back to the lanes",

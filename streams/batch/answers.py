@@ -230,7 +230,7 @@ def place_fragments(
     coverage check makes counting it twice impossible. Each part gets
     ``report_id`` and an id derived from its own coverage.
     """
-    by_coord = {r.raw.as_tuple(): r for r in records}
+    by_coord = {r.raw.ledger_entry(): r for r in records}
     out: list[Fragment] = []
     for fragment in fragments:
         parts: dict[str, list[NormalizedRecord]] = {}
@@ -245,12 +245,12 @@ def place_fragments(
     return out
 
 
-def _coords(covered: dict[str, list[list[int]]]) -> Iterator[tuple[str, int, int]]:
+def _coords(covered: dict[str, list[list[int]]]) -> Iterator[tuple[str, int]]:
+    """Every (ledger key, value) a coverage holds, as ``RawCoord.ledger_entry`` names them."""
     for key, ranges in covered.items():
-        topic, partition = key.rsplit("/", 1)
         for first, last in ranges:
-            for offset in range(first, last + 1):
-                yield topic, int(partition), offset
+            for value in range(first, last + 1):
+                yield key, value
 
 
 def _part(
@@ -258,7 +258,7 @@ def _part(
 ) -> Fragment:
     if whole:
         return fragment.model_copy(update={"report_id": report_id})
-    coverage = Coverage.from_coords(r.raw.as_tuple() for r in records)
+    coverage = Coverage.from_entries(r.raw.ledger_entry() for r in records)
     messages = [r.message for r in records]
     evidence = []
     for ev in fragment.evidence:

@@ -78,7 +78,7 @@ class TemplateGroup:
 
     @property
     def coverage(self) -> Coverage:
-        return Coverage.from_coords(r.raw.as_tuple() for r in self.records)
+        return Coverage.from_entries(r.raw.ledger_entry() for r in self.records)
 
 
 @dataclass(frozen=True)
@@ -108,7 +108,8 @@ class Batch:
 
     @property
     def coverage(self) -> Coverage:
-        return Coverage.from_coords(r.raw.as_tuple() for g in self.groups for r in g.records)
+        return Coverage.from_entries(
+            r.raw.ledger_entry() for g in self.groups for r in g.records)
 
     def split(self) -> tuple[Batch, Batch]:
         """Halve by records in service/time order; a one-record batch cannot be split."""

@@ -1,23 +1,28 @@
-"""One raw record in, one NormalizedRecord or DeadLetter out: the clean stage's core.
+"""One raw message in, its NormalizedRecords or DeadLetters out: the clean stage's core.
 
-Order matters and is fixed: size, decode, parse, then redact message and attributes
-*before* templating, token counting and cost see them, so no secret reaches a
-template, a cache key or a prompt. Nothing in here raises on bad input: every
-failure becomes a dead letter with a stable reason and a sentence saying what to do.
+A message is one log record, or a shipper's envelope around one or many
+(``streams.clean.envelopes``): each record of an envelope is parsed again like any
+line and gets its own coordinate (``RawCoord.in_message``). Order matters and is
+fixed: size, decode, parse, then redact message and attributes *before* templating,
+token counting and cost see them, so no secret reaches a template, a cache key or a
+prompt. Nothing in here raises on bad input: every failure becomes a dead letter
+with a stable reason and a sentence saying what to do.
 """
 
 from __future__ import annotations
 
+import contextlib
 import logging
 from collections.abc import Callable
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING
 
 from streams.clean.cost import choose_lane, cost_score
+from streams.clean.envelopes import Entry, EnvelopeError, EnvelopeKind, unwrap
 from streams.clean.formats import FormatParser, Parsed
 from streams.clean.redact import Redactor
 from streams.clean.templates import TemplateMiner
-from streams.clean.timestamps import iso_utc
+from streams.clean.timestamps import from_number, iso_utc, match_leading
 from streams.clean.tokens import TokenCounter
 from streams.errors import DecodeError, RecordError, RecordTooLarge
 from streams.records import DeadLetter, NormalizedRecord, RawCoord
@@ -34,6 +39,11 @@ MAX_CONTROL_SHARE = 0.10  # more C0 control bytes than this: binary
 # C0 controls except tab, LF, VT, FF, CR and ESC (ANSI colours are text)
 _CONTROL = bytes(b for b in range(32) if b not in (9, 10, 11, 12, 13, 27)) + b"\x7f"
 _REPLACEMENT_UTF8 = "\ufffd".encode()
+MAX_MESSAGE_BYTES = 8 * 1024 * 1024  # an envelope is bounded by the Kafka message limit
+
+
+def _readable(key: str) -> bool:
+    return key.isprintable() and "\ufffd" not in key
 
 
 class Cleaner:
@@ -57,10 +67,15 @@ class Cleaner:
         metrics: Metrics | None = None,
         clock: Callable[[], datetime] | None = None,
         deadletter_sample_bytes: int = 16 * 1024,
+        max_message_bytes: int = MAX_MESSAGE_BYTES,
+        envelopes: dict[str, EnvelopeKind] | None = None,
     ) -> None:
         if max_record_bytes < 1:
             raise ValueError(f"max_record_bytes must be >= 1, got {max_record_bytes}")
         self.max_record_bytes = max_record_bytes
+        # a message carrying many records is bounded by this; each record by the above
+        self.max_message_bytes = max(max_message_bytes, max_record_bytes)
+        self.envelopes = dict(envelopes or {})  # topic -> forced envelope kind
         self.deadletter_sample_bytes = deadletter_sample_bytes
         self.slow_cost_threshold = slow_cost_threshold
         self.parser = FormatParser(
@@ -83,22 +98,55 @@ class Cleaner:
             default_timezone=c.default_timezone,
             metrics=metrics,
             deadletter_sample_bytes=c.deadletter_sample_bytes,
+            max_message_bytes=settings.kafka.max_message_bytes,
+            envelopes=c.envelope_overrides,
         )
 
     def clean(
         self, raw: bytes, coord: RawCoord, source: str, *, received_at: datetime | None = None
-    ) -> NormalizedRecord | DeadLetter:
-        """Clean one record; never raises on bad input.
+    ) -> list[NormalizedRecord | DeadLetter]:
+        """Clean one message into one result per log record it carries; never raises on
+        bad input.
 
         ``received_at`` (the Kafka record's timestamp) dates a record that carries no
         time of its own, such as a line of user feedback; the rule says so.
         """
+        if len(raw) > self.max_message_bytes:
+            return [self._dead(raw, coord, source, "too_large", (
+                f"message is over the {self.max_message_bytes}-byte limit ({len(raw)} bytes; "
+                "the dead letter keeps its first part, size and SHA-256); split such "
+                "batches at the shipper"))]
+        kind = self.envelopes.get(coord.topic)
+        try:
+            envelope = unwrap(raw, kind=kind)
+        except EnvelopeError as exc:
+            return [self._dead(raw, coord, source, "bad_envelope", (
+                f"{exc}; RETRO_CLEAN__ENVELOPE forces {kind} on topic {coord.topic}: fix or "
+                "remove that override"))]
+        except Exception as exc:  # a decoder bug must not stop the stream
+            logger.warning("unwrapping failed on %s: %s", coord.id, exc, exc_info=True)
+            envelope = None
+        if envelope is None:
+            return [self.clean_line(raw, coord, source, received_at=received_at)]
+        if not envelope.entries:
+            return [self._dead(raw, coord, source, "empty_envelope", (
+                f"the {envelope.kind} message holds no log record; nothing to clean "
+                "(the shipper sent an empty batch)"))]
+        count = len(envelope.entries)
+        return [self._clean_entry(entry, coord.in_message(i, count), source, received_at,
+                                  envelope.kind)
+                for i, entry in enumerate(envelope.entries)]
+
+    def clean_line(
+        self, raw: bytes, coord: RawCoord, source: str, *, received_at: datetime | None = None
+    ) -> NormalizedRecord | DeadLetter:
+        """Clean one message that is one log record (no envelope)."""
         try:
             text, repaired = self.decode(raw)
         except RecordError as exc:
             return self._dead(raw, coord, source, exc.reason, str(exc))
         try:
-            parsed = self.parser.parse(text)
+            parsed = self.parser.parse(text, source=source)
         except Exception as exc:  # a parser bug must not stop the stream
             logger.warning("parser failed on %s: %s", coord.id, exc, exc_info=True)
             detail = (
@@ -120,6 +168,77 @@ class Cleaner:
                 "bug in the clean stage: report the record (raw_base64)"
             )
             return self._dead(raw, coord, source, "clean_error", detail)
+
+    def _clean_entry(self, entry: Entry, coord: RawCoord, source: str,
+                     received_at: datetime | None, kind: str) -> NormalizedRecord | DeadLetter:
+        """One record out of an envelope: its line parsed again, the envelope's metadata
+        filling what the line does not say (its time only as a fallback)."""
+        if entry.stream and (source == "unknown" or not _readable(source)):
+            # no key (the collector's default) or a binary one (its hash of the resource,
+            # partition_logs_by_resource_attributes): the envelope names the stream
+            source = entry.stream
+        text = entry.text
+        size = len(text.encode("utf-8", "replace"))
+        if size > self.max_record_bytes:
+            return self._dead(text.encode("utf-8", "replace"), coord, source, "too_large", (
+                f"log record {coord.index} of the message is over the {self.max_record_bytes}-"
+                f"byte limit ({size} bytes); raise RETRO_CLEAN__MAX_RECORD_BYTES or split such "
+                "records at the source"))
+        try:
+            parsed = self.parser.parse(text, source=entry.stream or source)
+            self._apply_envelope(parsed, entry, received_at)
+            parsed.attributes = {"envelope": kind, **entry.attributes, **parsed.attributes}
+            record = self._finish(parsed, text, coord, source)
+            if self.metrics is not None:
+                self.metrics.records_by_envelope.labels(envelope=kind).inc()
+            return record
+        except Exception as exc:  # same rule as for a line: a bug must not stop the stream
+            logger.warning("cleaning failed on %s: %s", coord.id, exc, exc_info=True)
+            return self._dead(text.encode("utf-8", "replace"), coord, source, "clean_error", (
+                f"cleaning a {kind} record failed ({type(exc).__name__}: {exc}); this is a "
+                "bug in the clean stage: report the record (raw_base64)"))
+
+    def _apply_envelope(self, parsed: Parsed, entry: Entry,
+                        received_at: datetime | None) -> None:
+        """The line's own time wins; the shipper's completes or replaces it; the rule
+        used travels with the record ("line", "envelope:<field>", "ingest-time")."""
+        shipped, shipped_rule = self._envelope_time(entry)
+        field = f"envelope:{entry.time_field}"
+        if parsed.timestamp is None and parsed.stamp is not None and (
+                shipped is not None and shipped_rule is None):
+            # a time of day without a date: the date (and zone) from the shipper's exact
+            # time. A line with a date keeps it and its assumed zone: the shipper's time
+            # is often when it read the file, which says nothing about the line's zone.
+            ts, rule = self.parser.times.on_wrapper_date(parsed.stamp, shipped)
+            parsed.timestamp, parsed.timestamp_rule = ts, f"line,{rule}:{entry.time_field}"
+        elif parsed.timestamp is not None:
+            line_rule = parsed.timestamp_rule
+            parsed.timestamp_rule = f"line,{line_rule}" if line_rule else "line"
+        if parsed.timestamp is None and shipped is not None:
+            parsed.timestamp = shipped
+            parsed.timestamp_rule = f"{field},{shipped_rule}" if shipped_rule else field
+        elif parsed.timestamp is None and received_at is not None:
+            parsed.timestamp, parsed.timestamp_rule = received_at.astimezone(UTC), "ingest-time"
+        if parsed.level is None:
+            parsed.level = entry.level
+        if entry.service:
+            parsed.service = entry.service  # the envelope's metadata names the service
+
+    def _envelope_time(self, entry: Entry) -> tuple[datetime | None, str | None]:
+        """The shipper's time as UTC, and how it was completed (None: it was exact)."""
+        if isinstance(entry.time, datetime):
+            return entry.time, None
+        if not entry.time:
+            return None, None
+        text = entry.time.strip()
+        with contextlib.suppress(ValueError):  # epoch seconds/ms/ns written as text
+            number = float(text)
+            if number >= 1e8:  # from 1973 on; a bare "2017" is no epoch
+                return from_number(number), None
+        stamp = match_leading(text)
+        if stamp is None:
+            return None, None
+        return self.parser.times.resolve(stamp)
 
     def decode(self, raw: bytes) -> tuple[str, int]:
         """UTF-8 text and the number of replaced characters (0 unless repaired).

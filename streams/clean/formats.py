@@ -78,8 +78,11 @@ class FormatParser:
         )
         self._structured = StructuredParser(self)
 
-    def parse(self, text: str) -> Parsed:
-        """Parse a decoded record; the first line carries the header, the rest joins the message."""
+    def parse(self, text: str, *, source: str | None = None) -> Parsed:
+        """Parse a decoded record; the first line carries the header, the rest joins the message.
+
+        ``source`` names the record's stream (key, file, container, program); unused yet.
+        """
         if not text:
             return Parsed("text", "")
         first = text[0]

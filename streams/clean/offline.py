@@ -91,17 +91,17 @@ def run_clean(
         with open_source(path) as stream:
             for offset, (_line_no, raw) in enumerate(iter_records(stream, max_record_bytes=cap)):
                 coord = RawCoord(topic=path, partition=0, offset=offset)
-                cleaned = cleaner.clean(raw, coord, source)
-                if isinstance(cleaned, DeadLetter):
-                    result.deadletters += 1
-                    _bump(result.by_reason, cleaned.reason)
-                    if deadletter is not None:
-                        deadletter.write(cleaned.model_dump_json() + "\n")
-                    continue
-                result.records += 1
-                _bump(result.by_format, cleaned.format)
-                _bump(result.by_lane, cleaned.lane)
-                out.write(cleaned.model_dump_json() + "\n")
+                for cleaned in cleaner.clean(raw, coord, source):  # an envelope holds many
+                    if isinstance(cleaned, DeadLetter):
+                        result.deadletters += 1
+                        _bump(result.by_reason, cleaned.reason)
+                        if deadletter is not None:
+                            deadletter.write(cleaned.model_dump_json() + "\n")
+                        continue
+                    result.records += 1
+                    _bump(result.by_format, cleaned.format)
+                    _bump(result.by_lane, cleaned.lane)
+                    out.write(cleaned.model_dump_json() + "\n")
         logger.info("cleaned %s", path)
     result.seconds = time.perf_counter() - start
     summary.write(result.table())

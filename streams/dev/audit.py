@@ -1,6 +1,7 @@
-"""`retro audit`: prove every raw record ended up exactly once somewhere.
+"""`retro audit`: prove every raw log record ended up exactly once somewhere.
 
-Per raw partition, the offsets in ``retro.logs.raw`` are reconciled with those covered
+Per partition of every input topic (``RETRO_TOPICS__RAW`` and the topics matching
+``RETRO_TOPICS__RAW_PATTERN``), the offsets held are reconciled with those covered
 by reports, the review topic and the dead-letter topic. A record ends in one of three
 states: *analysed* (a report covers it), *parked* (a review covers it and no report
 does) or *dead-lettered*. Review is a state a record leaves: a record re-analysed
@@ -9,6 +10,13 @@ and two reviews of one record are one parked record. Each report share and each
 distinct dead-letter id is one claim: a coordinate in two reports, in two dead
 letters, or in a dead letter and a report or review is double-counted; one claimed
 never is missing.
+
+Counts are of log records, not messages: a message carrying N records is claimed
+under its own key, indices 0..N-1 (``streams/intervals.py``), and is complete when
+those are claimed exactly once. A message nothing claimed yet counts as one missing
+record (its N is known only once a worker read it). A listed input topic that does
+not exist, a pattern matching none, or an input holding no records is a *problem*:
+the audit is not ok, whatever it reconciled.
 """
 
 from __future__ import annotations
@@ -22,8 +30,9 @@ from typing import Any
 
 from aiokafka import AIOKafkaConsumer, TopicPartition
 
-from streams.intervals import Coverage
+from streams.intervals import Coverage, IntervalSet, split_message_key
 from streams.kafka.connect import aiokafka_kwargs, partitions_of, stop_consumer
+from streams.kafka.inputs import input_topics
 from streams.records import DeadLetter, Review
 from streams.report.store import read_latest, read_topic
 from streams.settings import Settings
@@ -37,24 +46,29 @@ class AuditResult:
     double_counted: dict[str, list[list[int]]]
     foreign: dict[str, list[list[int]]] = field(default_factory=dict)  # claimed, not in raw
     parked_by_reason: dict[str, int] = field(default_factory=dict)  # still in review
+    raw_messages: int | None = None  # Kafka messages held by the input topics
+    problems: list[str] = field(default_factory=list)  # missing or empty inputs
 
     @property
     def ok(self) -> bool:
-        return not self.missing and not self.double_counted
+        return not self.missing and not self.double_counted and not self.problems
 
     def to_json(self) -> dict[str, Any]:
-        return {"ok": self.ok, "raw_records": self.raw_records, "claimed": self.claimed,
+        return {"ok": self.ok, "raw_records": self.raw_records,
+                "raw_messages": self.raw_messages, "claimed": self.claimed,
                 "analysed": self.claimed.get("reports", 0),
                 "parked": self.claimed.get("review", 0),
                 "parked_by_reason": self.parked_by_reason,
                 "dead_lettered": self.claimed.get("deadletter", 0),
                 "missing": self.missing, "double_counted": self.double_counted,
-                "claimed_outside_raw": self.foreign}
+                "claimed_outside_raw": self.foreign, "problems": self.problems}
 
 
 def reconcile(raw: Coverage, claims: dict[str, list[Coverage]],
-              review_reasons: Sequence[str] | None = None) -> AuditResult:
-    """Pure reconciliation of ``raw`` with the claims of reports, review and dead letter.
+              review_reasons: Sequence[str] | None = None,
+              problems: list[str] | None = None) -> AuditResult:
+    """Pure reconciliation of ``raw`` (message offsets per "topic/partition") with the
+    claims of reports, review and dead letter.
 
     ``claims["reports"]`` holds one coverage per report share, ``claims["review"]`` one
     per distinct review, ``claims["deadletter"]`` one per distinct dead letter.
@@ -77,6 +91,9 @@ def reconcile(raw: Coverage, claims: dict[str, list[Coverage]],
         dead = dead.union(claim)
     double = double.union(dead.intersection(analysed.union(in_review)))
     seen = analysed.union(in_review).union(dead)
+    # raw messages some claim names as carrying many records count by those records
+    raw_messages = len(raw)
+    raw, whole_too = expected_records(raw, seen)
     by_reason: dict[str, int] = {}
     if review_reasons is not None:
         if len(review_reasons) != len(reviews):
@@ -93,9 +110,10 @@ def reconcile(raw: Coverage, claims: dict[str, list[Coverage]],
                  "review": len(parked.intersection(raw)),
                  "deadletter": len(dead.intersection(raw))},
         missing=raw.difference(seen).to_json(),
-        double_counted=double.intersection(raw).to_json(),
-        foreign=seen.difference(raw).to_json(),
-        parked_by_reason=dict(sorted(by_reason.items(), key=lambda kv: (-kv[1], kv[0]))))
+        double_counted=double.intersection(raw).union(whole_too).to_json(),
+        foreign=seen.difference(raw).difference(whole_too).to_json(),
+        parked_by_reason=dict(sorted(by_reason.items(), key=lambda kv: (-kv[1], kv[0]))),
+        raw_messages=raw_messages, problems=list(problems or []))
 
 
 def summary_line(result: AuditResult) -> str:
@@ -109,22 +127,56 @@ def summary_line(result: AuditResult) -> str:
             f"{len(Coverage.from_json(result.double_counted)):,} double-counted")
 
 
-async def raw_coverage(settings: Settings) -> Coverage:
-    """All offsets currently held by the raw topic (low to high watermark)."""
-    topic = settings.topics.raw
+def expected_records(raw: Coverage, seen: Coverage) -> tuple[Coverage, Coverage]:
+    """The log records the raw messages hold, as claims name them, and the messages
+    claimed both whole and record by record (double-counted).
+
+    A raw message some claim names as carrying N records ("t/p@offset:N") is
+    expected as indices 0..N-1 under that key instead of its offset under "t/p".
+    """
+    parts = raw.parts()
+    multi: dict[str, list[int]] = {}
+    expected: dict[str, IntervalSet] = {}
+    for key in seen.parts():
+        split = split_message_key(key)
+        if split is None:
+            continue
+        part, offset, count = split
+        if part in parts and offset in parts[part] and count > 0:
+            multi.setdefault(part, []).append(offset)
+            expected[key] = IntervalSet([(0, count - 1)])
+    messages = Coverage({p: IntervalSet.from_values(offsets) for p, offsets in multi.items()})
+    whole = raw.difference(messages)
+    return whole.union(Coverage(expected)), messages.intersection(seen)
+
+
+async def raw_coverage(settings: Settings) -> tuple[Coverage, list[str]]:
+    """All offsets currently held by the input topics (low to high watermark), and
+    what is wrong with the inputs: a listed topic missing, a pattern matching none,
+    a topic holding no records."""
     consumer = AIOKafkaConsumer(**aiokafka_kwargs(settings), group_id=None,
                                 enable_auto_commit=False)
+    problems: list[str] = []
     try:  # a failed start() must still stop the consumer, or asyncio warns "Unclosed"
         await consumer.start()
-        parts = await partitions_of(consumer, topic)
-        tps = [TopicPartition(topic, p) for p in parts]
-        if not tps:
-            return Coverage()
-        begin = await consumer.beginning_offsets(tps)
-        end = await consumer.end_offsets(tps)
-        return Coverage.from_json({
-            f"{topic}/{tp.partition}": [[begin[tp], end[tp] - 1]]
-            for tp in tps if end[tp] > begin[tp]})
+        found = await input_topics(settings, consumer)
+        for topic in settings.topics.raw_topics:
+            if topic not in found:
+                problems.append(f"input topic {topic} does not exist")
+        pattern = settings.topics.raw_pattern
+        if pattern and not set(found) - set(settings.topics.raw_topics):
+            problems.append(f"no topic matches RETRO_TOPICS__RAW_PATTERN {pattern!r}")
+        held: dict[str, list[list[int]]] = {}
+        for topic in found:
+            tps = [TopicPartition(topic, p) for p in await partitions_of(consumer, topic)]
+            begin = await consumer.beginning_offsets(tps) if tps else {}
+            end = await consumer.end_offsets(tps) if tps else {}
+            mine = {f"{topic}/{tp.partition}": [[begin[tp], end[tp] - 1]]
+                    for tp in tps if end[tp] > begin[tp]}
+            if not mine:
+                problems.append(f"input topic {topic} holds no records")
+            held.update(mine)
+        return Coverage.from_json(held), problems
     finally:
         await stop_consumer(consumer)
 
@@ -149,7 +201,7 @@ async def collect_claims(settings: Settings) -> tuple[dict[str, list[Coverage]],
     dead: dict[str, Coverage] = {}
     async for _key, value in read_topic(settings, settings.topics.deadletter):
         letter = DeadLetter.model_validate_json(value)
-        dead[letter.id] = Coverage.from_coords([letter.raw.as_tuple()])
+        dead[letter.id] = Coverage.from_entries([letter.raw.ledger_entry()])
     return {
         "reports": [Coverage.from_json(r.covered) for r in reports.values()],
         "review": list(reviews.values()),
@@ -158,9 +210,9 @@ async def collect_claims(settings: Settings) -> tuple[dict[str, list[Coverage]],
 
 
 async def audit(settings: Settings) -> AuditResult:
-    raw = await raw_coverage(settings)
+    raw, problems = await raw_coverage(settings)
     claims, reasons = await collect_claims(settings)
-    return reconcile(raw, claims, reasons)
+    return reconcile(raw, claims, reasons, problems)
 
 
 async def audit_until_clean(settings: Settings, *, wait_seconds: float,
@@ -169,7 +221,8 @@ async def audit_until_clean(settings: Settings, *, wait_seconds: float,
     deadline = time.monotonic() + wait_seconds
     while True:
         result = await audit(settings)
-        if result.ok or time.monotonic() >= deadline or result.double_counted:
+        if result.ok or time.monotonic() >= deadline or result.double_counted or (
+                result.problems and not result.missing):
             return result
         await asyncio.sleep(poll_seconds)
 

@@ -139,7 +139,7 @@ def run_demo(settings: Settings, *, data: str | None, records: int, keep: bool,
             f"web http://{settings.web_host}:{settings.web_port}/)")
         if paths is None:
             paths = sample_files(settings, records)
-        say(f"producing {len(paths)} files to {settings.topics.raw}...")
+        say(f"producing {len(paths)} files to {settings.topics.produce_topic}...")
         produce_cmd = [sys.executable, "-m", "streams", "produce", *paths]
         produced = subprocess.run(produce_cmd, env=env, check=False)
         if produced.returncode != 0:

@@ -92,7 +92,7 @@ async def produce(
                         stream, max_record_bytes=settings.clean.max_record_bytes):
                     await pacer.wait()
                     fut = await producer.send(
-                        settings.topics.raw, value=record,
+                        settings.topics.produce_topic, value=record,
                         key=raw_key(name, summary.records, spread),
                         headers=[("retro-file", header_file),
                                  ("retro-line", str(line_no).encode())])

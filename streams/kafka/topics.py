@@ -34,7 +34,8 @@ def topic_specs(settings: Settings) -> list[TopicSpec]:
     data = {"retention.ms": str(t.retention_ms)}
     keep = {"retention.ms": str(LONG_RETENTION_MS)}
     return [
-        TopicSpec(t.raw, t.partitions, data),
+        # only the topic `retro produce` writes to; other inputs belong to their owners
+        TopicSpec(t.produce_topic, t.partitions, data),
         TopicSpec(t.fast, t.partitions, data),
         TopicSpec(t.slow, t.partitions, data),
         TopicSpec(t.deadletter, t.partitions, keep),

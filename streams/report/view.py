@@ -17,7 +17,7 @@ from collections.abc import Iterable
 from typing import Any
 from urllib.parse import urlsplit
 
-from streams.intervals import Coverage
+from streams.intervals import Coverage, IntervalSet, split_message_key
 from streams.report.merge import normalize_text
 from streams.report.model import SEVERITY_WEIGHT, Incident, Report
 
@@ -297,16 +297,30 @@ def _questions(report: Report, f: Markup, review: int | None, dead: int | None) 
 
 def _coverage(report: Report, f: Markup, parked: int | None = None) -> list[str]:
     parts = Coverage.from_json(report.covered).parts()
+    batches: dict[str, tuple[IntervalSet, int]] = {}  # messages of many records, by partition
+    for name in [n for n in parts if split_message_key(n)]:
+        part, offset, _ = split_message_key(name)  # type: ignore[misc]
+        offsets, records = batches.get(part, (IntervalSet(), 0))
+        batches[part] = (offsets.union(IntervalSet([(offset, offset)])),
+                         records + len(parts.pop(name)))
     items = []
-    for name in sorted(parts):
-        ranges = parts[name].ranges
-        shown = ", ".join(str(a) if a == b else f"{a}-{b}" for a, b in ranges[:MAX_RANGES_SHOWN])
-        hidden = len(ranges) - MAX_RANGES_SHOWN
-        more = f" and {hidden} more ranges" if hidden > 0 else ""
-        items.append(f"{f.code(name)}: offsets {shown}{more} ({_num(len(parts[name]))} records)")
+    for name in sorted(set(parts) | set(batches)):
+        said = []
+        if name in parts:
+            ranges = parts[name].ranges
+            shown = ", ".join(str(a) if a == b else f"{a}-{b}"
+                              for a, b in ranges[:MAX_RANGES_SHOWN])
+            hidden = len(ranges) - MAX_RANGES_SHOWN
+            more = f" and {hidden} more ranges" if hidden > 0 else ""
+            said.append(f"offsets {shown}{more} ({_num(len(parts[name]))} records)")
+        if name in batches:
+            offsets, records = batches[name]
+            said.append(f"{_num(records)} records from {_num(len(offsets))} message(s) "
+                        "carrying many")
+        items.append(f"{f.code(name)}: {'; '.join(said)}")
     models = ", ".join(f.code(m) for m in report.models) or "none"
     total = (
-        f"Total: {_num(report.record_count)} records in {len(parts)} partition(s), "
+        f"Total: {_num(report.record_count)} records in {len(items)} partition(s), "
         f"from {_num(report.fragments_applied)} fragment(s); analysed by {models}."
     )
     if parked is not None:

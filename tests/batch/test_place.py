@@ -215,3 +215,21 @@ def test_shares_spread_a_report_by_raw_partition_and_name_it_back() -> None:
     assert keys == {f"2026-03-30/all#{n}" for n in range(4)}
     assert {report_of(k) for k in keys} == {"2026-03-30/all"}
     assert report_of("2026-03-30/all") == "2026-03-30/all"
+
+
+def test_records_of_one_multi_record_message_are_placed_and_merged_by_index() -> None:
+    """An OTLP batch of 6 records across midnight: each record its own coordinate, the
+    report ledgers count records (indices), and a replay adds nothing."""
+    records = []
+    for i in range(6):
+        base = rec(40, 100 + 10 * i, template=i % 2)
+        records.append(base.model_copy(update={"raw": base.raw.in_message(i, 6),
+                                               "id": base.raw.in_message(i, 6).id}))
+    parts = fragments_of(records)
+    assert [f.covered for f in parts] == [{"raw/0@40:6": [[0, 1]]}, {"raw/0@40:6": [[2, 5]]}]
+    reports = compact(parts)
+    assert {rid: r.record_count for rid, r in reports.items()} == {
+        "2026-03-30/all": 2, "2026-03-31/all": 4}
+    again = compact(parts + fragments_of(records))
+    assert {rid: r.record_count for rid, r in again.items()} == {
+        "2026-03-30/all": 2, "2026-03-31/all": 4}

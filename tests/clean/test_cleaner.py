@@ -41,7 +41,7 @@ def cleaner() -> Cleaner:
 
 
 def test_a_normal_record(cleaner: Cleaner) -> None:
-    out = cleaner.clean(
+    out = cleaner.clean_line(
         b"2015-10-18 18:01:47,978 WARN [main] org.acme.Fetcher: retry 3 of 5", COORD, "hadoop"
     )
     assert isinstance(out, NormalizedRecord)
@@ -57,13 +57,13 @@ def test_a_normal_record(cleaner: Cleaner) -> None:
 
 
 def test_a_leading_byte_order_mark_is_dropped(cleaner: Cleaner) -> None:
-    out = cleaner.clean(b'\xef\xbb\xbf{"level": "info", "msg": "hi"}', COORD, "s")
+    out = cleaner.clean_line(b'\xef\xbb\xbf{"level": "info", "msg": "hi"}', COORD, "s")
     assert isinstance(out, NormalizedRecord)
     assert (out.format, out.message) == ("json", "hi")
 
 
 def test_service_falls_back_to_the_source(cleaner: Cleaner) -> None:
-    out = cleaner.clean(b"plain words and nothing else", COORD, "my-source")
+    out = cleaner.clean_line(b"plain words and nothing else", COORD, "my-source")
     assert isinstance(out, NormalizedRecord)
     assert out.service == "my-source"
     assert out.timestamp is None
@@ -73,30 +73,30 @@ def test_a_secret_in_the_source_or_service_name_is_redacted(cleaner: Cleaner) ->
     """The Kafka key (``--source``) and a service field reach the model and the report
     like the message does: a DSN with a password used as a stream name once did."""
     dsn = "postgres://svc:Hunter2Secret@db.internal:5432/orders"
-    out = cleaner.clean(b"connection pool exhausted", COORD, dsn)
+    out = cleaner.clean_line(b"connection pool exhausted", COORD, dsn)
     assert isinstance(out, NormalizedRecord)
     assert "Hunter2Secret" not in out.source and "Hunter2Secret" not in (out.service or "")
     assert "db.internal" in out.source  # the rest still names the stream
-    named = cleaner.clean(json.dumps({"msg": "hi", "service": dsn}).encode(), COORD, "k")
+    named = cleaner.clean_line(json.dumps({"msg": "hi", "service": dsn}).encode(), COORD, "k")
     assert isinstance(named, NormalizedRecord)
     assert "Hunter2Secret" not in (named.service or "") and named.redactions
 
 
 def test_routing_by_cost_threshold() -> None:
     nested = json.dumps({"msg": "deep", "a": [[{"b": [{"c": [1]}]}]] * 3}).encode()
-    low = make(slow_cost_threshold=5.0).clean(b"INFO short and cheap", COORD, "s")
-    high = make(slow_cost_threshold=5.0).clean(nested, COORD, "s")
+    low = make(slow_cost_threshold=5.0).clean_line(b"INFO short and cheap", COORD, "s")
+    high = make(slow_cost_threshold=5.0).clean_line(nested, COORD, "s")
     assert isinstance(low, NormalizedRecord) and isinstance(high, NormalizedRecord)
     assert low.cost < 5.0 <= high.cost
     assert (low.lane, high.lane) == ("fast", "slow")
     # the same record moves lanes with the threshold, nothing else
-    lowered = make(slow_cost_threshold=low.cost).clean(b"INFO short and cheap", COORD, "s")
+    lowered = make(slow_cost_threshold=low.cost).clean_line(b"INFO short and cheap", COORD, "s")
     assert isinstance(lowered, NormalizedRecord) and lowered.lane == "slow"
 
 
 def test_too_large_is_a_dead_letter_with_the_raw_bytes() -> None:
     raw = b"INFO " + b"x" * 200
-    out = make(max_record_bytes=100).clean(raw, COORD, "s")
+    out = make(max_record_bytes=100).clean_line(raw, COORD, "s")
     assert isinstance(out, DeadLetter)
     assert (out.reason, out.stage, out.id) == ("too_large", "clean", "retro.logs.raw/2/41")
     assert "MAX_RECORD_BYTES" in out.detail and "100" in out.detail
@@ -108,7 +108,7 @@ def test_a_huge_record_leaves_a_dead_letter_that_fits_any_topic() -> None:
     """A 900 KB line once gave a 1.2 MB dead letter that a 1 MB topic refused: the
     record was never accounted for and its partition's commit stuck."""
     raw = b"INFO " + bytes(range(32, 127)) * 9_500  # about 900 KB of text
-    out = make(max_record_bytes=64 * 1024).clean(raw, COORD, "s")
+    out = make(max_record_bytes=64 * 1024).clean_line(raw, COORD, "s")
     assert isinstance(out, DeadLetter) and out.reason == "too_large"
     assert len(out.model_dump_json()) < 32 * 1024
     assert out.raw_sampled and out.raw_size == len(raw)
@@ -118,7 +118,7 @@ def test_a_huge_record_leaves_a_dead_letter_that_fits_any_topic() -> None:
 
 def test_invalid_utf8_is_undecodable(cleaner: Cleaner) -> None:
     raw = "2024-01-01 10:00:00 INFO café crème brûlée".encode("latin-1")
-    out = cleaner.clean(raw, COORD, "s")
+    out = cleaner.clean_line(raw, COORD, "s")
     assert isinstance(out, DeadLetter)
     assert out.reason == "undecodable"
     assert "UTF-8" in out.detail and "iconv" in out.detail
@@ -127,7 +127,7 @@ def test_invalid_utf8_is_undecodable(cleaner: Cleaner) -> None:
 
 def test_a_rare_bad_byte_in_long_text_is_repaired_and_noted(cleaner: Cleaner) -> None:
     raw = b"2024-01-01 10:00:00 INFO " + b"all fine here " * 20 + b"\xff end"
-    out = cleaner.clean(raw, COORD, "s")
+    out = cleaner.clean_line(raw, COORD, "s")
     assert isinstance(out, NormalizedRecord)
     assert "\ufffd" in out.message
     assert out.attributes["utf8_replaced"] == 1
@@ -142,7 +142,7 @@ def test_a_rare_bad_byte_in_long_text_is_repaired_and_noted(cleaner: Cleaner) ->
     ],
 )
 def test_binary_is_its_own_reason(cleaner: Cleaner, raw: bytes) -> None:
-    out = cleaner.clean(raw, COORD, "s")
+    out = cleaner.clean_line(raw, COORD, "s")
     assert isinstance(out, DeadLetter)
     assert out.reason == "binary"
     assert "binary" in out.detail
@@ -175,7 +175,7 @@ def test_redaction_happens_before_templates_and_tokens() -> None:
         b'{"level": "error", "msg": "login failed for alice@example.com password=hunter2",'
         b' "user": "bob@example.org", "api_password": "s3cret"}'
     )
-    out = c.clean(raw, COORD, "auth")
+    out = c.clean_line(raw, COORD, "auth")
     assert isinstance(out, NormalizedRecord)
     secrets = ("alice@example.com", "hunter2", "bob@example.org", "s3cret")
     for secret in secrets:
@@ -189,11 +189,11 @@ def test_redaction_happens_before_templates_and_tokens() -> None:
 def test_a_parser_exception_becomes_a_dead_letter(monkeypatch: pytest.MonkeyPatch) -> None:
     c = make()
 
-    def explode(text: str) -> None:
+    def explode(text: str, **_: object) -> None:
         raise RuntimeError("parser exploded on purpose")
 
     monkeypatch.setattr(c.parser, "parse", explode)
-    out = c.clean(b"2024-01-01 10:00:00 INFO ok", COORD, "s")
+    out = c.clean_line(b"2024-01-01 10:00:00 INFO ok", COORD, "s")
     assert isinstance(out, DeadLetter)
     assert out.reason == "parse_error"
     assert "parser exploded on purpose" in out.detail
@@ -205,7 +205,7 @@ class BrokenMiner:
 
 
 def test_a_failure_after_parsing_is_also_a_dead_letter() -> None:
-    out = make(template_miner=BrokenMiner()).clean(b"INFO ok", COORD, "s")
+    out = make(template_miner=BrokenMiner()).clean_line(b"INFO ok", COORD, "s")
     assert isinstance(out, DeadLetter)
     assert out.reason == "clean_error" and "miner broke" in out.detail
 
@@ -225,15 +225,15 @@ def test_a_failure_after_parsing_is_also_a_dead_letter() -> None:
     ],
 )
 def test_odd_input_never_raises(cleaner: Cleaner, raw: bytes) -> None:
-    out = cleaner.clean(raw, COORD, "s")
+    out = cleaner.clean_line(raw, COORD, "s")
     assert isinstance(out, NormalizedRecord | DeadLetter)
 
 
 def test_metrics_are_recorded() -> None:
     metrics = Metrics()
     c = make(metrics=metrics, max_record_bytes=64)
-    c.clean(b"INFO mail alice@example.com", COORD, "s")
-    c.clean(b"x" * 100, COORD, "s")
+    c.clean_line(b"INFO mail alice@example.com", COORD, "s")
+    c.clean_line(b"x" * 100, COORD, "s")
 
     def value(name: str, labels: dict[str, str]) -> float | None:
         return metrics.registry.get_sample_value(name, labels)
@@ -247,7 +247,7 @@ def test_from_settings_maps_the_clean_group() -> None:
     settings = Settings(clean=CleanSettings(max_record_bytes=10, slow_cost_threshold=1.5))
     c = Cleaner.from_settings(settings)
     assert (c.max_record_bytes, c.slow_cost_threshold) == (10, 1.5)
-    assert isinstance(c.clean(b"x" * 11, COORD, "s"), DeadLetter)
+    assert isinstance(c.clean_line(b"x" * 11, COORD, "s"), DeadLetter)
 
 
 def test_run_clean_offline(tmp_path: Path) -> None:
@@ -284,9 +284,11 @@ def test_a_record_without_time_is_dated_by_its_arrival(cleaner: Cleaner) -> None
 
     coord = RawCoord(topic="raw", partition=0, offset=9)
     arrived = datetime(2026, 11, 29, 8, 30, tzinfo=UTC)
-    out = cleaner.clean(b"checkout page keeps spinning", coord, "feedback", received_at=arrived)
+    out = cleaner.clean_line(b"checkout page keeps spinning", coord, "feedback",
+                             received_at=arrived)
     assert isinstance(out, NormalizedRecord)
     assert out.timestamp == "2026-11-29T08:30:00.000Z" and out.timestamp_rule == "ingest-time"
-    own = cleaner.clean(b"2026-01-02T03:04:05Z INFO started", coord, "app", received_at=arrived)
+    own = cleaner.clean_line(b"2026-01-02T03:04:05Z INFO started", coord, "app",
+                             received_at=arrived)
     assert isinstance(own, NormalizedRecord)
     assert own.timestamp.startswith("2026-01-02T03:04:05") and own.timestamp_rule != "ingest-time"

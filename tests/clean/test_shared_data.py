@@ -49,7 +49,10 @@ def _clean_file(cleaner: Cleaner, path: Path) -> SourceResult:
     with open_source(str(path)) as stream:
         result.raws = list(iter_records(stream))
     for offset, (_, raw) in enumerate(result.raws):
-        out = cleaner.clean(raw, RawCoord(topic=str(path), partition=0, offset=offset), path.stem)
+        outs = cleaner.clean(raw, RawCoord(topic=str(path), partition=0, offset=offset),
+                             path.stem)
+        assert len(outs) == 1, f"{path.name} record {offset} read as an envelope"
+        out = outs[0]
         (result.dead if isinstance(out, DeadLetter) else result.records).append(out)  # type: ignore[arg-type]
     return result
 

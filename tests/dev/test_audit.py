@@ -127,3 +127,56 @@ def test_missing_records_come_with_a_hint_about_the_worker() -> None:
     hint = missing_hint(result)
     assert hint is not None and hint.startswith("20 raw records are not accounted for")
     assert "retro worker" in hint and "--wait" in hint
+
+
+# --- messages carrying many log records ----------------------------------------------------
+
+MSGS = cov("otlp/0", (0, 2))  # three messages; the one at offset 1 carries three records
+
+
+def test_a_multi_record_message_counts_its_records() -> None:
+    result = reconcile(MSGS, {
+        "reports": [cov("otlp/0", (0, 0), (2, 2)), cov("otlp/0@1:3", (0, 1))],
+        "deadletter": [cov("otlp/0@1:3", (2, 2))],
+    })
+    assert result.ok, result.to_json()
+    assert (result.raw_records, result.raw_messages) == (5, 3)
+    assert result.claimed == {"reports": 4, "review": 0, "deadletter": 1}
+
+
+def test_a_partly_claimed_message_lists_its_missing_indices() -> None:
+    result = reconcile(MSGS, {"reports": [cov("otlp/0", (0, 0), (2, 2)),
+                                          cov("otlp/0@1:3", (0, 0), (2, 2))]})
+    assert not result.ok
+    assert result.missing == {"otlp/0@1:3": [[1, 1]]}
+    assert result.raw_records == 5
+
+
+def test_an_unread_message_is_one_missing_record() -> None:
+    result = reconcile(MSGS, {"reports": [cov("otlp/0", (0, 0))]})
+    assert result.missing == {"otlp/0": [[1, 2]]}
+    assert result.raw_records == 3  # N is unknown until a worker read the message
+
+
+def test_a_record_claimed_twice_and_a_message_claimed_whole_and_by_record() -> None:
+    twice = reconcile(MSGS, {"reports": [cov("otlp/0", (0, 0), (2, 2)),
+                                         cov("otlp/0@1:3", (0, 2))],
+                             "deadletter": [cov("otlp/0@1:3", (1, 1))]})
+    assert twice.double_counted == {"otlp/0@1:3": [[1, 1]]}
+    both = reconcile(MSGS, {"reports": [cov("otlp/0", (0, 2)), cov("otlp/0@1:3", (0, 2))]})
+    assert both.double_counted == {"otlp/0": [[1, 1]]}
+    assert not both.foreign
+
+
+def test_indices_outside_the_message_or_messages_outside_raw_are_foreign() -> None:
+    result = reconcile(MSGS, {"reports": [cov("otlp/0", (0, 0), (2, 2)),
+                                          cov("otlp/0@1:3", (0, 3)), cov("otlp/0@9:2", (0, 1))]})
+    assert result.foreign == {"otlp/0@1:3": [[3, 3]], "otlp/0@9:2": [[0, 1]]}
+    assert result.ok  # every raw record claimed once; the extra claims are reported apart
+
+
+def test_a_missing_or_empty_input_is_never_ok() -> None:
+    result = reconcile(RAW, {"reports": [RAW]},
+                       problems=["input topic app-logs holds no records"])
+    assert not result.ok and not result.missing
+    assert result.to_json()["problems"] == ["input topic app-logs holds no records"]

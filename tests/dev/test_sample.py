@@ -53,8 +53,10 @@ def clean_all(paths: list[Path], clock: Callable[[], datetime]) -> Results:
     for path in paths:
         with open_source(str(path)) as stream:
             results[path.name] = [
-                cleaner.clean(raw, RawCoord(topic=path.name, partition=0, offset=line), path.name)
+                out
                 for line, raw in iter_records(stream, max_record_bytes=MAX_RECORD_BYTES)
+                for out in cleaner.clean(raw, RawCoord(topic=path.name, partition=0, offset=line),
+                                         path.name)
             ]
     return results
 

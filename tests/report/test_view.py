@@ -210,3 +210,14 @@ def test_data_coverage_states_analysed_and_parked_records() -> None:
     assert "`retro review`" in coverage
     assert "Parked:" not in render_markdown(report)  # unknown: not claimed as zero
     assert "Parked: 40 record(s)" in render_html(report, parked_count=40)
+
+
+def test_coverage_folds_messages_of_many_records_into_their_partition() -> None:
+    report, _ = merge(None, _frag("a", {"otlp/0": [[0, 4]], "otlp/0@5:500": [[0, 499]],
+                                        "otlp/0@9:300": [[0, 299]], "otlp/2@1:3": [[0, 2]]}),
+                      report_id="2026-11-29/all", now="t1")
+    md = render_markdown(report, review_count=0, deadletter_count=0)
+    assert ("`otlp/0`: offsets 0-4 (5 records); 800 records from 2 message(s) carrying many"
+            in md)
+    assert "`otlp/2`: 3 records from 1 message(s) carrying many" in md
+    assert "Total: 808 records in 2 partition(s)" in md
