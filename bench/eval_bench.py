@@ -126,7 +126,7 @@ def top_of(report: Report, dead: int) -> tuple[Top | None, int, str]:
     except ImportError:
         derive = None  # type: ignore[assignment]
     md = render_markdown(report, deadletter_count=dead)
-    if derive is None:
+    if derive is None:  # before the post-mortem: the report's own first incident
         if not report.incidents:
             return None, 0, md
         first = report.incidents[0]
@@ -136,7 +136,8 @@ def top_of(report: Report, dead: int) -> tuple[Top | None, int, str]:
     if not pm.causes:
         return None, 0, md
     c = pm.causes[0]
-    top = Top(c.title, c.severity, tuple(c.services), tuple(c.keys))
+    named = f"{c.title} ({', '.join(c.subjects)})" if c.subjects else c.title
+    top = Top(named, c.severity, tuple(c.services), tuple(c.keys))
     return top, sum(c.severity in HIGH for c in pm.causes), md
 
 
