@@ -191,7 +191,6 @@ class PostMortem:
     records: int
     deadletters: int | None
     review: int | None
-    first_version: bool
 
 
 def derive(report: Report, *, deadletters: int | None = None, review: int | None = None
@@ -248,7 +247,6 @@ def derive(report: Report, *, deadletters: int | None = None, review: int | None
         records=report.record_count,
         deadletters=deadletters,
         review=review,
-        first_version=report.changes.from_version == 0 or report.version <= 1,
     )
     _narrate(pm, span)
     return pm
@@ -480,16 +478,16 @@ def _narrate(pm: PostMortem, span: _Span) -> None:
                  if SEVERITY_WEIGHT.get(c.severity, 1) >= SEVERITY_WEIGHT["medium"])
     duration = between(ep.first_seen, ep.last_seen)
     s1 = (f"From {clock(ep.first_seen)} to {clock(ep.last_seen)} ({duration}), "
-          f"{len(services)} service(s) failed ({where}): {top.title.lower()} ({top.severity}), "
+          f"{len(services)} service(s) failed ({where}): {top.title} ({top.severity}), "
           f"with {errors:,} error records in {len(ep.causes)} related cause(s).")
     if ep.trigger is not None:
         s2 = (f"It began {between(ep.trigger.time, root.first_seen)} after a "
               f"{_kind_word(ep.trigger.kind).lower()} ({ep.trigger.detail}) at "
-              f"{clock(ep.trigger.time)}; the earliest anomaly was {root.title.lower()} "
+              f"{clock(ep.trigger.time)}; the earliest anomaly was {root.title} "
               f"in {name_list(root.services, 2)}.")
     else:
         s2 = (f"No deploy, config change or restart precedes it in the logs; the earliest "
-              f"anomaly was {root.title.lower()} in {name_list(root.services, 2)} at "
+              f"anomaly was {root.title} in {name_list(root.services, 2)} at "
               f"{clock(root.first_seen)}.")
     fixes = _fixes(ep)
     if fixes and resolved:
@@ -520,6 +518,8 @@ def _invert(text: str) -> str:
 
 
 def _quiet_summary(pm: PostMortem) -> str:
+    if not pm.records:
+        return "No records have been analysed for this window yet."
     return (f"No failure of medium or higher severity in {pm.records:,} records: "
             f"{pm.routine_records:,} routine, {len(pm.causes)} low-severity anomalies, "
             f"{len(pm.changes)} change event(s).")
@@ -543,14 +543,14 @@ def _actions(ep: Episode, pm: PostMortem) -> list[Action]:
                           f"earliest anomaly: {root.title}"))
     if ep.detection is None:
         out.append(Action(
-            f"Alert on {top.title.lower()} in {name_list(top.services, 2)}: no alert appears in "
+            f"Alert on {top.title} in {name_list(top.services, 2)}: no alert appears in "
             f"the logs for this incident", "P1", "detect", "detection"))
     else:
         late = _seconds_between(root.first_seen, ep.detection.time)
         if late is not None and late > 300:
             out.append(Action(
                 f"Alert earlier: the first alert came {_duration(late)} after the first "
-                f"anomaly ({root.title.lower()})", "P2", "detect", "detection"))
+                f"anomaly ({root.title})", "P2", "detect", "detection"))
     seen = {a.text for a in out}
     for cause in sorted(ep.causes, key=_cause_rank):
         if len(out) >= MAX_ACTIONS:

@@ -88,8 +88,9 @@ def _render_postmortem(report: Report, pm: PostMortem, f: Markup) -> str:
 
 
 def _status_line(report: Report, pm: PostMortem) -> str:
-    draft = "first version" if pm.first_version else f"revision {report.version}"
-    return (f"Report {report.id}, status: {pm.status}; {draft}, written from the logs "
+    """Whatever the report's revision, the retro is a first version: a draft from the logs
+    for a person to confirm (the HTML view shows the revision and what changed)."""
+    return (f"Report {report.id}, status: {pm.status}; first version, written from the logs "
             f"(updated at {report.updated_at or 'never'}). Details: the HTML view and the JSON.")
 
 
