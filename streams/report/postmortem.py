@@ -30,7 +30,7 @@ from __future__ import annotations
 import math
 import re
 from collections import Counter
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
 from typing import Literal
 
@@ -55,6 +55,8 @@ EPISODE_GAP_S = 300  # a cause starting this soon after an episode, in one of it
 NEW_AFTER_SHARE = 0.1  # a template first seen after this share of the window is "new"
 RATE_JUMP = 3.0  # active rate / average rate at which a template counts as a burst
 MIN_ANOMALY_RECORDS = 3
+DATED_AFTER_S = 20 * 3600  # logs spanning longer than this show dates with their times
+FIX_LOOKBACK_S = 3600  # a fix this long before the errors stopped may have stopped them
 ANOMALY_CEILING = "medium"  # an unclassified template is a lead to follow, not a known outage
 
 # change events, matched on an incident's event title and templates; the first match wins
@@ -125,9 +127,10 @@ class Change:
     kind: ChangeKind
     time: str | None
     title: str
-    detail: str  # its most frequent template
+    detail: str  # one real line; for an episode, the line most like its causes
     services: tuple[str, ...]
     key: str
+    lines: tuple[str, ...] = ()  # a line of each of its (at most 3) templates
 
 
 @dataclass(frozen=True, slots=True)
@@ -191,6 +194,10 @@ class PostMortem:
     records: int
     deadletters: int | None
     review: int | None
+    dated: bool = False  # times carry their date: the logs span more than a day
+
+    def when(self, value: str | None) -> str:
+        return clock(value, dated=self.dated)
 
 
 def derive(report: Report, *, deadletters: int | None = None, review: int | None = None
@@ -247,6 +254,7 @@ def derive(report: Report, *, deadletters: int | None = None, review: int | None
         records=report.record_count,
         deadletters=deadletters,
         review=review,
+        dated=span.dated,
     )
     _narrate(pm, span)
     return pm
@@ -272,10 +280,27 @@ def _change_kind(inc: Incident) -> ChangeKind | None:
 
 
 def _change(inc: Incident, kind: ChangeKind) -> Change:
-    """A change; its detail is a real line of each of its (at most 3) templates."""
-    lines = [ev.examples[0] if ev.examples else ev.template for ev in inc.evidence[:3]]
-    detail = _clip(" / ".join(lines), 160) if lines else inc.event
-    return Change(kind, inc.first_seen, inc.event, detail, tuple(inc.services), inc.key)
+    """A change and a real line of each of its (at most 3) templates."""
+    lines = tuple(_clip(ev.examples[0] if ev.examples else ev.template, 160)
+                  for ev in inc.evidence[:3])
+    detail = lines[0] if lines else inc.event
+    return Change(kind, inc.first_seen, inc.event, detail, tuple(inc.services), inc.key, lines)
+
+
+def _words(text: str) -> set[str]:
+    """Lowercase words, camelCase split: "HikariPoolExhausted" -> hikari, pool, exhausted."""
+    spaced = re.sub(r"(?<=[a-z0-9])(?=[A-Z])", " ", text)
+    return {w for w in re.findall(r"[a-z]{3,}", spaced.lower())}
+
+
+def _for_episode(change: Change, ep: Episode) -> Change:
+    """The change with the line that shares most words with the episode's causes, since
+    one change incident may hold several alerts or deploys of different times."""
+    if len(change.lines) < 2:
+        return change
+    words = set().union(*(_words(f"{c.title} {' '.join(c.services)}") for c in ep.causes))
+    best = max(change.lines, key=lambda line: (len(_words(line) & words), -len(line)))
+    return replace(change, detail=best)
 
 
 def _is_unclassified(inc: Incident) -> bool:
@@ -386,11 +411,11 @@ def anomaly_of(inc: Incident, span: _Span) -> tuple[str | None, float]:
     new = offset > NEW_AFTER_SHARE * span.seconds
     reasons = []
     if new:
-        reasons.append(f"new: first seen {clock(inc.first_seen)}, "
+        reasons.append(f"new: first seen {span.when(inc.first_seen)}, "
                        f"{_duration(offset)} into the window")
     if jump >= RATE_JUMP:
         reasons.append(f"rate {jump:.0f}x its average while active "
-                       f"({clock(inc.first_seen)}-{clock(inc.last_seen)})")
+                       f"({span.when(inc.first_seen)}-{span.when(inc.last_seen)})")
     if not reasons:
         return None, 0.0
     score = SEVERITY_WEIGHT.get(inc.severity, 1) * inc.count * max(jump, 1.0) * (2 if new else 1)
@@ -447,11 +472,11 @@ def _attach_changes(ep: Episode, changes: list[Change]) -> None:
         before = (anchor - when).total_seconds()
         if ch.kind in _TRIGGERS and 0 <= before <= TRIGGER_LOOKBACK_S and (
                 ep.trigger is None or when >= parse_time(ep.trigger.time)):  # type: ignore[operator]
-            ep.trigger = ch
+            ep.trigger = _for_episode(ch, ep)
         elif ch.kind == "alert" and first <= when <= last and ep.detection is None:
-            ep.detection = ch
+            ep.detection = _for_episode(ch, ep)
         elif ch.kind in _MITIGATIONS and first <= when <= last + timedelta(seconds=600):
-            ep.mitigations.append(ch)
+            ep.mitigations.append(_for_episode(ch, ep))
 
 
 # ------------------------------------------------------------------ narration
@@ -472,31 +497,31 @@ def _narrate(pm: PostMortem, span: _Span) -> None:
     ended = parse_time(ep.last_seen)
     resolved = (ended is not None and span.end is not None
                 and (span.end - ended).total_seconds() > EPISODE_GAP_S)
-    pm.status = (f"resolved in the logs at {clock(ep.last_seen)}" if resolved
+    pm.status = (f"resolved in the logs at {pm.when(ep.last_seen)}" if resolved
                  else "ongoing at the end of the logs")
     errors = sum(c.count for c in ep.causes
                  if SEVERITY_WEIGHT.get(c.severity, 1) >= SEVERITY_WEIGHT["medium"])
     duration = between(ep.first_seen, ep.last_seen)
-    s1 = (f"From {clock(ep.first_seen)} to {clock(ep.last_seen)} ({duration}), "
+    s1 = (f"From {pm.when(ep.first_seen)} to {pm.when(ep.last_seen)} ({duration}), "
           f"{len(services)} service(s) failed ({where}): {top.title} ({top.severity}), "
           f"with {errors:,} error records in {len(ep.causes)} related cause(s).")
     if ep.trigger is not None:
         s2 = (f"It began {between(ep.trigger.time, root.first_seen)} after a "
               f"{_kind_word(ep.trigger.kind).lower()} ({ep.trigger.detail}) at "
-              f"{clock(ep.trigger.time)}; the earliest anomaly was {root.title} "
+              f"{pm.when(ep.trigger.time)}; the earliest anomaly was {root.title} "
               f"in {name_list(root.services, 2)}.")
     else:
         s2 = (f"No deploy, config change or restart precedes it in the logs; the earliest "
               f"anomaly was {root.title} in {name_list(root.services, 2)} at "
-              f"{clock(root.first_seen)}.")
+              f"{pm.when(root.first_seen)}.")
     fixes = _fixes(ep)
     if fixes and resolved:
-        s3 = (f"Errors stopped at {clock(ep.last_seen)}, "
+        s3 = (f"Errors stopped at {pm.when(ep.last_seen)}, "
               f"{between(fixes[0].time, ep.last_seen)} after a "
               f"{_kind_word(fixes[0].kind).lower()} ({fixes[0].detail}) at "
-              f"{clock(fixes[0].time)}.")
+              f"{pm.when(fixes[0].time)}.")
     elif resolved:
-        s3 = f"Errors stopped at {clock(ep.last_seen)} with no mitigation visible in the logs."
+        s3 = f"Errors stopped at {pm.when(ep.last_seen)} with no mitigation visible in the logs."
     else:
         s3 = "Errors were still occurring when the logs end; no resolution is visible yet."
     pm.summary = [s1, s2, s3]
@@ -508,7 +533,8 @@ def _narrate(pm: PostMortem, span: _Span) -> None:
 def _fixes(ep: Episode) -> list[Change]:
     """Mitigations, the likeliest first: rollbacks, then the latest before errors stopped."""
     end = ep.last_seen or ""
-    fixes = [m for m in ep.mitigations if m.kind != "alert_resolved"]
+    fixes = [m for m in ep.mitigations if m.kind != "alert_resolved"
+             and (_seconds_between(m.time, end) or 0.0) <= FIX_LOOKBACK_S]
     return sorted(fixes, key=lambda m: (m.kind != "rollback", (m.time or "") > end,
                                         "" if m.time is None else _invert(m.time)))
 
@@ -520,9 +546,11 @@ def _invert(text: str) -> str:
 def _quiet_summary(pm: PostMortem) -> str:
     if not pm.records:
         return "No records have been analysed for this window yet."
+    users = sum(c.count for c in pm.users)
+    said = f"; but {users:,} user report(s) of problems (below)" if users else ""
     return (f"No failure of medium or higher severity in {pm.records:,} records: "
             f"{pm.routine_records:,} routine, {len(pm.causes)} low-severity anomalies, "
-            f"{len(pm.changes)} change event(s).")
+            f"{len(pm.changes)} change event(s){said}.")
 
 
 def _actions(ep: Episode, pm: PostMortem) -> list[Action]:
@@ -572,15 +600,15 @@ def _assessment(ep: Episode, pm: PostMortem, resolved: bool) -> tuple[list[str],
     root = ep.causes[0]
     if ep.detection is not None:
         late = _seconds_between(root.first_seen, ep.detection.time) or 0.0
-        line = (f"An alert fired at {clock(ep.detection.time)}, {_duration(max(late, 0))} "
+        line = (f"An alert fired at {pm.when(ep.detection.time)}, {_duration(max(late, 0))} "
                 f"after the first anomaly")
         (well if late <= 300 else badly).append(line)
     else:
         badly.append("No alert in the logs: the incident shows only as errors")
     fixes = _fixes(ep)
     if fixes and resolved:
-        well.append(f"The {_kind_word(fixes[0].kind).lower()} at {clock(fixes[0].time)} was "
-                    f"followed by recovery at {clock(ep.last_seen)}")
+        well.append(f"The {_kind_word(fixes[0].kind).lower()} at {pm.when(fixes[0].time)} was "
+                    f"followed by recovery at {pm.when(ep.last_seen)}")
     elif not resolved:
         badly.append("Errors continue to the end of the logs")
     length = _seconds_between(ep.first_seen, ep.last_seen)
@@ -612,7 +640,7 @@ def _timeline(pm: PostMortem) -> list[tuple[str | None, str]]:
     for other in pm.episodes[1:4]:
         items.append((other.first_seen, f"separate incident: {other.top.title} in "
                                         f"{name_list(other.services, 2)} until "
-                                        f"{clock(other.last_seen)}"))
+                                        f"{pm.when(other.last_seen)}"))
     items.sort(key=lambda it: (it[0] is None, it[0] or ""))
     return items[:MAX_TIMELINE]
 
@@ -626,6 +654,10 @@ class _Span:
         self.end = parse_time(last)
         self.seconds = ((self.end - self.start).total_seconds()
                         if self.start and self.end else 0.0)
+        self.dated = self.seconds > DATED_AFTER_S
+
+    def when(self, value: str | None) -> str:
+        return clock(value, dated=self.dated)
 
 
 def _suggestions_by_incident(report: Report) -> dict[str, str]:
@@ -670,9 +702,12 @@ def _duration(seconds: float) -> str:
     return f"{seconds // 3600} h {seconds % 3600 // 60} min"
 
 
-def clock(value: str | None) -> str:
+def clock(value: str | None, *, dated: bool = False) -> str:
+    """A time of day; with the date when the logs span more than a day."""
     when: datetime | None = parse_time(value)
-    return when.strftime("%H:%M:%S") if when else "an unknown time"
+    if when is None:
+        return "an unknown time"
+    return when.strftime("%Y-%m-%d %H:%M:%S" if dated else "%H:%M:%S")
 
 
 def name_list(items: list[str], limit: int) -> str:

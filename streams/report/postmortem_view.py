@@ -16,7 +16,6 @@ from streams.report.postmortem import (
     Episode,
     PostMortem,
     between,
-    clock,
     name_list,
 )
 
@@ -40,12 +39,12 @@ def sections(pm: PostMortem, f: Markup) -> list[tuple[str, list[str]]]:
         ep = pm.episodes[0]
         out += [
             ("Impact", _impact(pm, ep, f)),
-            ("Trigger", _trigger(ep, f)),
-            ("Detection", _detection(ep, f)),
-            ("Root cause chain", _chain(ep, f)),
+            ("Trigger", _trigger(pm, ep, f)),
+            ("Detection", _detection(pm, ep, f)),
+            ("Root cause chain", _chain(pm, ep, f)),
             ("Mitigation and resolution", _mitigation(pm, ep, f)),
         ]
-    out.append(("Timeline", f.bullets(f"{f.code(clock(t)) if t else 'undated'} "
+    out.append(("Timeline", f.bullets(f"{f.code(pm.when(t)) if t else 'undated'} "
                                       f"{f.text(what)}" for t, what in pm.timeline)
                 if pm.timeline else f.para("Nothing significant.")))
     if pm.actions:
@@ -69,7 +68,7 @@ def _impact(pm: PostMortem, ep: Episode, f: Markup) -> list[str]:
         "Services: " + ", ".join(f.code(s) for s in ep.services[:8])
         + (f" and {len(ep.services) - 8} more" if len(ep.services) > 8 else ""),
         f"Duration: {f.text(between(ep.first_seen, ep.last_seen))} "
-        f"({f.text(clock(ep.first_seen))} to {f.text(clock(ep.last_seen))})",
+        f"({f.text(pm.when(ep.first_seen))} to {f.text(pm.when(ep.last_seen))})",
         f"Records of this incident: {ep.records:,} in {len(ep.causes)} cause(s)",
     ]
     by_service: dict[str, list[Cause]] = {}
@@ -81,8 +80,8 @@ def _impact(pm: PostMortem, ep: Episode, f: Markup) -> list[str]:
         first = min((c.first_seen for c in causes if c.first_seen), default=None)
         last = max((c.last_seen for c in causes if c.last_seen), default=None)
         titles = ", ".join(dict.fromkeys(c.title for c in causes))
-        items.append(f"Errors in {f.code(svc)} from {f.text(clock(first))} to "
-                     f"{f.text(clock(last))}: {f.text(titles)}")
+        items.append(f"Errors in {f.code(svc)} from {f.text(pm.when(first))} to "
+                     f"{f.text(pm.when(last))}: {f.text(titles)}")
     for users in pm.users[:1]:
         quotes = [x for ev in users.evidence for x in ev.examples][:MAX_USER_QUOTES]
         items.append(f"Users: {users.count:,} report(s), e.g. "
@@ -90,31 +89,31 @@ def _impact(pm: PostMortem, ep: Episode, f: Markup) -> list[str]:
     return f.bullets(items)
 
 
-def _trigger(ep: Episode, f: Markup) -> list[str]:
+def _trigger(pm: PostMortem, ep: Episode, f: Markup) -> list[str]:
     if ep.trigger is None:
         return f.para("No deploy, config change or restart before the first failure in the logs.")
     t = ep.trigger
-    return f.para(f"{f.strong(t.title)} at {f.text(clock(t.time))} in "
+    return f.para(f"{f.strong(t.title)} at {f.text(pm.when(t.time))} in "
                   f"{', '.join(f.code(s) for s in t.services)}: {f.code(t.detail)}, "
                   f"{f.text(between(t.time, ep.first_seen))} before the first anomaly.")
 
 
-def _detection(ep: Episode, f: Markup) -> list[str]:
+def _detection(pm: PostMortem, ep: Episode, f: Markup) -> list[str]:
     first = ep.causes[0]
     if ep.detection is None:
         return f.para(f"No alert in the logs; the first sign was {f.strong(first.title)} at "
-                      f"{f.text(clock(first.first_seen))}.")
+                      f"{f.text(pm.when(first.first_seen))}.")
     d = ep.detection
-    return f.para(f"{f.strong(d.title)} at {f.text(clock(d.time))} ({f.code(d.detail)}), "
+    return f.para(f"{f.strong(d.title)} at {f.text(pm.when(d.time))} ({f.code(d.detail)}), "
                   f"{f.text(between(first.first_seen, d.time))} after the first anomaly.")
 
 
-def _chain(ep: Episode, f: Markup) -> list[str]:
+def _chain(pm: PostMortem, ep: Episode, f: Markup) -> list[str]:
     items = []
     for n, c in enumerate(ep.causes[:MAX_CHAIN]):
-        head = (f"{f.code(clock(c.first_seen))} {f.strong(c.title)} ({c.severity}, "
+        head = (f"{f.code(pm.when(c.first_seen))} {f.strong(c.title)} ({c.severity}, "
                 f"{c.count:,} records, {', '.join(f.code(s) for s in c.services[:3])})")
-        why = c.anomaly if c.anomaly else (c.summary or c.cause)
+        why = c.anomaly or c.cause  # the model's roll-up summary is in the HTML details
         line = f"{'' if n == 0 else 'then '}{head}: {f.text(why)}"
         if c.subjects:
             line += f"; names {', '.join(f.code(s) for s in c.subjects[:3])}"
@@ -132,7 +131,7 @@ def _chain(ep: Episode, f: Markup) -> list[str]:
 
 
 def _mitigation(pm: PostMortem, ep: Episode, f: Markup) -> list[str]:
-    items = [f"{f.code(clock(m.time))} {f.strong(m.title)}: {f.code(m.detail)}"
+    items = [f"{f.code(pm.when(m.time))} {f.strong(m.title)}: {f.code(m.detail)}"
              for m in ep.mitigations[:4]]
     items.append(f"Resolution: {f.text(pm.status)}")
     return f.bullets(items)
@@ -143,18 +142,23 @@ def _others(pm: PostMortem, f: Markup) -> list[str]:
     for ep in pm.episodes[1:1 + MAX_OTHER_EPISODES]:
         top = ep.top
         items.append(
-            f"{f.code(clock(ep.first_seen))}-{f.code(clock(ep.last_seen))} "
+            f"{f.code(pm.when(ep.first_seen))}-{f.code(pm.when(ep.last_seen))} "
             f"{f.strong(top.title)} ({top.severity}, {ep.records:,} records) in "
             f"{f.text(name_list(ep.services, 3))}; began with {f.text(ep.causes[0].title)}"
             + (f"; mitigation: {f.text(ep.mitigations[0].title)} at "
-               f"{f.text(clock(ep.mitigations[0].time))}" if ep.mitigations else ""))
+               f"{f.text(pm.when(ep.mitigations[0].time))}" if ep.mitigations else ""))
     hidden = len(pm.episodes) - 1 - MAX_OTHER_EPISODES
     if hidden > 0:
         items.append(f"and {hidden} more incident(s) (HTML view, JSON)")
+    if not pm.episodes:
+        for users in pm.users[:1]:
+            quotes = [x for ev in users.evidence for x in ev.examples][:MAX_USER_QUOTES]
+            items.append(f"{f.strong(users.title)} ({users.count:,} records): "
+                         + "; ".join(f.code(q) for q in quotes))
     in_episodes = {k for ep in pm.episodes for c in ep.causes for k in c.keys}
     loose = [c for c in pm.causes if c.keys[0] not in in_episodes and c.severity != "low"]
     for c in loose[:MAX_EXTRA_CAUSES]:
-        when = f.code(clock(c.first_seen)) if c.first_seen else "undated"
+        when = f.code(pm.when(c.first_seen)) if c.first_seen else "undated"
         items.append(f"{when} {f.strong(c.title)} ({c.severity}, {c.count:,} records) in "
                      f"{f.text(name_list(c.services, 3))}")
     return f.bullets(items) if items else []
@@ -183,8 +187,8 @@ def _coverage(pm: PostMortem, f: Markup) -> list[str]:
     items.append("Dead letters (unreadable records): "
                  + (f"{pm.deadletters:,}" if pm.deadletters is not None else "not known here")
                  + (f" ({f.code('retro deadletter')} lists them)" if pm.deadletters else ""))
-    items.append("Parked in review: "
-                 + (f"{pm.review:,} batch(es)" if pm.review is not None else "not known here"))
+    items.append("Parked in review, not analysed above: "
+                 + (f"{pm.review:,}" if pm.review is not None else "not known here"))
     return f.bullets(items)
 
 
