@@ -699,7 +699,9 @@ def _duration(seconds: float) -> str:
     if seconds < 3600:
         return f"{seconds // 60} min" + (f" {seconds % 60} s" if seconds < 600 and seconds % 60
                                          else "")
-    return f"{seconds // 3600} h {seconds % 3600 // 60} min"
+    if seconds < 2 * 86400:
+        return f"{seconds // 3600} h {seconds % 3600 // 60} min"
+    return f"{seconds // 86400} d {seconds % 86400 // 3600} h"
 
 
 def clock(value: str | None, *, dated: bool = False) -> str:
