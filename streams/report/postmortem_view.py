@@ -10,14 +10,8 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Protocol
 
-from streams.report.postmortem import (
-    MAX_CHAIN,
-    Cause,
-    Episode,
-    PostMortem,
-    between,
-    name_list,
-)
+from streams.report.causes import Cause, between, name_list
+from streams.report.postmortem import MAX_CHAIN, Episode, PostMortem
 
 MAX_OTHER_EPISODES = 4
 MAX_EXTRA_CAUSES = 3  # dated causes outside episodes and undated ones, listed after them

@@ -8,9 +8,10 @@ from itertools import count
 from typing import Any
 
 from streams.records import Evidence, Fragment, TimeWindow
+from streams.report.causes import top_entities
 from streams.report.merge import merge_all
 from streams.report.model import Report
-from streams.report.postmortem import derive, top_entities
+from streams.report.postmortem import derive
 from streams.report.view import POSTMORTEM_SECTIONS, render_html, render_markdown, render_text
 
 from helpers import make_fragment
@@ -227,3 +228,17 @@ def test_text_render_has_no_markdown_escapes() -> None:
     text = render_text(report)
     assert "\\<" not in text and "**" not in text
     assert "Timeouts of <NUM> [calls]" in text and "upstream <NUM> timed out [x]" in text
+
+
+def test_a_change_incident_of_several_alerts_shows_the_one_about_this_incident() -> None:
+    alerts = frag("Alert fired", minute=13.5, until=40, records=2, severity="low",
+                  service="monitoring", template="alert <*> firing",
+                  examples=["alert DiskFull /var/spool firing", "alert PoolExhausted firing"])
+    alerts.evidence.append(Evidence(template="alert PoolExhausted <*>", count=1,
+                                    examples=["alert PoolExhausted firing"]))
+    alerts.evidence[0].examples[:] = ["alert DiskFull /var/spool firing"]
+    pool = frag("Connection pool exhausted", minute=13, until=26, records=12, severity="high",
+                service="payments")
+    pm = derive(report_of(routine(), pool, alerts))
+    assert pm.episodes[0].detection is not None
+    assert pm.episodes[0].detection.detail == "alert PoolExhausted firing"

@@ -527,3 +527,25 @@ def test_a_java_trace_tail_is_not_a_kernel_register_dump() -> None:
     panic = analyze(payload(group("g1", level="FATAL", template="Kernel panic - not syncing",
                                   examples=["Kernel panic - not syncing: Fatal exception"])))
     assert any("Kernel" in f["event"] for f in panic["fragments"])
+
+
+@pytest.mark.parametrize(
+    ("level", "line", "event"),
+    [
+        ("INFO", "deploy of checkout v2.3.0 completed", "Deploy"),
+        ("WARN", "rolling back checkout to v2.2.9", "Rollback"),
+        ("INFO", "configuration reloaded from /etc/app.yaml", "Configuration change"),
+        ("INFO", "scaled out: replicas 3 -> 6", "Scaling"),
+        ("WARN", "[FIRING:1] HighErrorRate alert firing for api", "Alert fired"),
+        ("ERROR", "Timeout waiting for connection from pool", "Connection pool exhausted"),
+        ("WARN", "Back-off restarting failed container api in pod api-7d9f", "Crash loop"),
+        ("INFO", "why was I charged twice for one order?", "Users report problems"),
+        # a failure line that mentions a deploy is a failure, not a change
+        ("ERROR", "deploy hook timed out after 30s", "Timeouts"),
+        # "I/O" is no person speaking
+        ("ERROR", "I/O error on device sda", "Unclassified ERROR events"),
+    ],
+)
+def test_general_failure_modes_and_change_events(level: str, line: str, event: str) -> None:
+    answer = analyze(payload(group("g1", level=level, template=line, examples=[line])))
+    assert fragment_with(answer, "g1")["event"].startswith(event)
