@@ -36,16 +36,15 @@ from pathlib import Path
 from typing import Any
 
 from _common import SHARED_DATA, add_tag_argument, table, write_result
+from batching_bench import batch_all, clean_all
 
 from streams.batch.answers import validate_answer
 from streams.batch.prompt import payload_of
-from streams.batch.window import Batch, TokenWindow
-from streams.clean.cleaner import Cleaner
+from streams.batch.window import TokenWindow
 from streams.clean.tokens import TokenCounter
 from streams.gateway.rules.analyzer import analyze
-from streams.ingest.reader import iter_records, open_source
 from streams.intervals import Coverage
-from streams.records import DeadLetter, Fragment, NormalizedRecord, RawCoord
+from streams.records import Fragment, NormalizedRecord
 from streams.report.merge import incident_key, merge_all
 from streams.report.model import Report
 from streams.report.view import render_markdown
@@ -66,19 +65,7 @@ class Run:
 
 
 def run_pipeline(paths: list[Path], settings: Settings) -> Run:
-    cleaner = Cleaner.from_settings(settings)
-    records: list[NormalizedRecord] = []
-    dead = 0
-    for path in paths:
-        with open_source(str(path)) as stream:
-            chunks = iter_records(stream, max_record_bytes=settings.clean.max_record_bytes)
-            for offset, (_line, raw) in enumerate(chunks):
-                coord = RawCoord(topic=path.name, partition=0, offset=offset)
-                out = cleaner.clean(raw, coord, path.name.removesuffix(".log"))
-                if isinstance(out, DeadLetter):
-                    dead += 1
-                else:
-                    records.append(out)
+    records, dead = clean_all(paths, settings)
     counter = TokenCounter()
     windows = {}
     for lane in ("fast", "slow"):
@@ -89,13 +76,7 @@ def run_pipeline(paths: list[Path], settings: Settings) -> Run:
             output_reserve=ls.output_reserve, max_records=ls.max_records,
             max_wait_seconds=ls.max_wait_seconds, counter=counter,
         )
-    batches: list[Batch] = []
-    for record in records:
-        batches.extend(windows[record.lane].add(record))
-    for window in windows.values():
-        last = window.flush("drain")
-        if last is not None:
-            batches.append(last)
+    batches = batch_all(records, windows)
     fragments: list[Fragment] = []
     for batch in batches:
         answer = analyze(payload_of(batch))
