@@ -23,6 +23,7 @@ from streams.report.model import SEVERITY_WEIGHT, Incident
 ChangeKind = Literal[
     "deploy", "rollback", "config", "scale", "restart", "cleanup", "alert", "alert_resolved"
 ]
+
 MAX_EVIDENCE_TEMPLATES = 3  # per cause
 MAX_EXAMPLES = 2  # per evidence template
 MAX_EXAMPLE_CHARS = 200

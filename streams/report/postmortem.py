@@ -62,14 +62,18 @@ MAX_CHAIN = 6
 MAX_TIMELINE = 14
 MAX_ACTIONS = 6
 TRIGGER_LOOKBACK_S = 3600  # a change this long before the first failure may be its trigger
-EPISODE_GAP_S = 300  # a cause starting this soon after an episode, in one of its services, joins it
+EPISODE_GAP_S = 300  # a cause this soon after an episode, sharing a service, joins it
 FIX_LOOKBACK_S = 3600  # a fix this long before the errors stopped may have stopped them
+
 _TRIGGERS: frozenset[str] = frozenset({"deploy", "config", "restart", "scale"})
 _MITIGATIONS: frozenset[str] = frozenset(
     {"rollback", "restart", "scale", "config", "cleanup", "alert_resolved"}
 )
-_USERS = re.compile(r"\b(?:users?|customers?|feedback|complain)", re.IGNORECASE)
+_USERS = re.compile(r"\b(?:users?|customers?) (?:report|say|complain)|\bfeedback\b|\bcomplain",
+                    re.IGNORECASE)
 _DETECT_WORDS = re.compile(r"\b(?:alert|monitor|dashboard|watch|track|page)\w*", re.IGNORECASE)
+
+
 @dataclass(frozen=True, slots=True)
 class Action:
     text: str

@@ -242,3 +242,16 @@ def test_a_change_incident_of_several_alerts_shows_the_one_about_this_incident()
     pm = derive(report_of(routine(), pool, alerts))
     assert pm.episodes[0].detection is not None
     assert pm.episodes[0].detection.detail == "alert PoolExhausted firing"
+
+
+def test_user_reports_are_impact_but_a_user_login_failure_is_a_failure() -> None:
+    fragments = [routine(),
+                 frag("Connection refused", minute=5, until=20, records=30, severity="high"),
+                 frag("Users report problems", minute=6, until=19, records=4,
+                      examples=["why was I charged twice?"]),
+                 frag("User login failures", minute=7, until=18, records=9, severity="high")]
+    pm = derive(report_of(*fragments))
+    assert [c.title for c in pm.users] == ["Users report problems"]
+    assert "User login failures" in [c.title for c in pm.causes]
+    assert "Users: 4 report(s), e.g. `why was I charged twice?`" in render_markdown(
+        report_of(*fragments))
