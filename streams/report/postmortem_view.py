@@ -106,8 +106,8 @@ def _chain(pm: PostMortem, ep: Episode, f: Markup) -> list[str]:
     items = []
     for n, c in enumerate(ep.causes[:MAX_CHAIN]):
         head = (f"{f.code(pm.when(c.first_seen))} {f.strong(c.title)} ({c.severity}, "
-                f"{c.count:,} records, {', '.join(f.code(s) for s in c.services[:3])})")
-        why = c.anomaly or c.cause  # the model's roll-up summary is in the HTML details
+                f"{_records(c.count)}, {', '.join(f.code(s) for s in c.services[:3])})")
+        why = (c.anomaly or c.cause).rstrip(".")  # the model's roll-up is in the HTML details
         line = f"{'' if n == 0 else 'then '}{head}: {f.text(why)}"
         if c.subjects:
             line += f"; names {', '.join(f.code(s) for s in c.subjects[:3])}"
@@ -137,7 +137,7 @@ def _others(pm: PostMortem, f: Markup) -> list[str]:
         top = ep.top
         items.append(
             f"{f.code(pm.when(ep.first_seen))}-{f.code(pm.when(ep.last_seen))} "
-            f"{f.strong(top.title)} ({top.severity}, {ep.records:,} records) in "
+            f"{f.strong(top.title)} ({top.severity}, {_records(ep.records)}) in "
             f"{f.text(name_list(ep.services, 3))}; began with {f.text(ep.causes[0].title)}"
             + (f"; mitigation: {f.text(ep.mitigations[0].title)} at "
                f"{f.text(pm.when(ep.mitigations[0].time))}" if ep.mitigations else ""))
@@ -147,13 +147,13 @@ def _others(pm: PostMortem, f: Markup) -> list[str]:
     if not pm.episodes:
         for users in pm.users[:1]:
             quotes = [x for ev in users.evidence for x in ev.examples][:MAX_USER_QUOTES]
-            items.append(f"{f.strong(users.title)} ({users.count:,} records): "
+            items.append(f"{f.strong(users.title)} ({_records(users.count)}): "
                          + "; ".join(f.code(q) for q in quotes))
     in_episodes = {k for ep in pm.episodes for c in ep.causes for k in c.keys}
     loose = [c for c in pm.causes if c.keys[0] not in in_episodes and c.severity != "low"]
     for c in loose[:MAX_EXTRA_CAUSES]:
         when = f.code(pm.when(c.first_seen)) if c.first_seen else "undated"
-        items.append(f"{when} {f.strong(c.title)} ({c.severity}, {c.count:,} records) in "
+        items.append(f"{when} {f.strong(c.title)} ({c.severity}, {_records(c.count)}) in "
                      f"{f.text(name_list(c.services, 3))}")
     return f.bullets(items) if items else []
 
@@ -188,3 +188,7 @@ def _coverage(pm: PostMortem, f: Markup) -> list[str]:
 
 def _short(text: str, limit: int = 60) -> str:
     return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+def _records(n: int) -> str:
+    return f"{n:,} record" + ("" if n == 1 else "s")
