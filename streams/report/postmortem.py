@@ -274,6 +274,8 @@ def _attach_changes(ep: Episode, changes: list[Change]) -> None:
 def _narrate(pm: PostMortem, span: Span) -> None:
     if not pm.episodes:
         pm.summary = [_quiet_summary(pm)]
+        if pm.users:
+            pm.title = "Users report problems; no failure found in the logs"
         pm.timeline = [(c.time, f"{kind_word(c.kind)}: {c.detail}") for c in pm.changes
                        ][:MAX_TIMELINE]
         return

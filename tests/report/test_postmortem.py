@@ -158,6 +158,9 @@ def test_quiet_logs_give_no_incident() -> None:
     pm = derive(report_of(routine()))
     assert pm.title == "No incident found" and not pm.episodes and not pm.actions
     assert "No failure of medium or higher severity in 500 records" in pm.summary[0]
+    complaints = frag("Users report problems", minute=3, records=2, examples=["app crashed"])
+    pm = derive(report_of(routine(), complaints))
+    assert pm.title.startswith("Users report problems") and "2 user report(s)" in pm.summary[0]
 
 
 def test_separate_failures_far_apart_in_time_and_services_are_separate_incidents() -> None:
