@@ -180,7 +180,7 @@ def cmd_clean(args: argparse.Namespace, settings: Settings) -> int:
 
 def cmd_report(args: argparse.Namespace, settings: Settings) -> int:
     from streams.report.store import read_reports
-    from streams.report.view import render_html, render_json, render_markdown
+    from streams.report.view import render_html, render_json, render_markdown, render_text
 
     kafka(settings)
     reports = asyncio.run(read_reports(settings))
@@ -200,7 +200,7 @@ def cmd_report(args: argparse.Namespace, settings: Settings) -> int:
 
     entries, analysed, _ = asyncio.run(read_reviews(settings))
     parked = summarize(entries, analysed, topic=settings.topics.review, latest=0).parked
-    render = render_markdown if args.format == "md" else render_html
+    render = {"md": render_markdown, "text": render_text}.get(args.format, render_html)
     print(render(chosen, deadletter_count=dead, parked_count=parked))
     return 0
 
@@ -387,8 +387,8 @@ def make_parser() -> argparse.ArgumentParser:
     r = command("report", "print the latest report", cmd_report)
     r.add_argument("--window", help="window prefix, e.g. 2026-11-29 (default: the latest)")
     r.add_argument("--service", help="service group (with RETRO_REPORT__GROUP_BY=service)")
-    r.add_argument("--format", choices=["md", "json", "html"], default="md",
-                   help="output format (default md)")
+    r.add_argument("--format", choices=["md", "text", "json", "html"], default="md",
+                   help="output format (default md; text: the same without Markdown escapes)")
 
     a = command("audit", "check every raw record is in a report, review or dead letter once",
                 cmd_audit)

@@ -154,7 +154,7 @@ class ModelSettings(BaseModel):
     base_url: str | None = None  # e.g. http://127.0.0.1:8000/v1; setting it picks "openai"
     api_key: SecretStr | None = None
     name: str = "retro-rules-v1"
-    prompt_version: str = "v1"
+    prompt_version: str = "v2"  # v2: titles, change events, cause chain, action types
     aimd_start: int = 5
     aimd_increase: int = 1
     aimd_decrease_factor: float = 0.5

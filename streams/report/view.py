@@ -1,4 +1,8 @@
-"""Render a report as a post-mortem: Markdown for terminals, JSON, and an HTML page.
+"""Render a report as a post-mortem: Markdown, plain text for terminals, JSON, and HTML.
+
+Markdown and text show the post-mortem (``streams.report.postmortem``), bounded by
+significance; the HTML page shows it too and keeps every incident, template and
+coverage range of the report behind expanders.
 
 Log text is hostile input: every value from a report is escaped for its context
 (Markdown, HTML text, inline JS). The HTML page is self-contained (the machines
@@ -20,12 +24,14 @@ from urllib.parse import urlsplit
 from streams.intervals import Coverage, IntervalSet, split_message_key
 from streams.report.merge import normalize_text
 from streams.report.model import SEVERITY_WEIGHT, Incident, Report
+from streams.report.postmortem import PostMortem, derive
+from streams.report.postmortem_view import sections as postmortem_sections
 
 MAX_RANGES_SHOWN = 10  # per partition in "data coverage"
 LOW_EVIDENCE = 2  # incidents with at most this many records are worth a second look
 POLL_MS = 2000
 _UNCLASSIFIED = {"", "unknown", "unclassified", "undetermined", "n/a", "na", "none", "other"}
-SECTIONS = (
+SECTIONS = (  # the detail sections: all of the report, in the HTML view's expanders
     "Summary",
     "Impact",
     "Timeline",
@@ -34,6 +40,20 @@ SECTIONS = (
     "Open questions",
     "Data coverage",
     "What changed",
+)
+POSTMORTEM_SECTIONS = (  # in this order when present; Summary, Timeline, the last two always
+    "Summary",
+    "Impact",
+    "Trigger",
+    "Detection",
+    "Root cause chain",
+    "Mitigation and resolution",
+    "Timeline",
+    "Action items",
+    "What went well and badly",
+    "Other incidents",
+    "Routine and unclassified",
+    "Data coverage",
 )
 
 
@@ -45,18 +65,44 @@ def render_markdown(
     report: Report, *, review_count: int | None = None, deadletter_count: int | None = None,
     parked_count: int | None = None,
 ) -> str:
-    """A post-mortem a person can read top to bottom in a terminal.
+    """The post-mortem in Markdown: one screen of summary, bounded by significance.
 
     ``parked_count``: records the pipeline holds in review (covered by no report), named
     beside this report's analysed records in the data coverage section.
     """
-    out = [f"# Post-mortem: {_md(report.id)}", "", f"_{_md(_version_line(report))}_", ""]
-    for title, lines in _sections(report, review_count, deadletter_count, md=True,
-                                  parked=parked_count):
+    pm = derive(report, deadletters=deadletter_count, review=_parked(review_count, parked_count))
+    return _render_postmortem(report, pm, Markup(True))
+
+
+def render_text(
+    report: Report, *, review_count: int | None = None, deadletter_count: int | None = None,
+    parked_count: int | None = None,
+) -> str:
+    """The same post-mortem for a terminal: no Markdown escapes (``\\<NUM\\>``) to read past."""
+    pm = derive(report, deadletters=deadletter_count, review=_parked(review_count, parked_count))
+    return _render_postmortem(report, pm, Markup(True, plain=True))
+
+
+def _parked(review_count: int | None, parked_count: int | None) -> int | None:
+    """Records in review that no report covers, when known; else the review count."""
+    return parked_count if parked_count is not None else review_count
+
+
+def _render_postmortem(report: Report, pm: PostMortem, f: Markup) -> str:
+    out = [f"# Post-mortem: {f.text(pm.title)}", "",
+           f"{f.text(_status_line(report, pm))}", ""]
+    for title, lines in postmortem_sections(pm, f):
         while lines and not lines[-1]:
             lines.pop()
         out += [f"## {title}", "", *lines, ""]
     return "\n".join(out).rstrip() + "\n"
+
+
+def _status_line(report: Report, pm: PostMortem) -> str:
+    """Whatever the report's revision, the retro is a first version: a draft from the logs
+    for a person to confirm (the HTML view shows the revision and what changed)."""
+    return (f"Report {report.id}, status: {pm.status}; first version, written from the logs "
+            f"(updated at {report.updated_at or 'never'}). Details: the HTML view and the JSON.")
 
 
 def render_html(
@@ -68,15 +114,21 @@ def render_html(
     parked_count: int | None = None,
 ) -> str:
     """A self-contained page; with ``refresh_url`` it polls that JSON every 2 s."""
+    pm = derive(report, deadletters=deadletter_count, review=_parked(review_count, parked_count))
     body = [
-        f"<h1>Post-mortem: {_h(report.id)}</h1>",
+        f"<h1>Post-mortem: {_h(pm.title)}</h1>",
         f'<p class="meta" id="report-version" data-version="{report.version}">'
-        f"{_h(_version_line(report))}</p>",
+        f"{_h(_status_line(report, pm))} {_h(_version_line(report))}</p>",
     ]
+    for title, lines in postmortem_sections(pm, Markup(False)):
+        slug = "pm-" + re.sub(r"\W+", "-", title.lower())
+        body.append(f'<section id="{slug}"><h2>{_h(title)}</h2>{"".join(lines)}</section>')
+    body.append("<h2>Details</h2>")
     for title, lines in _sections(report, review_count, deadletter_count, md=False,
                                   parked=parked_count):
         slug = re.sub(r"\W+", "-", title.lower())
-        body.append(f'<section id="{slug}"><h2>{_h(title)}</h2>{"".join(lines)}</section>')
+        body.append(f'<details id="{slug}"><summary>{_h(title)}</summary>'
+                    f'{"".join(lines)}</details>')
     script = _refresh_script(refresh_url, report.version) if refresh_url else None
     if script:
         body.append('<p class="meta">Live: checking for a new version every 2 s.</p>')
@@ -139,16 +191,23 @@ def _sections(
 class Markup:
     """The few constructs the sections need, in Markdown or HTML."""
 
-    def __init__(self, md: bool) -> None:
+    def __init__(self, md: bool, *, plain: bool = False) -> None:
         self.md = md
+        self.plain = plain  # Markdown's layout without its escapes and emphasis: a terminal
 
     def text(self, value: object) -> str:
+        if self.plain:
+            return _one_line(str(value))
         return _md(str(value)) if self.md else _h(value)
 
     def strong(self, value: object) -> str:
+        if self.plain:
+            return _one_line(str(value))
         return f"**{_md(str(value))}**" if self.md else f"<strong>{_h(value)}</strong>"
 
     def code(self, value: object) -> str:
+        if self.plain:
+            return _one_line(str(value))
         return _code_span(str(value)) if self.md else f"<code>{_h(value)}</code>"
 
     def para(self, *parts: str) -> list[str]:
@@ -392,6 +451,10 @@ def _h(value: object) -> str:
 _MD_SPECIAL = re.compile(r"([\\`*_\[\]<>|])")
 
 
+def _one_line(text: str) -> str:
+    return re.sub(r"\s+", " ", _printable(text)).strip()
+
+
 def _md(text: str) -> str:
     """Inline Markdown text: one line, punctuation that could become markup escaped."""
     return _MD_SPECIAL.sub(r"\\\1", re.sub(r"\s+", " ", _printable(text)).strip())
@@ -443,6 +506,7 @@ body { font: 15px/1.5 system-ui, sans-serif; max-width: 62rem; margin: 2rem auto
 h1 { font-size: 1.6rem; } h2 { border-bottom: 1px solid #ddd; margin-top: 2rem; }
 .meta { color: #555; font-size: 0.9rem; }
 code, pre { font: 13px/1.4 ui-monospace, monospace; background: #f4f4f6; }
+details { margin: 0.4rem 0; } summary { cursor: pointer; font-weight: 600; }
 pre { padding: 0.6rem; overflow-x: auto; white-space: pre-wrap; word-break: break-all; }
 table { border-collapse: collapse; width: 100%; }
 td, th { border-bottom: 1px solid #ddd; padding: 0.3rem 0.6rem; text-align: left; }

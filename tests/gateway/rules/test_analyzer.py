@@ -235,7 +235,7 @@ def test_unmatched_warn_and_error_get_a_fragment_per_template() -> None:
 
 
 def test_severity_escalates_with_levels_and_error_volume() -> None:
-    base = {"template": "Order not found", "service": "orders"}  # rule severity: medium
+    base = {"template": "Connection reset by peer", "service": "orders"}  # rule severity: medium
     few = fragment_with(analyze(payload(group("g1", level="WARN", count=3, **base))), "g1")
     heavy = fragment_with(analyze(payload(group("g1", level="ERROR", count=5000, **base))), "g1")
     fatal = fragment_with(analyze(payload(group("g1", level="FATAL", count=1, **base))), "g1")
@@ -368,7 +368,9 @@ def test_real_logs_are_mostly_classified(path: Path | None) -> None:
         if f["event"].startswith("Unclassified")
         for r in f["refs"]
     )
-    assert unclassified <= 0.05 * sum(counts.values()), path.name
+    # Not 5%: a bound that tight is only met by rules written for each file. The
+    # post-mortem judges unclassified templates by anomaly, so a share of them is fine.
+    assert unclassified <= 0.15 * sum(counts.values()), path.name
 
 
 def _events(name: str) -> dict[str, str]:
@@ -390,19 +392,24 @@ def test_kafka_incident_logs_yield_the_broker_incident() -> None:
     assert "Follower logs truncated after a leadership change" in events
 
 
-def test_trainticket_logs_yield_business_and_discovery_incidents() -> None:
+def test_trainticket_logs_yield_the_service_discovery_incident() -> None:
+    """A general rule (service discovery) finds it; the benchmark's own business messages
+    (orders, seats, prices) have no rules: rules must not be written for one dataset."""
     events = _events("trainticket")
-    assert events["No instances available for a downstream service (ts-seat-service)"] == "high"
-    assert "Order lookups fail: order not found" in events
-    assert "Order state conflicts" in events
+    key = "Service discovery: no instances of a downstream service (ts-seat-service)"
+    assert events[key] == "high"
+    assert not any("Order" in event for event in events)
 
 
 # lines a rule matches, written here so the prefilter check runs without ../shared/data
 PREFILTER_PIECES = (
     NPE_TRACE,
     KAFKA_NOT_LEADER,
-    "r24=0x0ffea4c8 r25=0x00000003",
-    "auxiliary processor.........................0",
+    "kernel panic - not syncing: Fatal exception",
+    "Connection is not available, request timed out after 30000ms",
+    "deploy v1.42.0 started",
+    "rollback v1.42.0 -> v1.41.3",
+    "why was I charged twice?",
     "LOOKING",
     "Connection request from old client /10.0.0.1:2181; will be dropped",
     "java.lang.OutOfMemoryError: Java heap space",
@@ -511,12 +518,34 @@ def test_a_sloppy_rollup_payload_still_gets_a_summary(sloppy: dict[str, Any]) ->
 
 
 def test_a_java_trace_tail_is_not_a_kernel_register_dump() -> None:
-    """'... 12 more' closes many Java traces; BGL register dumps have 4+ dots."""
+    """'... 12 more' closes many Java traces; it is no kernel failure."""
     trace = ("java.lang.NullPointerException: stock is null\n"
              "\tat com.shop.inventory.StockService.reserve(StockService.java:88)\n\t... 12 more")
     answer = analyze(payload(group("g1", level="ERROR", template="Reservation failed <*>",
                                    examples=[trace])))
     assert all("Kernel" not in f["event"] for f in answer["fragments"])
-    dump = analyze(payload(group("g1", level="FATAL", template="enable......0",
-                                 examples=["enable......0"])))
-    assert any("Kernel" in f["event"] for f in dump["fragments"])
+    panic = analyze(payload(group("g1", level="FATAL", template="Kernel panic - not syncing",
+                                  examples=["Kernel panic - not syncing: Fatal exception"])))
+    assert any("Kernel" in f["event"] for f in panic["fragments"])
+
+
+@pytest.mark.parametrize(
+    ("level", "line", "event"),
+    [
+        ("INFO", "deploy of checkout v2.3.0 completed", "Deploy"),
+        ("WARN", "rolling back checkout to v2.2.9", "Rollback"),
+        ("INFO", "configuration reloaded from /etc/app.yaml", "Configuration change"),
+        ("INFO", "scaled out: replicas 3 -> 6", "Scaling"),
+        ("WARN", "[FIRING:1] HighErrorRate alert firing for api", "Alert fired"),
+        ("ERROR", "Timeout waiting for connection from pool", "Connection pool exhausted"),
+        ("WARN", "Back-off restarting failed container api in pod api-7d9f", "Crash loop"),
+        ("INFO", "why was I charged twice for one order?", "Users report problems"),
+        # a failure line that mentions a deploy is a failure, not a change
+        ("ERROR", "deploy hook timed out after 30s", "Timeouts"),
+        # "I/O" is no person speaking
+        ("ERROR", "I/O error on device sda", "Unclassified ERROR events"),
+    ],
+)
+def test_general_failure_modes_and_change_events(level: str, line: str, event: str) -> None:
+    answer = analyze(payload(group("g1", level=level, template=line, examples=[line])))
+    assert fragment_with(answer, "g1")["event"].startswith(event)

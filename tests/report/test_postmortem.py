@@ -1,0 +1,260 @@
+"""The post-mortem derived from a report: grouping, anomalies, trigger/mitigation, length."""
+
+from __future__ import annotations
+
+import re
+from datetime import UTC, datetime, timedelta
+from itertools import count
+from typing import Any
+
+from streams.records import Evidence, Fragment, TimeWindow
+from streams.report.causes import top_entities
+from streams.report.merge import merge_all
+from streams.report.model import Report
+from streams.report.postmortem import derive
+from streams.report.view import POSTMORTEM_SECTIONS, render_html, render_markdown, render_text
+
+from helpers import make_fragment
+
+START = datetime(2026, 11, 29, 9, 0, tzinfo=UTC)
+_offsets = count()
+
+
+def at(minute: float) -> str:
+    return (START + timedelta(minutes=minute)).strftime("%Y-%m-%dT%H:%M:%S.000Z")
+
+
+def frag(event: str, *, minute: float, until: float | None = None, records: int = 1,
+         service: str = "api", severity: str = "medium", cause: str | None = None,
+         template: str | None = None, examples: list[str] | None = None,
+         suggestion: str = "Look into it") -> Fragment:
+    """A fragment of ``records`` fresh raw records from ``minute`` to ``until``."""
+    first = next(_offsets) * 1_000_000
+    covered = {"raw/0": [[first, first + records - 1]]}
+    end = at(until if until is not None else minute)
+    return make_fragment(
+        f"f{first}", covered, event=event, cause=cause or f"{event.lower()} happened",
+        service=service, severity=severity, suggestion=suggestion, timestamp=at(minute),
+        window=TimeWindow(start=at(minute), end=end), record_count=records,
+        evidence=[Evidence(template=template or event, count=records,
+                           examples=examples or [template or event])])
+
+
+def report_of(*fragments: Fragment, **kw: Any) -> Report:
+    report, _ = merge_all(None, list(fragments), report_id="2026-11-29/all",
+                          now="2026-11-29T12:00:00Z")
+    return report
+
+
+def routine(minute: float = 0, until: float = 60, records: int = 500) -> Fragment:
+    return frag("Routine activity", minute=minute, until=until, records=records,
+                severity="info", cause="routine activity with no error signals",
+                template="GET <PATH> <NUM>", suggestion="No action needed")
+
+
+def outage() -> list[Fragment]:
+    """Deploy at 10, retries from 10.2, timeouts in two services, an alert, a rollback."""
+    return [
+        routine(),
+        frag("Deploy", minute=10, severity="info", service="checkout",
+             template="deploy v1.42.0 started"),
+        frag("Unclassified WARN events", minute=10.2, until=24, records=40, severity="low",
+             service="checkout", cause="unclassified WARN events: retrying payment authorize",
+             template="retrying payment authorize"),
+        frag("Timeouts", minute=12, until=27, records=80, service="checkout",
+             cause="calls timed out. Evidence: levels ERROR"),
+        frag("Timeouts", minute=12.5, until=26, records=30, service="payments",
+             cause="calls timed out. Evidence: levels WARN, ERROR"),
+        frag("Connection pool exhausted", minute=13, until=26, records=12, severity="high",
+             service="payments", suggestion="Cap caller concurrency"),
+        frag("Alert fired", minute=13.5, severity="low", service="payments",
+             template="alert PoolExhausted firing"),
+        frag("Rollback", minute=24, severity="info", service="checkout",
+             template="rollback v1.42.0 -> v1.41.3"),
+    ]
+
+
+def test_incidents_of_one_cause_group_across_services_and_templates() -> None:
+    pm = derive(report_of(*outage()))
+    titles = [c.title for c in pm.causes]
+    assert titles.count("Timeouts") == 1  # two incidents (different cause text) are one cause
+    timeouts = next(c for c in pm.causes if c.title == "Timeouts")
+    assert timeouts.count == 110 and timeouts.services == ["checkout", "payments"]
+    assert len(timeouts.keys) == 2
+    assert pm.routine_records == 500  # routine folded into one line, not a cause
+    assert all("Routine" not in t for t in titles)
+    # changes are not incidents
+    assert {c.kind for c in pm.changes} == {"deploy", "alert", "rollback"}
+    assert not any(t in ("Deploy", "Rollback", "Alert fired") for t in titles)
+
+
+def test_trigger_detection_and_mitigation_are_found_from_change_events() -> None:
+    pm = derive(report_of(*outage()))
+    ep = pm.episodes[0]
+    assert ep.trigger is not None and ep.trigger.kind == "deploy"
+    assert ep.detection is not None and ep.detection.kind == "alert"
+    assert [m.kind for m in ep.mitigations] == ["rollback"]
+    assert ep.causes[0].title.startswith("Unusual WARN")  # the earliest anomaly heads the chain
+    assert pm.title.startswith("Connection pool exhausted")  # the most severe cause
+    assert "resolved in the logs at 09:27:00" in pm.status
+    assert len(pm.summary) == 3
+    assert "after a deploy (deploy v1.42.0 started) at 09:10:00" in pm.summary[1]
+    assert "after a rollback" in pm.summary[2]
+    kinds = {(a.priority, a.type) for a in pm.actions}
+    assert ("P0", "mitigate") in kinds and ("P1", "prevent") in kinds
+    assert any(w.startswith("An alert fired at 09:13:30") for w in pm.went_well)
+
+
+def test_without_a_preceding_change_or_alert_the_post_mortem_says_so() -> None:
+    fragments = [routine(), frag("Disk full", minute=30, until=59.9, records=20,
+                                 severity="critical", service="mailer")]
+    pm = derive(report_of(*fragments))
+    ep = pm.episodes[0]
+    assert ep.trigger is None and ep.detection is None and not ep.mitigations
+    assert pm.status == "ongoing at the end of the logs"
+    assert any(a.type == "detect" for a in pm.actions)
+    assert "No alert in the logs: the incident shows only as errors" in pm.went_badly
+    md = render_markdown(report_of(*fragments))
+    assert "No deploy, config change or restart before the first failure" in md
+
+
+def test_a_deploy_after_the_failures_began_is_not_their_trigger() -> None:
+    fragments = [routine(), frag("Disk full", minute=30, until=40, records=20,
+                                 severity="critical"),
+                 frag("Deploy", minute=35, severity="info", template="deploy v2 started")]
+    assert derive(report_of(*fragments)).episodes[0].trigger is None
+
+
+def test_unclassified_templates_are_ranked_by_anomaly_and_steady_ones_folded() -> None:
+    def unclassified(text: str, **kw: Any) -> Fragment:
+        return frag("Unclassified WARN events", severity="low",
+                    cause=f"unclassified WARN events: {text}", template=text, **kw)
+
+    fragments = [
+        routine(),
+        unclassified("stock low for sku", minute=1, until=59, records=50),  # steady: folded
+        unclassified("cache miss storm", minute=20, until=22, records=30),  # new and bursty
+        unclassified("queue depth high", minute=30, until=50, records=10),  # new, slower
+        unclassified("rare thing", minute=5, until=5, records=1),  # too few to judge
+        frag("Connection refused", minute=20, until=25, records=5, severity="high"),
+    ]
+    pm = derive(report_of(*fragments))
+    anomalies = [c for c in pm.causes if c.kind == "anomaly"]
+    assert [c.title for c in anomalies] == ["Unusual WARN: cache miss storm",
+                                           "Unusual WARN: queue depth high"]
+    assert "new: first seen 09:20:00" in (anomalies[0].anomaly or "")
+    assert "rate 30x" in (anomalies[0].anomaly or "")
+    assert pm.folded_unclassified == (2, 51)
+
+
+def test_an_anomaly_is_at_most_medium_even_at_fatal_level() -> None:
+    fragments = [routine(), frag("Unclassified FATAL events", minute=30, until=31, records=9,
+                                 severity="high", cause="unclassified FATAL events: x")]
+    (anomaly,) = derive(report_of(*fragments)).causes
+    assert anomaly.severity == "medium"
+
+
+def test_quiet_logs_give_no_incident() -> None:
+    pm = derive(report_of(routine()))
+    assert pm.title == "No incident found" and not pm.episodes and not pm.actions
+    assert "No failure of medium or higher severity in 500 records" in pm.summary[0]
+    complaints = frag("Users report problems", minute=3, records=2, examples=["app crashed"])
+    pm = derive(report_of(routine(), complaints))
+    assert pm.title.startswith("Users report problems") and "2 user report(s)" in pm.summary[0]
+
+
+def test_separate_failures_far_apart_in_time_and_services_are_separate_incidents() -> None:
+    fragments = [*outage(), frag("Disk full", minute=40, until=45, records=20,
+                                 severity="critical", service="mailer")]
+    pm = derive(report_of(*fragments))
+    assert len(pm.episodes) == 2
+    assert {tuple(ep.services) for ep in pm.episodes[1:]} == {("mailer",)}
+    assert "Other incidents" in render_markdown(report_of(*fragments))
+
+
+def test_top_entities_count_addresses_and_users_in_evidence() -> None:
+    examples = [
+        "Failed password for invalid user admin from 10.1.2.3 port 22 ssh2",
+        "Failed password for root from 10.1.2.3 port 22 ssh2",
+        "Failed password for root from 192.168.7.9 port 22 ssh2",
+        "authorization timed out waiting for ledger",  # no entity: "for ledger" is no user
+    ]
+    top = dict(top_entities(examples))
+    assert top["ip 10.1.2.3"] == 2
+    assert top["user root"] == 2 and "user ledger" not in top
+    fragments = [routine(), frag("Authentication failures", minute=5, until=50, records=900,
+                                 severity="high", examples=examples)]
+    md = render_markdown(report_of(*fragments))
+    assert "top entities in evidence" in md and "10.1.2.3" in md
+
+
+def test_a_big_noisy_day_fits_the_length_bound() -> None:
+    """100k records, 300 incidents over many services and hours: at most ~150 lines."""
+    def name(n: int) -> str:  # digits are normalized away in incident keys; letters are not
+        return chr(97 + n % 26) + chr(97 + n // 26 % 26)
+
+    fragments = [routine(records=60_000)]
+    for n in range(300):
+        minute = (n * 7) % 1400
+        kind = n % 3
+        if kind == 0:
+            fragments.append(frag(f"Failure kind {name(n)}", minute=minute, until=minute + 20,
+                                  records=100, service=f"svc-{n % 25}",
+                                  severity=("medium", "high", "critical")[n % 3]))
+        elif kind == 1:
+            fragments.append(frag("Unclassified ERROR events", minute=minute,
+                                  until=minute + 3, records=100, service=f"svc-{n % 25}",
+                                  cause=f"unclassified ERROR events: template {name(n)}",
+                                  template=f"template {name(n)} <NUM>"))
+        else:
+            fragments.append(frag("Deploy", minute=minute, severity="info",
+                                  service=f"svc-{n % 25}", template=f"deploy svc-{n} v{n}"))
+    report = report_of(*fragments)
+    assert report.record_count == 60_000 + 200 * 100 + 100
+    md = render_markdown(report, deadletter_count=12, review_count=1)
+    assert md.count("\n") <= 150
+    assert max(len(line) for line in md.splitlines()) < 1200
+    headings = re.findall(r"^## (.+)$", md, flags=re.M)
+    assert headings == [h for h in POSTMORTEM_SECTIONS if h in headings]
+    assert headings[0] == "Summary" and headings[-1] == "Data coverage"
+    page = render_html(report)
+    assert page.count("<details") >= 8  # every detail of the report stays in the page
+    assert len(report.incidents) > 200
+    assert all(f"template {name(n)}" in page for n in range(1, 300, 3))
+
+
+def test_text_render_has_no_markdown_escapes() -> None:
+    fragments = [routine(), frag("Timeouts of <NUM> [calls]", minute=5, until=20, records=9,
+                                 severity="high", examples=["upstream <NUM> timed out [x]"])]
+    report = report_of(*fragments)
+    assert "Timeouts of \\<NUM\\> \\[calls\\]" in render_markdown(report)
+    text = render_text(report)
+    assert "\\<" not in text and "**" not in text
+    assert "Timeouts of <NUM> [calls]" in text and "upstream <NUM> timed out [x]" in text
+
+
+def test_a_change_incident_of_several_alerts_shows_the_one_about_this_incident() -> None:
+    alerts = frag("Alert fired", minute=13.5, until=40, records=2, severity="low",
+                  service="monitoring", template="alert <*> firing",
+                  examples=["alert DiskFull /var/spool firing", "alert PoolExhausted firing"])
+    alerts.evidence.append(Evidence(template="alert PoolExhausted <*>", count=1,
+                                    examples=["alert PoolExhausted firing"]))
+    alerts.evidence[0].examples[:] = ["alert DiskFull /var/spool firing"]
+    pool = frag("Connection pool exhausted", minute=13, until=26, records=12, severity="high",
+                service="payments")
+    pm = derive(report_of(routine(), pool, alerts))
+    assert pm.episodes[0].detection is not None
+    assert pm.episodes[0].detection.detail == "alert PoolExhausted firing"
+
+
+def test_user_reports_are_impact_but_a_user_login_failure_is_a_failure() -> None:
+    fragments = [routine(),
+                 frag("Connection refused", minute=5, until=20, records=30, severity="high"),
+                 frag("Users report problems", minute=6, until=19, records=4,
+                      examples=["why was I charged twice?"]),
+                 frag("User login failures", minute=7, until=18, records=9, severity="high")]
+    pm = derive(report_of(*fragments))
+    assert [c.title for c in pm.users] == ["Users report problems"]
+    assert "User login failures" in [c.title for c in pm.causes]
+    assert "Users: 4 report(s), e.g. `why was I charged twice?`" in render_markdown(
+        report_of(*fragments))
