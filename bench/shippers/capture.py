@@ -113,14 +113,11 @@ def capture_rsyslog(bootstrap: str, work: Path, args: argparse.Namespace) -> dic
         return {}
     print(subprocess.run(["rsyslogd", "-v"], capture_output=True, text=True).stdout.split("\n")[0])
     template, jsonmesg = _new_topics(bootstrap, "rsyslog-template", "rsyslog-jsonmesg")
-    conf = shippers.render(HERE / "rsyslog.conf", work / "rsyslog.conf", {
-        "WORK": str(work), "INPUT": str(work / "input"), "BROKER": bootstrap,
-        "TOPIC_TEMPLATE": template, "TOPIC_JSONMESG": jsonmesg})
-    with shippers.running(shippers.start_rsyslog(conf, work)):
-        got = {"rsyslog-template": shippers.read_messages_sync(
-            bootstrap, template, min_messages=_lines(), timeout=60)}
-    got["rsyslog-jsonmesg"] = shippers.read_messages_sync(bootstrap, jsonmesg, idle_seconds=1)
-    return got
+    shippers.ship_rsyslog(HERE / "rsyslog.conf", work, bootstrap=bootstrap,
+                          input_dir=work / "input", lines=_lines(),
+                          topics={"TOPIC_TEMPLATE": template, "TOPIC_JSONMESG": jsonmesg})
+    return {"rsyslog-template": _read(bootstrap, template),
+            "rsyslog-jsonmesg": _read(bootstrap, jsonmesg)}
 
 
 def capture_syslog_ng(bootstrap: str, work: Path, args: argparse.Namespace) -> dict:
@@ -130,11 +127,14 @@ def capture_syslog_ng(bootstrap: str, work: Path, args: argparse.Namespace) -> d
               "libivykis0 libnet1 libpcre3 libwrap0, dpkg -x each into .ci-cache/syslog-ng/root)")
         return {}
     (topic,) = _new_topics(bootstrap, "syslog-ng-json")
-    conf = shippers.render(HERE / "syslog-ng.conf", work / "syslog-ng.conf", {
-        "INPUT": str(work / "input"), "BROKER": bootstrap, "TOPIC_JSON": topic})
-    with shippers.running(shippers.start_syslog_ng(root, conf, work)):
-        return {"syslog-ng-json": shippers.read_messages_sync(
-            bootstrap, topic, min_messages=_lines(), timeout=60)}
+    shippers.ship_syslog_ng(root, HERE / "syslog-ng.conf", work, bootstrap=bootstrap,
+                            input_dir=work / "input", lines=_lines(),
+                            topics={"TOPIC_JSON": topic})
+    return {"syslog-ng-json": _read(bootstrap, topic)}
+
+
+def _read(bootstrap: str, topic: str) -> list[shippers.Captured]:
+    return shippers.read_messages_sync(bootstrap, topic, idle_seconds=1)
 
 
 def capture_kcat(bootstrap: str, work: Path, args: argparse.Namespace) -> dict:

@@ -139,6 +139,39 @@ def running(proc: subprocess.Popen[bytes]) -> Iterator[subprocess.Popen[bytes]]:
         stop(proc)
 
 
+# -- one shipper, start to finish ------------------------------------------------------
+def ship_rsyslog(template: Path, workdir: Path, *, bootstrap: str, input_dir: Path,
+                 topics: Mapping[str, str], lines: int, timeout: float = 90.0) -> None:
+    """rsyslog reads ``input_dir`` into ``topics`` (placeholder -> topic) until each has
+    ``lines`` messages; then it is stopped."""
+    conf = render(template, workdir / "rsyslog.conf", {
+        "WORK": str(workdir), "INPUT": str(input_dir), "BROKER": bootstrap, **topics})
+    with running(start_rsyslog(conf, workdir)) as proc:
+        _wait_for(proc, bootstrap, list(topics.values()), lines, timeout)
+
+
+def ship_syslog_ng(root: Path, template: Path, workdir: Path, *, bootstrap: str,
+                   input_dir: Path, topics: Mapping[str, str], lines: int,
+                   timeout: float = 90.0) -> None:
+    """syslog-ng reads ``input_dir`` into ``topics`` until each has ``lines`` messages."""
+    conf = render(template, workdir / "syslog-ng.conf", {
+        "INPUT": str(input_dir), "BROKER": bootstrap, **topics})
+    with running(start_syslog_ng(root, conf, workdir)) as proc:
+        _wait_for(proc, bootstrap, list(topics.values()), lines, timeout)
+
+
+def _wait_for(proc: subprocess.Popen[bytes], bootstrap: str, topics: list[str], lines: int,
+              timeout: float) -> None:
+    for topic in topics:
+        got = read_messages_sync(bootstrap, topic, min_messages=lines, idle_seconds=0.5,
+                                 timeout=timeout)
+        if len(got) < lines:
+            name = Path(str(proc.args[0])).name  # type: ignore[index]
+            raise RuntimeError(f"{name} wrote {len(got)} of {lines} messages to {topic} in "
+                               f"{timeout:.0f}s (exit code {proc.poll()}); its log is "
+                               f"{name}.log in its work folder")
+
+
 # -- Kafka side --------------------------------------------------------------------------
 async def create_topics(bootstrap: str, names: list[str], *, partitions: int = 1) -> None:
     """Create ``names`` as a platform team would (the shippers do not create them)."""
