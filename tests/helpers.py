@@ -9,7 +9,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
-import re
 import socket
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
@@ -26,7 +25,6 @@ SHARED_DATA = REPO.parent / "shared" / "data"
 
 SHIPPER_FIXTURES = REPO / "tests" / "fixtures" / "shippers"
 """What real shippers wrote for input/ (README there); expected.json says each line's fields."""
-SHIPPER_MARKER = re.compile(r"\bL\d\d\b")
 
 T0 = datetime(2026, 1, 2, 3, 4, 5, tzinfo=UTC)
 """When the records of :func:`make_record` happen (plus their ``seconds``)."""
@@ -157,40 +155,11 @@ def make_fragment(fid: str, covered: dict[str, list[list[int]]], **fields: Any) 
     return Fragment(**(base | fields))
 
 
+
 def shipper_field_errors(records: list[NormalizedRecord], *,
                          service_from_source: bool = False) -> list[str]:
-    """How ``records`` (the shipper inputs' lines, cleaned) differ from expected.json.
+    """How ``records`` (the shipper inputs' lines, cleaned) differ from expected.json."""
+    from streams.dev.shippers import field_errors
 
-    Every marked input line must appear exactly once, with its own event time, its
-    level (where the line names one) and the service the shipper was told; with
-    ``service_from_source`` (plain lines, no envelope) that name is the record's source.
-    """
     expected = json.loads((SHIPPER_FIXTURES / "expected.json").read_text())["lines"]
-    by_marker: dict[str, list[NormalizedRecord]] = {}
-    wrong: list[str] = []
-    for record in records:
-        markers = SHIPPER_MARKER.findall(record.message)
-        if len(markers) != 1:
-            wrong.append(f"not one log line per record: {record.message[:200]!r}")
-        for marker in markers:
-            by_marker.setdefault(marker, []).append(record)
-    for marker, want in sorted(expected.items()):
-        found = by_marker.get(marker, [])
-        if len(found) != 1:
-            wrong.append(f"{marker}: {len(found)} records, want 1")
-            continue
-        record = found[0]
-        got = _instant(record.timestamp) if record.timestamp else None
-        if got != _instant(want["timestamp"]):
-            wrong.append(f"{marker} time {record.timestamp} ({record.timestamp_rule}), "
-                         f"want {want['timestamp']}")
-        if want["level"] is not None and record.level != want["level"]:
-            wrong.append(f"{marker} level {record.level}, want {want['level']}")
-        service = record.source if service_from_source else record.service
-        if service != want["service"]:
-            wrong.append(f"{marker} service {service}, want {want['service']}")
-    return wrong
-
-
-def _instant(text: str) -> datetime:
-    return datetime.fromisoformat(text.replace("Z", "+00:00")).astimezone(UTC)
+    return field_errors(records, expected, service_from_source=service_from_source)

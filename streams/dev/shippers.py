@@ -19,11 +19,18 @@ import subprocess
 import time
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
+from datetime import UTC, datetime
 from pathlib import Path
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from streams.records import NormalizedRecord
 
 RSYSLOG_MODULE_DIRS = (Path("/usr/lib/x86_64-linux-gnu/rsyslog"), Path("/usr/lib/rsyslog"))
 STOP_TIMEOUT_SECONDS = 15.0
 _PLACEHOLDER = re.compile(r"@([A-Z][A-Z0-9_]*)@")
+MARKER = re.compile(r"\bL\d\d\b")
+"""Each line of the shipper inputs (tests/fixtures/shippers/input) names itself: L01, L02..."""
 
 
 @dataclass(frozen=True)
@@ -214,3 +221,41 @@ async def read_messages(bootstrap: str, topic: str, *, min_messages: int = 1,
 def read_messages_sync(bootstrap: str, topic: str, **kwargs: float) -> list[Captured]:
     """:func:`read_messages` for synchronous callers (scripts, tests)."""
     return asyncio.run(read_messages(bootstrap, topic, **kwargs))  # type: ignore[arg-type]
+
+
+# -- what came out ---------------------------------------------------------------------
+def field_errors(records: list[NormalizedRecord], expected: Mapping[str, Mapping[str, str | None]],
+                 *, service_from_source: bool = False, copies: int = 1) -> list[str]:
+    """How cleaned ``records`` of the marked input lines differ from ``expected``.
+
+    Every marked line must come out ``copies`` times, each with its own event time,
+    its level (where ``expected`` names one) and the service the shipper was told;
+    with ``service_from_source`` (plain lines, no envelope) that is the record's source.
+    """
+    by_marker: dict[str, list[NormalizedRecord]] = {}
+    wrong: list[str] = []
+    for record in records:
+        markers = MARKER.findall(record.message)
+        if len(markers) != 1:
+            wrong.append(f"not one log line per record: {record.message[:200]!r}")
+        for marker in markers:
+            by_marker.setdefault(marker, []).append(record)
+    for marker, want in sorted(expected.items()):
+        found = by_marker.get(marker, [])
+        if len(found) != copies:
+            wrong.append(f"{marker}: {len(found)} records, want {copies}")
+        for record in found[:1]:
+            got = _instant(record.timestamp) if record.timestamp else None
+            if got != _instant(str(want["timestamp"])):
+                wrong.append(f"{marker} time {record.timestamp} ({record.timestamp_rule}), "
+                             f"want {want['timestamp']}")
+            if want["level"] is not None and record.level != want["level"]:
+                wrong.append(f"{marker} level {record.level}, want {want['level']}")
+            service = record.source if service_from_source else record.service
+            if service != want["service"]:
+                wrong.append(f"{marker} service {service}, want {want['service']}")
+    return wrong
+
+
+def _instant(text: str) -> datetime:
+    return datetime.fromisoformat(text.replace("Z", "+00:00")).astimezone(UTC)

@@ -17,16 +17,16 @@ from datetime import UTC, datetime
 import pytest
 
 from streams.clean.cleaner import Cleaner
+from streams.dev.shippers import MARKER
 from streams.ingest.keys import source_of_key
 from streams.records import DeadLetter, NormalizedRecord, RawCoord
 from streams.settings import Settings
 
-from helpers import SHIPPER_FIXTURES, SHIPPER_MARKER, shipper_field_errors
+from helpers import SHIPPER_FIXTURES, shipper_field_errors
 
 FIXTURES = SHIPPER_FIXTURES
 EXPECTED: dict[str, dict[str, str | None]] = json.loads(
     (FIXTURES / "expected.json").read_text())["lines"]
-MARKER = SHIPPER_MARKER
 CAPTURES = sorted(p.stem for p in FIXTURES.glob("*.jsonl"))
 # plain lines carry no envelope: the Kafka key (kcat -k) names the source, as
 # `retro produce` does; the service is then whatever the line itself says
