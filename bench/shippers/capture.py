@@ -81,7 +81,7 @@ def _args() -> argparse.Namespace:
     p.add_argument("--build", action="store_true",
                    help="build the collector from bench/shippers/otelcol-builder.yaml first")
     p.add_argument("--build-dir", default="/tmp/shippers-build")
-    p.add_argument("--batch", type=int, default=40, help="collector batch size (issue: 500)")
+    p.add_argument("--batch", type=int, default=8, help="collector batch size (issue: 500)")
     return p.parse_args()
 
 
@@ -155,7 +155,6 @@ def capture_otelcol(bootstrap: str, work: Path, args: argparse.Namespace) -> dic
     if binary is None or not binary.exists():
         print("otelcol: skipped (give --otelcol PATH or --build)")
         return {}
-    print(subprocess.run([str(binary), "--version"], capture_output=True, text=True).stdout)
     json_topic, proto_topic = _new_topics(bootstrap, "otlp-json", "otlp-proto")
     env = {"SHIPPERS_INPUT": str(work / "input"), "SHIPPERS_BROKER": bootstrap,
            "SHIPPERS_BATCH": str(args.batch), "SHIPPERS_TOPIC_OTLP_JSON": json_topic,
