@@ -41,14 +41,7 @@ def main() -> int:
     args = _args()
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
-    broker = None
-    bootstrap = args.bootstrap
-    if not bootstrap:
-        from streams.dev.broker.launcher import LocalBroker
-
-        broker = LocalBroker(Path(args.state_dir))
-        bootstrap = broker.start(timeout=180).bootstrap
-    try:
+    with shippers.kafka(args.bootstrap, Path(args.state_dir)) as bootstrap:
         for name in args.only.split(","):
             with tempfile.TemporaryDirectory(prefix=f"capture-{name}-") as tmp:
                 work = Path(tmp)
@@ -64,9 +57,6 @@ def main() -> int:
                     path.write_text("".join(json.dumps(_as_json(m)) + "\n" for m in messages))
                     print(f"{fixture}: {len(messages)} messages, {path.stat().st_size} bytes "
                           f"-> {path.relative_to(REPO) if path.is_relative_to(REPO) else path}")
-    finally:
-        if broker is not None and not args.keep_broker:
-            broker.stop()
     return 0
 
 
@@ -74,7 +64,6 @@ def _args() -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--bootstrap", help="a running broker; default: start a local one")
     p.add_argument("--state-dir", default="/tmp/retro-shippers-broker")
-    p.add_argument("--keep-broker", action="store_true")
     p.add_argument("--only", default=",".join(ALL), help=f"comma-separated of {ALL}")
     p.add_argument("--out", default=str(FIXTURES))
     p.add_argument("--otelcol", help="a built collector binary (see --build)")

@@ -41,19 +41,9 @@ def main() -> int:
     p.add_argument("--repeat", type=int, default=1, help="copies of each input line")
     p.add_argument("--wait", type=float, default=300, help="audit --wait seconds")
     args = p.parse_args()
-    broker = None
-    bootstrap = args.bootstrap
-    if not bootstrap:
-        from streams.dev.broker.launcher import LocalBroker
-
-        broker = LocalBroker(Path(args.state_dir))
-        bootstrap = broker.start(timeout=180).bootstrap
-    try:
-        with tempfile.TemporaryDirectory(prefix="otel-check-") as tmp:
-            return check(Path(tmp), bootstrap, args)
-    finally:
-        if broker is not None:
-            broker.stop()
+    with (shippers.kafka(args.bootstrap, Path(args.state_dir)) as bootstrap,
+          tempfile.TemporaryDirectory(prefix="otel-check-") as tmp):
+        return check(Path(tmp), bootstrap, args)
 
 
 def check(work: Path, bootstrap: str, args: argparse.Namespace) -> int:

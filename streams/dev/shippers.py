@@ -180,6 +180,22 @@ def _wait_for(proc: subprocess.Popen[bytes], bootstrap: str, topics: list[str], 
 
 
 # -- Kafka side --------------------------------------------------------------------------
+@contextlib.contextmanager
+def kafka(bootstrap: str | None, state_dir: Path) -> Iterator[str]:
+    """``bootstrap`` as given, or a local broker (``retro broker``) in ``state_dir`` for
+    the duration."""
+    if bootstrap:
+        yield bootstrap
+        return
+    from streams.dev.broker.launcher import LocalBroker
+
+    broker = LocalBroker(state_dir)
+    try:
+        yield broker.start(timeout=180).bootstrap
+    finally:
+        broker.stop()
+
+
 async def create_topics(bootstrap: str, names: list[str], *, partitions: int = 1) -> None:
     """Create ``names`` as a platform team would (the shippers do not create them)."""
     from aiokafka.admin import AIOKafkaAdminClient, NewTopic
