@@ -13,8 +13,6 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import faust
-from aiokafka.admin import AIOKafkaAdminClient
-from aiokafka.structs import TopicPartition
 
 from streams.agents.batch import wire_batch
 from streams.agents.clean import clean_group, wire_clean
@@ -23,13 +21,8 @@ from streams.agents.web import wire_web
 from streams.batch.lane import LaneProcessor
 from streams.gateway.factory import GatewaySet, build_gateways
 from streams.kafka import faust_guards
-from streams.kafka.connect import (
-    aiokafka_kwargs,
-    faust_credentials,
-    partitions_of,
-    resolve_bootstrap,
-    stop_consumer,
-)
+from streams.kafka.connect import faust_credentials, resolve_bootstrap
+from streams.kafka.lag import LagMonitor
 from streams.kafka.stall import StallDetector
 from streams.metrics import Metrics
 from streams.report.store import ReportFollower
@@ -174,50 +167,44 @@ def _wire_reread(app: Any, settings: Settings, metrics: Metrics) -> None:
 
 def _wire_lag(app: Any, settings: Settings, metrics: Metrics, roles: tuple[str, ...],
               health: StallDetector) -> None:
-    """Publish consumer lag per input topic/partition, and feed the stall detector
-    with the partitions this worker's faust consumer owns."""
+    """Publish consumer lag and the oldest uncommitted record's age per input topic,
+    and feed the stall detector with the partitions this worker's faust consumer owns
+    (one long-lived LagMonitor; see ``streams/kafka/lag.py``)."""
     groups = consumer_groups(settings, roles)
+    monitor = LagMonitor(settings)
 
     @app.timer(interval=15.0)
     async def measure_lag() -> None:
         offsets: dict[tuple[str, int], tuple[int, int]] = {}
         try:
             for gid, names in groups.items():
-                offsets.update(await consumer_offsets(settings, gid, names))
+                lags = await monitor.lag(gid, names)
+                for tp, pl in lags.items():
+                    metrics.consumer_lag.labels(gid, tp.topic, str(tp.partition)).set(pl.lag)
+                    offsets[(tp.topic, tp.partition)] = (pl.committed, pl.lag)
+                for topic, age in (await monitor.oldest_ages(lags)).items():
+                    metrics.oldest_age.labels(gid, topic).set(age)
         except Exception as exc:  # metrics must never take the worker down
             logger.warning("measuring consumer lag failed: %r", exc)
             return
-        for (topic, partition), (_, lag) in offsets.items():
-            metrics.consumer_lag.labels(topic, str(partition)).set(lag)
         owned = {(tp.topic, tp.partition) for tp in app.consumer.assignment()}
         mine = {k: v for k, v in offsets.items() if k in owned}
         health.observe({k: c for k, (c, _) in mine.items()},
                        {k: lag for k, (_, lag) in mine.items()})
         metrics.partitions_stalled.set(len(health.stalled()))
 
+    @app.on_before_shutdown.connect
+    async def _close_lag_monitor(app: object, **kwargs: object) -> None:
+        await monitor.close()
+
 
 async def consumer_offsets(
     settings: Settings, gid: str, topics: list[str]
 ) -> dict[tuple[str, int], tuple[int, int]]:
-    """(committed offset, lag) for each partition of ``topics``."""
-    from aiokafka import AIOKafkaConsumer
-
-    admin = AIOKafkaAdminClient(**aiokafka_kwargs(settings))
-    consumer = AIOKafkaConsumer(**aiokafka_kwargs(settings), group_id=None,
-                                enable_auto_commit=False)
-    await admin.start()
-    await consumer.start()
+    """(committed offset, lag) for each partition of ``topics``, with clients of its own."""
+    monitor = LagMonitor(settings)
     try:
-        committed = await admin.list_consumer_group_offsets(gid)
-        tps = [TopicPartition(topic, p) for topic in topics
-               for p in await partitions_of(consumer, topic)]
-        ends = await consumer.end_offsets(tps) if tps else {}
-        out = {}
-        for tp in tps:
-            meta = committed.get(tp)
-            done = meta.offset if meta is not None and meta.offset >= 0 else 0
-            out[(tp.topic, tp.partition)] = (done, max(0, ends[tp] - done))
-        return out
+        lags = await monitor.lag(gid, topics)
     finally:
-        await stop_consumer(consumer)
-        await admin.close()
+        await monitor.close()
+    return {(tp.topic, tp.partition): (pl.committed, pl.lag) for tp, pl in lags.items()}
