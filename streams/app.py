@@ -175,17 +175,11 @@ def _wire_lag(app: Any, settings: Settings, metrics: Metrics, roles: tuple[str, 
 
     @app.timer(interval=15.0)
     async def measure_lag() -> None:
-        offsets: dict[tuple[str, int], tuple[int, int]] = {}
         try:
-            for gid, names in groups.items():
-                lags = await monitor.lag(gid, names)
-                for tp, pl in lags.items():
-                    metrics.consumer_lag.labels(gid, tp.topic, str(tp.partition)).set(pl.lag)
-                    offsets[(tp.topic, tp.partition)] = (pl.committed, pl.lag)
-                for topic, age in (await monitor.oldest_ages(lags)).items():
-                    metrics.oldest_age.labels(gid, topic).set(age)
+            offsets = await monitor.publish(groups, metrics)
         except Exception as exc:  # metrics must never take the worker down
             logger.warning("measuring consumer lag failed: %r", exc)
+            await monitor.close()  # reconnect from scratch next time
             return
         owned = {(tp.topic, tp.partition) for tp in app.consumer.assignment()}
         mine = {k: v for k, v in offsets.items() if k in owned}

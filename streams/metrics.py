@@ -131,6 +131,12 @@ class Metrics:
             "kafka_consumergroup_lag survives a dead worker; this is the supplement)",
             ["consumergroup", "topic", "partition"], registry=r,
         )
+        self.committed_offset = Gauge(
+            "retro_consumer_committed_offset",
+            "A group's committed offset, as the worker reads it (kafka-exporter: "
+            "kafka_consumergroup_current_offset)", ["consumergroup", "topic", "partition"],
+            registry=r,
+        )
         self.oldest_age = Gauge(
             "retro_consumer_oldest_unprocessed_age_seconds",
             "Age of the oldest record a group has not committed yet, per topic (0: no lag)",

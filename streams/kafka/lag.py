@@ -21,6 +21,7 @@ from aiokafka.admin import AIOKafkaAdminClient
 from aiokafka.structs import TopicPartition
 
 from streams.kafka.connect import aiokafka_kwargs, partitions_of, stop_consumer
+from streams.metrics import Metrics
 from streams.settings import Settings
 
 logger = logging.getLogger(__name__)
@@ -115,6 +116,23 @@ class LagMonitor:
                 first[tp] = records[0].timestamp
         ages.update(oldest_age_by_topic(first, self._wall_ms()))
         return ages
+
+    async def publish(
+        self, groups: Mapping[str, list[str]], metrics: Metrics
+    ) -> dict[tuple[str, int], tuple[int, int]]:
+        """Measure every group on its topics into ``metrics``; (committed, lag) by
+        (topic, partition) for the stall detector."""
+        offsets: dict[tuple[str, int], tuple[int, int]] = {}
+        for gid, topics in groups.items():
+            lags = await self.lag(gid, topics)
+            for tp, pl in lags.items():
+                labels = (gid, tp.topic, str(tp.partition))
+                metrics.consumer_lag.labels(*labels).set(pl.lag)
+                metrics.committed_offset.labels(*labels).set(pl.committed)
+                offsets[(tp.topic, tp.partition)] = (pl.committed, pl.lag)
+            for topic, age in (await self.oldest_ages(lags)).items():
+                metrics.oldest_age.labels(gid, topic).set(age)
+        return offsets
 
     async def close(self) -> None:
         if self._consumer is not None:
