@@ -99,6 +99,9 @@ REQUIRED = {
         "retro_fragments_total",
         "retro_review_total",
         "retro_report_updates_total",
+        "kafka_consumergroup_lag",  # lag that survives dead workers
+        "retro_consumer_oldest_unprocessed_age_seconds",
+        "up",
     },
     "retro-rate-limits.json": {
         "retro_model_concurrency_limit",
@@ -110,6 +113,14 @@ REQUIRED = {
         "retro_model_requests_total",
         "retro_model_cache_total",
         "retro_batch_splits_total",
+        # headroom: limits, bucket levels, the provider's own quota, latency by outcome
+        "retro_model_quota_limit_per_minute",
+        "retro_model_bucket_available",
+        "retro_model_provider_remaining",
+        "retro_model_provider_limit",
+        "retro_model_quota_share",
+        "gen_ai_client_operation_duration_seconds_bucket",
+        "gen_ai_client_token_usage_bucket",
     },
 }
 
