@@ -84,7 +84,9 @@ EXTERNAL = {
     "kafka_consumergroup_current_offset": frozenset({"consumergroup", "topic", "partition"}),
     "up": frozenset(),
 }
-AGGREGATIONS = re.compile(r"\b(sum|max|min|avg|count|topk|bottomk|quantile|group)\b\s*(\(|by|without)")
+AGGREGATIONS = re.compile(
+    r"\b(sum|max|min|avg|count|topk|bottomk|quantile|group)\b\s*(\(|by|without)"
+)
 # Pipeline and rate-limit views must keep answering the questions they were built for.
 REQUIRED = {
     "retro-pipeline.json": {
