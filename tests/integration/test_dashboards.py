@@ -18,6 +18,7 @@ import socket
 import subprocess
 import sys
 import time
+import urllib.error
 import urllib.parse
 import urllib.request
 from pathlib import Path
@@ -88,7 +89,11 @@ def _start_prometheus(tmp_path: Path, targets: dict[str, int]) -> tuple[subproce
 
 
 def _query(url: str, expr: str) -> list[dict[str, Any]]:
-    body = json.loads(_get(f"{url}/api/v1/query?" + urllib.parse.urlencode({"query": expr})))
+    try:
+        raw = _get(f"{url}/api/v1/query?" + urllib.parse.urlencode({"query": expr}))
+    except urllib.error.HTTPError as exc:
+        raise AssertionError(f"{expr}: {exc.read().decode()[:300]}") from exc
+    body = json.loads(raw)
     assert body["status"] == "success", body
     return body["data"]["result"]
 
