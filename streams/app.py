@@ -172,6 +172,8 @@ def _wire_lag(app: Any, settings: Settings, metrics: Metrics, roles: tuple[str, 
     (one long-lived LagMonitor; see ``streams/kafka/lag.py``)."""
     groups = consumer_groups(settings, roles)
     monitor = LagMonitor(settings)
+    for topic in input_topics(settings, roles):  # re-reads start at 0, not "No data"
+        metrics.offset_rereads.labels(topic)
 
     @app.timer(interval=15.0)
     async def measure_lag() -> None:

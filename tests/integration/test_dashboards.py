@@ -116,7 +116,8 @@ def _panel_queries() -> list[tuple[str, str, str]]:
 @pytest.mark.skipif(PROMETHEUS is None, reason="prometheus is not installed (Debian package)")
 def test_every_panel_query_returns_series(pipeline_factory, tmp_path: Path) -> None:
     llm_port = free_port()
-    fake = _start_fake_llm(tmp_path, llm_port, "--rpm", "5", "--error-rate", "0.05",
+    fake = _start_fake_llm(tmp_path, llm_port, "--rpm", "5", "--tpm", "200000",
+                           "--error-rate", "0.05",
                            "--seed", "5")
     prometheus = None
     try:

@@ -10,6 +10,7 @@ import uuid
 import pytest
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
 from aiokafka.admin import AIOKafkaAdminClient, NewTopic
+from aiokafka.errors import GroupCoordinatorNotAvailableError
 from aiokafka.structs import OffsetAndMetadata, TopicPartition
 
 from streams.kafka.lag import LagMonitor
@@ -38,7 +39,12 @@ async def _scenario(bootstrap: str) -> None:
     monitor = LagMonitor(settings, wall_ms=lambda: now_ms)
     metrics = Metrics()
     try:
-        lags = await monitor.lag(group, [topic])
+        for _ in range(60):  # a fresh broker creates __consumer_offsets on first use
+            try:
+                lags = await monitor.lag(group, [topic])
+                break
+            except GroupCoordinatorNotAvailableError:
+                await asyncio.sleep(0.5)
         assert {tp.partition: (pl.committed, pl.lag) for tp, pl in lags.items()} == {
             0: (0, 5), 1: (0, 1)}
         assert await monitor.oldest_ages(lags) == {topic: pytest.approx(100.0)}
@@ -47,6 +53,7 @@ async def _scenario(bootstrap: str) -> None:
         committer = AIOKafkaConsumer(bootstrap_servers=bootstrap, group_id=group,
                                      enable_auto_commit=False)
         await committer.start()
+        committer.assign([TopicPartition(topic, 0), TopicPartition(topic, 1)])
         await committer.commit({TopicPartition(topic, 0): OffsetAndMetadata(3, ""),
                                 TopicPartition(topic, 1): OffsetAndMetadata(1, "")})
         await committer.stop()
