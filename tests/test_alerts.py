@@ -94,14 +94,16 @@ def test_every_dashboard_query_parses(tmp_path: Path) -> None:
     """promtool parses each panel query as a recording rule's expression (Grafana's
     variables filled in): a query Prometheus would reject fails here, without a server."""
     rules = []
-    for name in ("retro-pipeline.json", "retro-rate-limits.json"):
+    for n, name in enumerate(("retro-pipeline.json", "retro-rate-limits.json")):
         dashboard = json.loads((GRAFANA / name).read_text("utf-8"))
         for panel in dashboard["panels"]:
             for target in panel.get("targets", []):
                 expr = re.sub(r"\$__\w+", "5m", target["expr"])
                 expr = expr.replace("$namespace", ".*").replace("$group", "retro-stream.*")
-                rules.append({"record": f"panel_{panel['id']}_{target['refId']}", "expr": expr})
+                rules.append({"record": f"dashboard{n}_panel{panel['id']}_{target['refId']}",
+                              "expr": expr})
     doc = {"groups": [{"name": "dashboards", "rules": rules}]}
     (tmp_path / "panels.yaml").write_text(yaml.safe_dump(doc, sort_keys=False))
     done = _promtool("check", "rules", "panels.yaml", cwd=tmp_path)
     assert done.returncode == 0, done.stdout + done.stderr
+    assert f"SUCCESS: {len(rules)} rules found" in done.stdout
