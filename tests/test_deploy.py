@@ -38,8 +38,10 @@ EXPECTED_KINDS: dict[str, set[tuple[str, str]]] = {
         ("keda.sh/v1alpha1", "TriggerAuthentication"),
     },
     "topics.yaml": {("kafka.strimzi.io/v1", "KafkaTopic")},
+    "kafka-exporter.yaml": {("monitoring.coreos.com/v1", "PodMonitor")},
 }
-NOT_IN_KUSTOMIZATION = {"kustomization.yaml", "secret.example.yaml", "topics.yaml"}
+NOT_IN_KUSTOMIZATION = {"kustomization.yaml", "secret.example.yaml", "topics.yaml",
+                        "kafka-exporter.yaml"}
 # KEDA's name for each RETRO_KAFKA__SASL_MECHANISM.
 KEDA_SASL = {
     None: "none",

@@ -6,7 +6,8 @@ Core: every version from 1.29 to the newest the package ships. Custom resources:
 with ``DEPLOY_CRDS_DIR`` naming a folder of CRD files (Strimzi's
 ``043-Crd-kafkatopic.yaml``, KEDA's ``keda.sh_scaledobjects.yaml`` and
 ``keda.sh_triggerauthentications.yaml``, prometheus-operator's
-``monitoring.coreos.com_servicemonitors.yaml``; any file names), each object is
+``monitoring.coreos.com_servicemonitors.yaml``, ``_podmonitors.yaml`` and
+``_prometheusrules.yaml``; any file names), each object is
 validated against the openAPIV3Schema of the version its apiVersion names, which
 must be served; unknown fields fail as ``kubectl apply`` (strict field validation)
 fails them. Without the folder, the fields this project uses are checked against
@@ -29,7 +30,7 @@ ROOT = Path(__file__).resolve().parents[1]
 DEPLOY = ROOT / "deploy"
 MANIFESTS = ("configmap.yaml", "secret.example.yaml", "service.yaml", "worker-clean.yaml",
              "worker-batch.yaml", "worker-compactor.yaml", "servicemonitor.yaml",
-             "keda-scaledobjects.yaml", "topics.yaml")
+             "keda-scaledobjects.yaml", "topics.yaml", "kafka-exporter.yaml")
 CUSTOM_GROUPS = ("kafka.strimzi.io", "keda.sh", "monitoring.coreos.com")
 
 # The spec fields of each custom resource, as its CRD defines them (a subset: what a
@@ -67,6 +68,13 @@ CRD_FIELDS: dict[tuple[str, str], dict[str, Any]] = {
                                         "regex": str, "replacement": str, "action": str,
                                         "separator": str, "modulus": int}],
                        "metricRelabelings": [dict]}],
+    },
+    ("monitoring.coreos.com/v1", "PodMonitor"): {
+        "selector": {"matchLabels": "map", "matchExpressions": [dict]},
+        "namespaceSelector": "map", "jobLabel": str, "podTargetLabels": [str],
+        "podMetricsEndpoints": [{"port": str, "path": str, "scheme": str, "interval": str,
+                                 "scrapeTimeout": str, "honorLabels": bool,
+                                 "relabelings": [dict], "metricRelabelings": [dict]}],
     },
 }
 
