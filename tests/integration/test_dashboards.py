@@ -131,19 +131,21 @@ def test_every_panel_query_returns_series(pipeline_factory, tmp_path: Path) -> N
         p.retro("produce", "--quiet", *sample)
         ports = {role: (p.web_port if role == "compactor" else free_port())
                  for role in ("clean", "batch", "compactor")}
+        # scraping from before the workers start, so their first calls are in the rates
+        prometheus, url = _start_prometheus(tmp_path, ports)
         for role, port in ports.items():
             p.start_worker(role, log_name="worker", RETRO_WEB_PORT=str(port),
                            RETRO_STATE_DIR=str(p.state_dir / role))
-        prometheus, url = _start_prometheus(tmp_path, ports)
 
         def loaded() -> bool:
-            calls = _query(url, "sum(gen_ai_client_operation_duration_seconds_count)")
+            calls = _query(url, 'sum(gen_ai_client_operation_duration_seconds_count'
+                                '{error_type=""})')  # successes, not only 429s
             limited = _query(url, 'sum(retro_model_requests_total{status="rate_limited"})')
             lag = _query(url, "retro_consumer_lag_messages")
             return bool(calls and float(calls[0]["value"][1]) > 0 and limited
                         and float(limited[0]["value"][1]) > 0 and lag)
 
-        _wait(loaded, timeout=300, interval=3, what=f"model calls and 429s\n{p.worker_logs()}")
+        _wait(loaded, timeout=300, interval=3, what=f"successful calls and 429s\n{p.worker_logs()}")
         # more load while the panels are read, and a few rate windows of samples
         more = [str(x) for x in write_sample(tmp_path / "more", records=800, include_bad=True)]
         p.retro("produce", "--quiet", *more)
