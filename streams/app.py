@@ -13,8 +13,6 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import faust
-from aiokafka.admin import AIOKafkaAdminClient
-from aiokafka.structs import TopicPartition
 
 from streams.agents.batch import BatchLoop, lanes_group, wire_batch
 from streams.agents.clean import clean_group, wire_clean
@@ -24,14 +22,8 @@ from streams.agents.web import wire_web
 from streams.batch.lane import LaneProcessor
 from streams.gateway.factory import GatewaySet, build_gateways
 from streams.kafka import faust_guards
-from streams.kafka.connect import (
-    aiokafka_kwargs,
-    faust_credentials,
-    partitions_of,
-    resolve_bootstrap,
-    stop_consumer,
-)
-from streams.kafka.inputs import input_topics as input_topics_of
+from streams.kafka.connect import faust_credentials, resolve_bootstrap
+from streams.kafka.lag import LagMonitor
 from streams.kafka.stall import StallDetector
 from streams.metrics import Metrics
 from streams.report.store import ReportFollower
@@ -144,7 +136,8 @@ def build_app(settings: Settings, *, roles: tuple[str, ...] = ROLES,
         wired = wire_batch(
             app, settings, metrics, topics,
             {"fast": worker.gateways.fast, "slow": worker.gateways.slow},
-            worker.gateways.window_counter(settings.model.name))
+            worker.gateways.window_counter(settings.model.name),
+            on_assignment=worker.gateways.follow_assignment)
         if isinstance(wired, BatchLoop):
             worker.batch_loop = wired
         else:
@@ -195,22 +188,23 @@ def _wire_reread(app: Any, settings: Settings, metrics: Metrics) -> None:
 
 def _wire_lag(app: Any, settings: Settings, metrics: Metrics, roles: tuple[str, ...],
               health: StallDetector, batch_loop: BatchLoop | None) -> None:
-    """Publish consumer lag per input topic/partition, and feed the stall detector
-    with the partitions this worker's faust consumer and batch loop own."""
+    """Publish consumer lag and the oldest uncommitted record's age per input topic,
+    and feed the stall detector with the partitions this worker's faust consumer and
+    batch loop own (one long-lived LagMonitor; see ``streams/kafka/lag.py``)."""
     groups = consumer_groups(settings, roles)
+    monitor = LagMonitor(settings)
+    for topic in input_topics(settings, roles):  # re-reads start at 0, not "No data"
+        metrics.offset_rereads.labels(topic)
 
     @app.timer(interval=15.0)
     async def measure_lag() -> None:
-        offsets: dict[tuple[str, int], tuple[int, int]] = {}
         try:
-            for gid, names in groups.items():
-                offsets.update(await consumer_offsets(
-                    settings, gid, names, inputs=gid == clean_group(group_id(settings, roles))))
+            offsets = await monitor.publish(
+                await with_pattern_inputs(groups, monitor, settings, roles), metrics)
         except Exception as exc:  # metrics must never take the worker down
             logger.warning("measuring consumer lag failed: %r", exc)
+            await monitor.close()  # reconnect from scratch next time
             return
-        for (topic, partition), (_, lag) in offsets.items():
-            metrics.consumer_lag.labels(topic, str(partition)).set(lag)
         owned = {(tp.topic, tp.partition) for tp in app.consumer.assignment()}
         if batch_loop is not None:
             owned |= {(tp.topic, tp.partition) for tp in batch_loop.assignment()}
@@ -219,32 +213,32 @@ def _wire_lag(app: Any, settings: Settings, metrics: Metrics, roles: tuple[str, 
                        {k: lag for k, (_, lag) in mine.items()})
         metrics.partitions_stalled.set(len(health.stalled()))
 
+    @app.on_before_shutdown.connect
+    async def _close_lag_monitor(app: object, **kwargs: object) -> None:
+        await monitor.close()
+
+
+async def with_pattern_inputs(groups: dict[str, list[str]], monitor: LagMonitor,
+                              settings: Settings, roles: tuple[str, ...]
+                              ) -> dict[str, list[str]]:
+    """``groups`` with the topics matching RETRO_TOPICS__RAW_PATTERN now added to the
+    clean loop's group (topics matching it may appear at any time)."""
+    clean = clean_group(group_id(settings, roles))
+    if clean not in groups or not settings.topics.raw_pattern:
+        return groups
+    return {**groups, clean: sorted(set(groups[clean]) | set(await monitor.input_topics()))}
+
 
 async def consumer_offsets(
     settings: Settings, gid: str, topics: list[str], *, inputs: bool = False
 ) -> dict[tuple[str, int], tuple[int, int]]:
     """(committed offset, lag) for each partition of ``topics`` (with ``inputs``: of
     every input topic the cluster has, the pattern's matches included)."""
-    from aiokafka import AIOKafkaConsumer
-
-    admin = AIOKafkaAdminClient(**aiokafka_kwargs(settings))
-    consumer = AIOKafkaConsumer(**aiokafka_kwargs(settings), group_id=None,
-                                enable_auto_commit=False)
-    await admin.start()
-    await consumer.start()
+    monitor = LagMonitor(settings)
     try:
-        committed = await admin.list_consumer_group_offsets(gid)
         if inputs:
-            topics = sorted(set(topics) | set(await input_topics_of(settings, consumer)))
-        tps = [TopicPartition(topic, p) for topic in topics
-               for p in await partitions_of(consumer, topic)]
-        ends = await consumer.end_offsets(tps) if tps else {}
-        out = {}
-        for tp in tps:
-            meta = committed.get(tp)
-            done = meta.offset if meta is not None and meta.offset >= 0 else 0
-            out[(tp.topic, tp.partition)] = (done, max(0, ends[tp] - done))
-        return out
+            topics = sorted(set(topics) | set(await monitor.input_topics()))
+        lags = await monitor.lag(gid, topics)
     finally:
-        await stop_consumer(consumer)
-        await admin.close()
+        await monitor.close()
+    return {(tp.topic, tp.partition): (pl.committed, pl.lag) for tp, pl in lags.items()}

@@ -104,9 +104,12 @@ class TransientModelError(ModelError):
 class RateLimited(TransientModelError):
     reason = "rate_limited"
 
-    def __init__(self, message: str, *, retry_after: float | None = None) -> None:
+    def __init__(self, message: str, *, retry_after: float | None = None,
+                 limit: str = "unknown", ratelimit: dict[str, int] | None = None) -> None:
         super().__init__(message)
         self.retry_after = retry_after
+        self.limit = limit  # which quota the provider says ran out: requests | tokens | unknown
+        self.ratelimit = ratelimit or {}  # x-ratelimit-* headers of the 429
 
 
 class PermanentModelError(ModelError):

@@ -7,7 +7,30 @@ format, kind, status).
 
 from __future__ import annotations
 
-from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+import platform
+from importlib import metadata
+
+from prometheus_client import (
+    CollectorRegistry,
+    Counter,
+    Gauge,
+    Histogram,
+    PlatformCollector,
+    ProcessCollector,
+)
+
+LANES = ("fast", "slow")
+# Label values known up front: their series start at 0 so no panel shows "No data".
+CALL_STATUSES = ("ok", "rate_limited", "error", "timeout", "context", "truncated")
+RETRY_REASONS = ("rate_limited", "timeout", "server_error", "connection", "malformed_output")
+REVIEW_REASONS = ("model_unavailable", "retry_budget_exhausted", "malformed_output",
+                  "validation_failed")
+SPLIT_REASONS = ("context_length", "truncated")
+QUOTA_KINDS = ("requests", "tokens")  # the provider's x-ratelimit-* kinds
+# OpenTelemetry GenAI semantic conventions (gen_ai.client.*), in Prometheus form.
+GENAI_TOKEN_BUCKETS = (1, 4, 16, 64, 256, 1024, 4096, 16384, 65536, 262144, 1048576)
+GENAI_DURATION_BUCKETS = (0.01, 0.02, 0.04, 0.08, 0.16, 0.32, 0.64, 1.28, 2.56, 5.12, 10.24,
+                          20.48, 40.96, 81.92)
 
 
 class Metrics:
@@ -47,10 +70,6 @@ class Metrics:
             "retro_redactions_total", "Secrets and PII replaced by placeholders", ["kind"],
             registry=r,
         )
-        self.clean_seconds = Histogram(
-            "retro_clean_duration_seconds", "Time to clean one record", registry=r,
-            buckets=(0.0001, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.05, 0.1),
-        )
         self.batches = Counter(
             "retro_batches_total", "Batches flushed", ["lane", "trigger"], registry=r
         )
@@ -75,8 +94,9 @@ class Metrics:
             registry=r, buckets=(0.05, 0.1, 0.25, 0.5, 1, 2, 4, 8, 16, 32, 64),
         )
         self.rate_limited = Counter(
-            "retro_model_rate_limited_total", "429 answers from the model provider", ["lane"],
-            registry=r,
+            "retro_model_rate_limited_total",
+            "429 answers from the model provider by the limit they name", ["lane", "limit"],
+            registry=r,  # limit: requests | tokens | unknown (the count is requests_total's)
         )
         self.retries = Counter(
             "retro_model_retries_total", "Model request retries", ["lane", "reason"], registry=r
@@ -121,10 +141,103 @@ class Metrics:
             registry=r,
         )
         self.consumer_lag = Gauge(
-            "retro_consumer_lag_messages", "Messages behind the log end", ["topic", "partition"],
+            "retro_consumer_lag_messages",
+            "Messages behind the log end, as the worker measures it (kafka-exporter's "
+            "kafka_consumergroup_lag survives a dead worker; this is the supplement)",
+            ["consumergroup", "topic", "partition"], registry=r,
+        )
+        self.committed_offset = Gauge(
+            "retro_consumer_committed_offset",
+            "A group's committed offset, as the worker reads it (kafka-exporter: "
+            "kafka_consumergroup_current_offset)", ["consumergroup", "topic", "partition"],
             registry=r,
         )
+        self.oldest_age = Gauge(
+            "retro_consumer_oldest_unprocessed_age_seconds",
+            "Age of the oldest record a group has not committed yet, per topic (0: no lag)",
+            ["consumergroup", "topic"], registry=r,
+        )
+        self.quota_share = Gauge(
+            "retro_model_quota_share",
+            "This pod's share of the provider quota (its lane partitions / all)", registry=r,
+        )
+        self.quota_limit = Gauge(
+            "retro_model_quota_limit_per_minute",
+            "This pod's client-side limit: requests or tokens per minute", ["kind"], registry=r,
+        )
+        self.bucket_available = Gauge(
+            "retro_model_bucket_available",
+            "What the client-side RPM/TPM bucket holds right now", ["kind"], registry=r,
+        )
+        self.provider_remaining = Gauge(
+            "retro_model_provider_remaining",
+            "The provider's x-ratelimit-remaining-* on its last answer", ["kind"], registry=r,
+        )
+        self.provider_limit = Gauge(
+            "retro_model_provider_limit",
+            "The provider's x-ratelimit-limit-* on its last answer", ["kind"], registry=r,
+        )
+        self.genai_tokens = Histogram(
+            "gen_ai_client_token_usage",
+            "Tokens per model call (OpenTelemetry gen_ai.client.token.usage)",
+            ["gen_ai_operation_name", "gen_ai_provider_name", "gen_ai_request_model",
+             "gen_ai_token_type"], registry=r, buckets=GENAI_TOKEN_BUCKETS,
+        )
+        self.genai_duration = Histogram(
+            "gen_ai_client_operation_duration_seconds",
+            "Model call duration by outcome (OpenTelemetry gen_ai.client.operation.duration; "
+            "error_type empty on success)",
+            ["gen_ai_operation_name", "gen_ai_provider_name", "gen_ai_request_model",
+             "error_type"], registry=r, buckets=GENAI_DURATION_BUCKETS,
+        )
+        self.build_info = Gauge(
+            "retro_build_info", "Always 1; the running version", ["version", "python"],
+            registry=r,
+        )
+        self.build_info.labels(_version(), platform.python_version()).set(1)
+        ProcessCollector(registry=r)
+        PlatformCollector(registry=r)
         self.report_updates = Counter(
             "retro_report_updates_total", "Fragments merged into reports", ["result"],
             registry=r,  # result: applied | duplicate | partial
         )
+        self.start_at_zero()
+
+    def start_at_zero(self) -> None:
+        """Create the labelled series whose values are known up front, at 0.
+
+        A series is born on first use, so a rare event (a cache hit, a split, a retry
+        refusal) showed as "No data" until it happened; at 0 it is a flat line.
+        """
+        for lane in LANES:
+            for status in CALL_STATUSES:
+                self.model_calls.labels(lane, status)
+            for kind in ("prompt", "completion"):
+                self.tokens.labels(lane, kind)
+            for limit in (*QUOTA_KINDS, "unknown"):
+                self.rate_limited.labels(lane, limit)
+            for reason in RETRY_REASONS:
+                self.retries.labels(lane, reason)
+            for reason in REVIEW_REASONS:
+                self.reviews.labels(lane, reason)
+            for reason in SPLIT_REASONS:
+                self.splits.labels(lane, reason)
+            for result in ("hit", "miss"):
+                self.cache.labels(lane, result)
+            self.retry_budget_exhausted.labels(lane)
+            self.fragments.labels(lane)
+            self.concurrency_limit.labels(lane)
+            self.in_flight.labels(lane)
+            self.model_latency.labels(lane)
+        for kind in QUOTA_KINDS:
+            self.quota_limit.labels(kind)
+            self.bucket_available.labels(kind)
+        for result in ("applied", "duplicate", "partial"):
+            self.report_updates.labels(result)
+
+
+def _version() -> str:
+    try:
+        return metadata.version("retro-stream")
+    except metadata.PackageNotFoundError:
+        return "unknown"

@@ -67,6 +67,9 @@ FUNCTIONS = frozenset(
         "topk",
         "bottomk",
         "vector",
+        "changes",
+        "group",
+        "last_over_time",
     }
 )
 KEYWORDS = frozenset({"and", "or", "unless", "bool", "offset"})
@@ -74,6 +77,16 @@ GROUPING = re.compile(r"\b(by|without|on|ignoring|group_left|group_right)\s*\(([
 SELECTOR = re.compile(r"(?P<name>[A-Za-z_:][\w:]*)?\s*\{(?P<body>[^{}]*)\}")
 STRING = re.compile(r'"(?:[^"\\]|\\.)*"|\'(?:[^\'\\]|\\.)*\'|`[^`]*`')
 NUMBER = re.compile(r"(?<![\w:])\d+(?:\.\d+)?(?:[eE][+-]?\d+)?[a-zA-Z]*")
+# Series other exporters add: kafka-exporter (Strimzi's kafkaExporter) for lag that
+# survives dead workers, and Prometheus's own `up` per scrape target.
+EXTERNAL = {
+    "kafka_consumergroup_lag": frozenset({"consumergroup", "topic", "partition"}),
+    "kafka_consumergroup_current_offset": frozenset({"consumergroup", "topic", "partition"}),
+    "up": frozenset(),
+}
+AGGREGATIONS = re.compile(
+    r"\b(sum|max|min|avg|count|topk|bottomk|quantile|group)\b\s*(\(|by|without)"
+)
 # Pipeline and rate-limit views must keep answering the questions they were built for.
 REQUIRED = {
     "retro-pipeline.json": {
@@ -88,6 +101,9 @@ REQUIRED = {
         "retro_fragments_total",
         "retro_review_total",
         "retro_report_updates_total",
+        "kafka_consumergroup_lag",  # lag that survives dead workers
+        "retro_consumer_oldest_unprocessed_age_seconds",
+        "up",
     },
     "retro-rate-limits.json": {
         "retro_model_concurrency_limit",
@@ -99,6 +115,14 @@ REQUIRED = {
         "retro_model_requests_total",
         "retro_model_cache_total",
         "retro_batch_splits_total",
+        # headroom: limits, bucket levels, the provider's own quota, latency by outcome
+        "retro_model_quota_limit_per_minute",
+        "retro_model_bucket_available",
+        "retro_model_provider_remaining",
+        "retro_model_provider_limit",
+        "retro_model_quota_share",
+        "gen_ai_client_operation_duration_seconds_bucket",
+        "gen_ai_client_token_usage_bucket",
     },
 }
 
@@ -119,7 +143,11 @@ def exposed() -> dict[str, frozenset[str]]:
     for family in text_string_to_metric_families(text):
         for sample in family.samples:
             out.setdefault(sample.name, set()).update(sample.labels)
-    return {name: frozenset(labels) for name, labels in out.items()}
+    known = {name: frozenset(labels) for name, labels in out.items()} | EXTERNAL
+    for rule in recording_rules():  # a recorded series keeps what its expression keeps
+        known[rule["record"]] = frozenset(GROUPING.findall(rule["expr"])[0][1].replace(" ", "")
+                                          .split(","))
+    return known
 
 
 # --- a small PromQL checker --------------------------------------------------------------
@@ -308,9 +336,26 @@ def test_dashboard_covers_its_metrics(name: str) -> None:
 # --- alert rules ---------------------------------------------------------------------------
 
 
-def alert_rules() -> list[dict[str, Any]]:
+def _rules() -> list[dict[str, Any]]:
     doc = yaml.safe_load((GRAFANA / "alerts.yaml").read_text("utf-8"))
     return [rule for group in doc["groups"] for rule in group["rules"]]
+
+
+def alert_rules() -> list[dict[str, Any]]:
+    return [rule for rule in _rules() if "alert" in rule]
+
+
+def recording_rules() -> list[dict[str, Any]]:
+    return [rule for rule in _rules() if "record" in rule]
+
+
+def kept_labels(expr: str, metrics: set[str], grouping: set[str]) -> set[str]:
+    """Labels an expression's result can carry: its grouping, what label_replace sets,
+    and every label of its metrics when nothing aggregates them away."""
+    kept = set(grouping) | set(re.findall(r'label_replace\([^"]*"(\w+)"', expr))
+    if not AGGREGATIONS.search(expr):
+        kept |= SCRAPE_LABELS.union(*(exposed().get(m, frozenset()) for m in metrics))
+    return kept
 
 
 def test_alert_rules_are_well_formed() -> None:
@@ -325,9 +370,14 @@ def test_alert_rules_are_well_formed() -> None:
 
 
 def test_alerts_cover_the_agreed_conditions() -> None:
-    used = set().union(*(analyse(r["expr"])[0] for r in alert_rules()))
+    used = set().union(*(analyse(r["expr"])[0] for r in alert_rules() + recording_rules()))
     assert {
         "retro_consumer_lag_messages",
+        "kafka_consumergroup_lag",  # lag that outlives the workers
+        "kafka_consumergroup_current_offset",
+        "retro_consumer_committed_offset",
+        "retro_consumer_oldest_unprocessed_age_seconds",
+        "up",
         "retro_offset_rereads_total",
         "retro_deadletter_total",
         "retro_model_rate_limited_total",
@@ -338,11 +388,13 @@ def test_alerts_cover_the_agreed_conditions() -> None:
 
 def test_alert_expressions_use_real_metrics_and_labels() -> None:
     problems = {}
-    for rule in alert_rules():
-        _, grouping, found = analyse(rule["expr"])
-        text = " ".join(rule["annotations"].values()) + " ".join(rule["labels"].values())
-        for label in template_labels(text, r"\$labels\.(\w+)") - grouping:
+    for rule in alert_rules() + recording_rules():
+        metrics, grouping, found = analyse(rule["expr"])
+        text = " ".join(rule.get("annotations", {}).values()) + " ".join(
+            rule.get("labels", {}).values())
+        for label in template_labels(text, r"\$labels\.(\w+)") - kept_labels(
+                rule["expr"], metrics, grouping):
             found.append(f"annotation uses $labels.{label}, which the expression drops")
         if found:
-            problems[rule["alert"]] = found
+            problems[rule.get("alert") or rule["record"]] = found
     assert problems == {}

@@ -19,9 +19,16 @@ from __future__ import annotations
 import asyncio
 import functools
 import logging
+from collections.abc import Callable
 from typing import Any
 
-from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, ConsumerRecord, TopicPartition
+from aiokafka import (
+    AIOKafkaConsumer,
+    AIOKafkaProducer,
+    ConsumerRebalanceListener,
+    ConsumerRecord,
+    TopicPartition,
+)
 from aiokafka.errors import CommitFailedError, ConsumerStoppedError, IllegalStateError
 from pydantic import ValidationError
 
@@ -41,6 +48,8 @@ logger = logging.getLogger(__name__)
 
 
 LANES = ("fast", "slow")
+# (lane partitions owned, lane topic -> partition count) after each rebalance
+OnAssignment = Callable[[list[tuple[str, int]], dict[str, int]], object]
 FETCH_RECORDS = 2000  # records per getmany
 RESTART_SECONDS = 5.0  # after a failed publication, before the loop reads its commits again
 
@@ -52,11 +61,15 @@ def wire_batch(
     topics: dict[str, Any],
     gateways: dict[str, Gateway],
     counter: TokenCounter,
+    on_assignment: OnAssignment | None = None,
 ) -> BatchLoop | dict[str, LaneProcessor]:
-    """The aiokafka loop (run as a worker task), or one faust agent per lane."""
+    """The aiokafka loop (run as a worker task), or one faust agent per lane.
+
+    ``on_assignment`` hears the loop's lane partitions after every rebalance (the
+    model quota follows them); the faust agents do not call it."""
     if settings.batch.engine == "aiokafka":
         loop = BatchLoop(settings, metrics, gateways, counter,
-                         group=lanes_group(app.conf.id))
+                         group=lanes_group(app.conf.id), on_assignment=on_assignment)
 
         @app.task
         async def batch_loop() -> None:
@@ -157,6 +170,19 @@ class _Commits:
         return {tp: offset for tp, offset in ready.items() if tp in owned}
 
 
+class _Rebalance(ConsumerRebalanceListener):
+    """Commit what is done before partitions leave; report what arrived."""
+
+    def __init__(self, loop: BatchLoop) -> None:
+        self.loop = loop
+
+    async def on_partitions_revoked(self, revoked: Any) -> None:
+        await self.loop._commit()
+
+    async def on_partitions_assigned(self, assigned: Any) -> None:
+        self.loop.assigned(set(assigned))
+
+
 class BatchLoop:
     """The batch stage on aiokafka: both lanes in one consumer, committed on delivery.
 
@@ -168,8 +194,10 @@ class BatchLoop:
     """
 
     def __init__(self, settings: Settings, metrics: Metrics, gateways: dict[str, Gateway],
-                 counter: TokenCounter, *, group: str) -> None:
+                 counter: TokenCounter, *, group: str,
+                 on_assignment: OnAssignment | None = None) -> None:
         self.settings = settings
+        self.on_assignment = on_assignment
         self.metrics = metrics
         self.gateways = gateways
         self.counter = counter
@@ -194,12 +222,13 @@ class BatchLoop:
                 **aiokafka_kwargs(s), acks="all", linger_ms=10, max_batch_size=256 * 1024,
                 max_request_size=s.kafka.max_message_bytes)
             self._consumer = AIOKafkaConsumer(
-                s.topics.fast, s.topics.slow, **aiokafka_kwargs(s), group_id=self.group,
+                **aiokafka_kwargs(s), group_id=self.group,
                 enable_auto_commit=False, auto_offset_reset="earliest",
                 session_timeout_ms=int(s.kafka.session_timeout_seconds * 1000),
                 heartbeat_interval_ms=int(max(1.0, s.kafka.session_timeout_seconds / 10) * 1000),
                 # records wait in windows and on the model between fetches
                 max_poll_interval_ms=int(max(300.0, 4 * s.slow.timeout_seconds) * 1000))
+            self._consumer.subscribe([s.topics.fast, s.topics.slow], listener=_Rebalance(self))
             self._commits = _Commits()
             self.processors = {lane: new_processor(
                 s, lane, self.gateways[lane], self.counter, self.metrics,
@@ -284,6 +313,16 @@ class BatchLoop:
         except (CommitFailedError, IllegalStateError) as exc:
             logger.warning("commit refused after a rebalance (%s); the partitions' new "
                            "owner reads those records again", exc)
+
+    def assigned(self, partitions: set[TopicPartition]) -> None:
+        """After a rebalance: tell ``on_assignment`` which lane partitions are ours."""
+        consumer = self._consumer
+        if self.on_assignment is None or consumer is None:
+            return
+        counts = {t: len(consumer.partitions_for_topic(t) or ()) for t in self.lane_of}
+        if not all(counts.values()):
+            return  # no metadata yet; the next rebalance tells
+        self.on_assignment(sorted((tp.topic, tp.partition) for tp in partitions), counts)
 
     async def drain(self, timeout: float) -> None:
         """On shutdown: stop fetching, flush windows, wait for batches in flight up to

@@ -22,7 +22,7 @@ import logging
 import re
 import time
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from email.utils import parsedate_to_datetime
 from typing import Any, Protocol
 
@@ -60,6 +60,8 @@ class ChatResult:
     finish_reason: str  # "stop", "length" (cut at max_tokens), ...
     prompt_tokens: int
     completion_tokens: int
+    # the provider's x-ratelimit-{limit,remaining}-{requests,tokens} headers, if it sends them
+    ratelimit: dict[str, int] = field(default_factory=dict)
 
 
 class ChatBackend(Protocol):
@@ -164,7 +166,9 @@ class OpenAIBackend:
             ) from exc
         logger.debug("model response: %s from %s (%d bytes)", status, url, len(text))
         if 200 <= status < 300:
-            return self._result(text, url)
+            result = self._result(text, url)
+            result.ratelimit = parse_ratelimit(response_headers)
+            return result
         raise self._error(status, response_headers, text, url)
 
     def _result(self, text: str, url: str) -> ChatResult:
@@ -199,7 +203,9 @@ class OpenAIBackend:
                     said + "; the account is out of quota, retrying will not help",
                     reason="quota_exhausted",
                 )
-            return RateLimited(said, retry_after=parse_retry_after(headers))
+            ratelimit = parse_ratelimit(headers)
+            return RateLimited(said, retry_after=parse_retry_after(headers),
+                               limit=exhausted_limit(ratelimit, message), ratelimit=ratelimit)
         if status >= 500 or status in _TRANSIENT_STATUS:
             return TransientModelError(said, reason="timeout" if status == 408 else "server_error")
         if status in (400, 413, 422) and _CONTEXT_HINT.search(f"{code} {message}"):
@@ -239,6 +245,33 @@ def _error_info(text: str) -> tuple[str | None, str]:
     if isinstance(data, dict) and "detail" in data:
         return None, str(data["detail"])
     return None, text.strip()[:_MAX_DETAIL_CHARS]
+
+
+_RATELIMIT_HEADER = re.compile(r"x-ratelimit-(limit|remaining)-(requests|tokens)")
+_LIMIT_IN_MESSAGE = re.compile(r"\b(requests|tokens) per (?:min|day)", re.IGNORECASE)
+
+
+def parse_ratelimit(headers: Mapping[str, str]) -> dict[str, int]:
+    """``{"remaining-tokens": 1200, "limit-requests": 500, ...}`` from OpenAI-style headers
+    (also sent by vLLM gateways, Azure OpenAI and others); unparseable values are skipped."""
+    out: dict[str, int] = {}
+    for key, value in headers.items():
+        match = _RATELIMIT_HEADER.fullmatch(key.lower())
+        if match:
+            try:
+                out[f"{match[1]}-{match[2]}"] = int(float(value))
+            except ValueError:
+                continue
+    return out
+
+
+def exhausted_limit(ratelimit: Mapping[str, int], message: str) -> str:
+    """Which quota a 429 is about: requests | tokens | unknown (headers first, then text)."""
+    for kind in ("requests", "tokens"):
+        if ratelimit.get(f"remaining-{kind}") == 0:
+            return kind
+    match = _LIMIT_IN_MESSAGE.search(message)
+    return match[1].lower() if match else "unknown"
 
 
 def parse_retry_after(headers: Mapping[str, str], *, now: float | None = None) -> float | None:

@@ -93,6 +93,24 @@ class TokenBucket:
                     return
                 await self._sleep(self._wait_time(amount, now))
 
+    def set_rate(self, rate_per_minute: float, capacity: float | None = None) -> None:
+        """Change the refill rate (and capacity, default: the new rate) from now on.
+
+        What accrued so far is kept at the old rate; tokens above the new capacity are
+        dropped, so a shrinking share cannot be spent as one last burst.
+        """
+        capacity = rate_per_minute if capacity is None else capacity
+        if rate_per_minute <= 0 or capacity <= 0:
+            raise ValueError(
+                f"rate_per_minute and capacity must be positive, got {rate_per_minute}, "
+                f"{capacity}"
+            )
+        if self._last is not None:
+            self._refill(self._now())
+        self.rate_per_minute = float(rate_per_minute)
+        self.capacity = float(capacity)
+        self._tokens = min(self._tokens, self.capacity)
+
     def penalize(self, seconds: float) -> None:
         """Empty the bucket and keep it empty for ``seconds`` (a provider Retry-After)."""
         if seconds <= 0:

@@ -117,7 +117,7 @@ class ModelCaller:
             except RateLimited as exc:
                 failure: ModelError = exc
                 retry_after = exc.retry_after
-                self._on_rate_limited(retry_after)
+                self._on_rate_limited(retry_after, exc)
             except TransientModelError as exc:
                 failure = exc
             except ContextTooLong as exc:
@@ -186,15 +186,18 @@ class ModelCaller:
         if self.calibration is not None and observe is not None and result.prompt_tokens > 0:
             self.calibration.observe(self.model, observe, result.prompt_tokens)
         self.telemetry.tokens(result.prompt_tokens, result.completion_tokens)
+        self.telemetry.provider_quota(result.ratelimit)
         self._gauges(held=0)
 
-    def _on_rate_limited(self, retry_after: float | None) -> None:
+    def _on_rate_limited(self, retry_after: float | None, exc: RateLimited) -> None:
         self.limiter.on_rate_limited()
         if retry_after:
             self.rpm.penalize(retry_after)
             self.tpm.penalize(retry_after)
-        self.telemetry.rate_limited()
+        self.telemetry.rate_limited(exc.limit)
+        self.telemetry.provider_quota(exc.ratelimit)
         self._gauges(held=0)
 
     def _gauges(self, *, held: int) -> None:
         self.telemetry.concurrency(self.limiter.limit, self.limiter.in_flight - held)
+        self.telemetry.buckets(self.rpm.available, self.tpm.available)

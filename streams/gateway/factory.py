@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import random
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
 from streams.clean.tokens import TokenCalibration, TokenCounter
@@ -18,6 +19,7 @@ from streams.gateway.buckets import TokenBucket
 from streams.gateway.cache import AnswerCache, build_cache
 from streams.gateway.caller import ModelCaller
 from streams.gateway.gateway import Gateway
+from streams.gateway.quota import QuotaShare, assignment_share
 from streams.gateway.retry import RetryBudget
 from streams.gateway.telemetry import LaneMetrics
 from streams.metrics import Metrics
@@ -48,6 +50,20 @@ class GatewaySet:
     cache: AnswerCache
     calibration: TokenCalibration
     counter: TokenCounter
+    quota: QuotaShare
+
+    def set_quota_share(self, fraction: float, *, floor: float = 0.0) -> None:
+        """Use ``fraction`` of RETRO_MODEL__RPM/TPM (the provider's quota), see quota.py."""
+        self.quota.set(fraction, floor=floor)
+
+    def follow_assignment(
+        self, assigned: Iterable[tuple[str, int]], partitions: Mapping[str, int]
+    ) -> float:
+        """The batch stage calls this on every rebalance with its lane partitions
+        (``partitions``: lane topic -> partition count); returns the share taken."""
+        share = assignment_share(assigned, partitions)
+        self.set_quota_share(share, floor=1 / sum(partitions.values()))
+        return share
 
     def lane(self, name: str) -> Gateway:
         return self.fast if name == "fast" else self.slow
@@ -99,7 +115,8 @@ def build_gateways(
             max_attempts=m.max_attempts,
             backoff_base=m.backoff_base_seconds,
             calibration=calibration,
-            telemetry=LaneMetrics(metrics, lane),  # type: ignore[arg-type]
+            telemetry=LaneMetrics(metrics, lane, model=m.name,  # type: ignore[arg-type]
+                                  provider=m.effective_backend),
             sleep=asyncio.sleep,
             rng=random.Random(),
         )
@@ -112,7 +129,12 @@ def build_gateways(
             cache=cache,
         )
 
+    quota = QuotaShare(
+        rpm=rpm, tpm=tpm, rpm_quota=m.rpm, tpm_quota=m.tpm, metrics=metrics,
+        min_tokens=max(settings.fast.context_window, settings.slow.context_window),
+    )
     return GatewaySet(
+        quota=quota,
         fast=gateway("fast"),
         slow=gateway("slow"),
         backend=backend,

@@ -22,31 +22,77 @@ def call_status(exc: ModelError) -> str:
     return "error"
 
 
-class LaneMetrics:
-    __slots__ = ("lane", "metrics")
+GENAI_OPERATION = "chat"
+# OpenTelemetry gen_ai.token.type values for our token kinds
+GENAI_TOKEN_TYPE = {"prompt": "input", "completion": "output"}
 
-    def __init__(self, metrics: Metrics | None, lane: Lane) -> None:
+
+class LaneMetrics:
+    """One lane's model telemetry, under retro_* names and the OpenTelemetry GenAI ones.
+
+    ``model`` and ``provider`` fill ``gen_ai_request_model`` and ``gen_ai_provider_name``
+    (one value each per deployment, so the cardinality stays low).
+    """
+
+    __slots__ = ("lane", "metrics", "model", "provider")
+
+    def __init__(self, metrics: Metrics | None, lane: Lane, *, model: str = "",
+                 provider: str = "openai") -> None:
         self.metrics = metrics
         self.lane: Lane = lane
+        self.model = model
+        self.provider = provider
+        if metrics is not None:
+            self._genai_duration("")  # successes start at 0, so the panel has a series
+            self._genai_duration("rate_limited")
+
+    def _genai_duration(self, error_type: str) -> object:
+        assert self.metrics is not None
+        return self.metrics.genai_duration.labels(GENAI_OPERATION, self.provider, self.model,
+                                                  error_type)
 
     def call(self, status: str, seconds: float) -> None:
+        """One backend call ended: ``status`` ok | truncated | a ``call_status`` failure."""
         if self.metrics is not None:
             self.metrics.model_calls.labels(self.lane, status).inc()
             self.metrics.model_latency.labels(self.lane).observe(seconds)
+            # semconv: error.type is absent on success; a cut answer still is one
+            error_type = "" if status in ("ok", "truncated") else status
+            self._genai_duration(error_type).observe(seconds)  # type: ignore[attr-defined]
 
     def tokens(self, prompt: int, completion: int) -> None:
         if self.metrics is not None:
             self.metrics.tokens.labels(self.lane, "prompt").inc(prompt)
             self.metrics.tokens.labels(self.lane, "completion").inc(completion)
+            for kind, count in (("prompt", prompt), ("completion", completion)):
+                self.metrics.genai_tokens.labels(
+                    GENAI_OPERATION, self.provider, self.model, GENAI_TOKEN_TYPE[kind]
+                ).observe(count)
+
+    def provider_quota(self, ratelimit: dict[str, int]) -> None:
+        """The provider's own view of the quota (x-ratelimit-* headers), when it sends it."""
+        if self.metrics is None:
+            return
+        for key, value in ratelimit.items():
+            which, kind = key.split("-", 1)
+            gauge = self.metrics.provider_remaining if which == "remaining" else (
+                self.metrics.provider_limit)
+            gauge.labels(kind).set(value)
+
+    def buckets(self, requests: float, tokens: float) -> None:
+        if self.metrics is not None:
+            self.metrics.bucket_available.labels("requests").set(requests)
+            self.metrics.bucket_available.labels("tokens").set(tokens)
 
     def concurrency(self, limit: int, in_flight: int) -> None:
         if self.metrics is not None:
             self.metrics.concurrency_limit.labels(self.lane).set(limit)
             self.metrics.in_flight.labels(self.lane).set(max(0, in_flight))
 
-    def rate_limited(self) -> None:
+    def rate_limited(self, limit: str = "unknown") -> None:
+        """A 429; ``limit`` is the quota it names (requests | tokens | unknown)."""
         if self.metrics is not None:
-            self.metrics.rate_limited.labels(self.lane).inc()
+            self.metrics.rate_limited.labels(self.lane, limit).inc()
 
     def retry(self, reason: str) -> None:
         if self.metrics is not None:

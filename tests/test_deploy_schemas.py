@@ -1,0 +1,247 @@
+"""deploy/ against real schemas: Kubernetes core objects against the API's own OpenAPI
+schemas (kubernetes-validate, strict: unknown fields fail), custom resources against
+their CRDs.
+
+Core: every version from 1.29 to the newest the package ships. Custom resources:
+with ``DEPLOY_CRDS_DIR`` naming a folder of CRD files (Strimzi's
+``043-Crd-kafkatopic.yaml``, KEDA's ``keda.sh_scaledobjects.yaml`` and
+``keda.sh_triggerauthentications.yaml``, prometheus-operator's
+``monitoring.coreos.com_servicemonitors.yaml``, ``_podmonitors.yaml`` and
+``_prometheusrules.yaml``; any file names), each object is
+validated against the openAPIV3Schema of the version its apiVersion names, which
+must be served; unknown fields fail as ``kubectl apply`` (strict field validation)
+fails them. Without the folder, the fields this project uses are checked against
+what those CRDs define (CRD_FIELDS, read from Strimzi 1.0 v1, KEDA 2.x v1alpha1 and
+prometheus-operator v1).
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+from pathlib import Path
+from typing import Any
+
+import jsonschema
+import pytest
+import yaml
+
+ROOT = Path(__file__).resolve().parents[1]
+DEPLOY = ROOT / "deploy"
+MANIFESTS = ("configmap.yaml", "secret.example.yaml", "service.yaml", "worker-clean.yaml",
+             "worker-batch.yaml", "worker-compactor.yaml", "servicemonitor.yaml",
+             "keda-scaledobjects.yaml", "topics.yaml", "kafka-exporter.yaml")
+CUSTOM_GROUPS = ("kafka.strimzi.io", "keda.sh", "monitoring.coreos.com")
+
+# The spec fields of each custom resource, as its CRD defines them (a subset: what a
+# manifest here may use). dict: an object with these fields and no others; a type:
+# a leaf; [x]: a list of x; "map": an object of arbitrary keys.
+CRD_FIELDS: dict[tuple[str, str], dict[str, Any]] = {
+    ("kafka.strimzi.io/v1", "KafkaTopic"): {
+        "topicName": str, "partitions": int, "replicas": int, "config": "map",
+    },
+    ("keda.sh/v1alpha1", "ScaledObject"): {
+        "scaleTargetRef": {"name": str, "kind": str, "apiVersion": str,
+                           "envSourceContainerName": str},
+        "pollingInterval": int, "cooldownPeriod": int, "initialCooldownPeriod": int,
+        "idleReplicaCount": int, "minReplicaCount": int, "maxReplicaCount": int,
+        "advanced": {"horizontalPodAutoscalerConfig": {"name": str, "behavior": "map"},
+                     "restoreToOriginalReplicaCount": bool, "scalingModifiers": "map"},
+        "fallback": "map",
+        "triggers": [{"type": str, "name": str, "metadata": "map", "metricType": str,
+                      "useCachedMetrics": bool,
+                      "authenticationRef": {"name": str, "kind": str}}],
+    },
+    ("keda.sh/v1alpha1", "TriggerAuthentication"): {
+        "secretTargetRef": [{"parameter": str, "name": str, "key": str}],
+        "env": [{"parameter": str, "name": str, "containerName": str}],
+        "podIdentity": "map",
+    },
+    ("monitoring.coreos.com/v1", "ServiceMonitor"): {
+        "selector": {"matchLabels": "map", "matchExpressions": [dict]},
+        "namespaceSelector": "map", "jobLabel": str, "targetLabels": [str],
+        "podTargetLabels": [str], "sampleLimit": int,
+        "endpoints": [{"port": str, "targetPort": (int, str), "path": str, "scheme": str,
+                       "interval": str, "scrapeTimeout": str, "honorLabels": bool,
+                       "params": "map", "tlsConfig": "map", "bearerTokenSecret": "map",
+                       "relabelings": [{"sourceLabels": [str], "targetLabel": str,
+                                        "regex": str, "replacement": str, "action": str,
+                                        "separator": str, "modulus": int}],
+                       "metricRelabelings": [dict]}],
+    },
+    ("monitoring.coreos.com/v1", "PodMonitor"): {
+        "selector": {"matchLabels": "map", "matchExpressions": [dict]},
+        "namespaceSelector": "map", "jobLabel": str, "podTargetLabels": [str],
+        "podMetricsEndpoints": [{"port": str, "path": str, "scheme": str, "interval": str,
+                                 "scrapeTimeout": str, "honorLabels": bool,
+                                 "relabelings": [dict], "metricRelabelings": [dict]}],
+    },
+}
+
+
+def _docs() -> list[dict[str, Any]]:
+    out = []
+    for name in MANIFESTS:
+        out += [d for d in yaml.safe_load_all((DEPLOY / name).read_text("utf-8")) if d]
+    return out
+
+
+def _custom(doc: dict[str, Any]) -> bool:
+    return doc["apiVersion"].split("/")[0] in CUSTOM_GROUPS
+
+
+# --- core -------------------------------------------------------------------------------
+
+
+def _core_versions() -> list[str]:
+    kv = pytest.importorskip("kubernetes_validate")
+    newest = tuple(int(x) for x in kv.latest_version().split(".")[:2])
+    return [f"1.{minor}.0" for minor in range(29, newest[1] + 1)]
+
+
+def test_core_objects_pass_strict_schema_validation() -> None:
+    import kubernetes_validate as kv
+
+    problems = []
+    for version in _core_versions():
+        for doc in _docs():
+            if _custom(doc):
+                continue
+            try:
+                kv.validate(doc, version, strict=True)
+            except kv.ValidationError as exc:
+                problems.append(f"{version} {doc['kind']}/{doc['metadata']['name']}: {exc}")
+    assert problems == []
+
+
+# --- custom resources against CRD files ---------------------------------------------------
+
+
+@functools.cache
+def _crd_schemas() -> dict[tuple[str, str], dict[str, Any] | None]:
+    """(apiVersion, kind) -> openAPIV3Schema of every version the CRDs define (None: not
+    served)."""
+    folder = Path(os.environ["DEPLOY_CRDS_DIR"])
+    out: dict[tuple[str, str], dict[str, Any] | None] = {}
+    for path in sorted(folder.iterdir()):
+        for crd in yaml.safe_load_all(path.read_text("utf-8")):
+            if not crd or crd.get("kind") != "CustomResourceDefinition":
+                continue
+            group, kind = crd["spec"]["group"], crd["spec"]["names"]["kind"]
+            for version in crd["spec"]["versions"]:
+                schema = version["schema"]["openAPIV3Schema"] if version["served"] else None
+                out[(f"{group}/{version['name']}", kind)] = schema
+    return out
+
+
+def strict(schema: dict[str, Any]) -> dict[str, Any]:
+    """A structural CRD schema as JSON Schema that rejects unknown fields."""
+    out = dict(schema)
+    if out.pop("x-kubernetes-int-or-string", False):
+        out.pop("type", None)
+        out["anyOf"] = [{"type": "integer"}, {"type": "string"}]
+    if out.pop("nullable", False) and "type" in out:
+        out["type"] = [out["type"], "null"]
+    preserve = out.pop("x-kubernetes-preserve-unknown-fields", False)
+    if "properties" in out:
+        out["properties"] = {k: strict(v) for k, v in out["properties"].items()}
+        if not preserve and "additionalProperties" not in out:
+            out["additionalProperties"] = False
+    if isinstance(out.get("additionalProperties"), dict):
+        out["additionalProperties"] = strict(out["additionalProperties"])
+    if isinstance(out.get("items"), dict):
+        out["items"] = strict(out["items"])
+    for key in ("anyOf", "allOf", "oneOf"):
+        if key in out:
+            out[key] = [strict(s) for s in out[key]]
+    return out
+
+
+@pytest.mark.skipif(not os.environ.get("DEPLOY_CRDS_DIR"),
+                    reason="set DEPLOY_CRDS_DIR to a folder of the CRD files")
+def test_custom_resources_match_their_crds() -> None:
+    schemas = _crd_schemas()
+    problems = []
+    for doc in filter(_custom, _docs()):
+        key = (doc["apiVersion"], doc["kind"])
+        if key not in schemas:
+            problems.append(f"{key}: no CRD defines it")
+            continue
+        if schemas[key] is None:
+            problems.append(f"{key}: defined but not served")
+            continue
+        body = {k: v for k, v in doc.items() if k != "metadata"}
+        schema = strict(schemas[key])  # type: ignore[arg-type]
+        schema["properties"].pop("metadata", None)
+        for error in jsonschema.Draft7Validator(schema).iter_errors(body):
+            where = "/".join(map(str, error.absolute_path))
+            problems.append(f"{doc['kind']}/{doc['metadata']['name']} {where}: {error.message}")
+    assert problems == []
+
+
+@pytest.mark.skipif(not os.environ.get("DEPLOY_CRDS_DIR"),
+                    reason="set DEPLOY_CRDS_DIR to a folder of the CRD files")
+def test_alerts_wrapped_as_a_prometheus_rule_match_the_crd() -> None:
+    """grafana/README.md wraps alerts.yaml in a PrometheusRule for the operator."""
+    schema = strict(_crd_schemas()[("monitoring.coreos.com/v1", "PrometheusRule")] or {})
+    schema["properties"].pop("metadata", None)
+    spec = yaml.safe_load((ROOT / "grafana" / "alerts.yaml").read_text("utf-8"))
+    body = {"apiVersion": "monitoring.coreos.com/v1", "kind": "PrometheusRule", "spec": spec}
+    errors = [e.message for e in jsonschema.Draft7Validator(schema).iter_errors(body)]
+    assert errors == []
+
+
+# --- custom resources against the known fields ----------------------------------------------
+
+
+def _check(value: Any, shape: Any, where: str) -> list[str]:
+    if shape == "map":
+        return [] if isinstance(value, dict) else [f"{where}: not an object"]
+    if isinstance(shape, dict):
+        if not isinstance(value, dict):
+            return [f"{where}: not an object"]
+        problems = [f"{where}.{k}: no such field" for k in value if k not in shape]
+        for k, v in value.items():
+            if k in shape:
+                problems += _check(v, shape[k], f"{where}.{k}")
+        return problems
+    if isinstance(shape, list):
+        if not isinstance(value, list):
+            return [f"{where}: not a list"]
+        return [p for i, v in enumerate(value) for p in _check(v, shape[0], f"{where}[{i}]")]
+    if shape is dict:
+        return [] if isinstance(value, dict) else [f"{where}: not an object"]
+    kinds = shape if isinstance(shape, tuple) else (shape,)
+    ok = isinstance(value, kinds) and not (isinstance(value, bool) and bool not in kinds)
+    return [] if ok else [f"{where}: {value!r} is not {'/'.join(k.__name__ for k in kinds)}"]
+
+
+def test_custom_resources_use_only_fields_their_crds_define() -> None:
+    problems = []
+    for doc in filter(_custom, _docs()):
+        key = (doc["apiVersion"], doc["kind"])
+        if key not in CRD_FIELDS:
+            problems.append(f"{key}: not a served version we know (Strimzi serves only v1)")
+            continue
+        problems += _check(doc["spec"], CRD_FIELDS[key], f"{doc['kind']}/"
+                           f"{doc['metadata']['name']}.spec")
+    assert problems == []
+
+
+def test_the_field_checker_catches_a_typo_and_a_wrong_type() -> None:
+    shape = CRD_FIELDS[("kafka.strimzi.io/v1", "KafkaTopic")]
+    assert _check({"partitions": "12", "replica": 3}, shape, "spec") == [
+        "spec.replica: no such field", "spec.partitions: '12' is not int"]
+    strict_schema = strict({"type": "object", "properties": {"a": {"type": "integer"}}})
+    errors = list(jsonschema.Draft7Validator(strict_schema).iter_errors({"a": 1, "b": 2}))
+    assert len(errors) == 1 and "'b'" in errors[0].message
+
+
+def test_ca_secret_volumes_are_optional() -> None:
+    """A plaintext cluster has no CA secret; the pods must start anyway."""
+    for doc in _docs():
+        if doc["kind"] != "Deployment":
+            continue
+        for volume in doc["spec"]["template"]["spec"]["volumes"]:
+            if "secret" in volume:
+                assert volume["secret"].get("optional") is True, volume
