@@ -76,8 +76,8 @@ def compare(before: dict[str, dict[str, Any]], after: dict[str, dict[str, Any]])
                 if key in MUST_MATCH and len(row["examples"]) < 3:
                     row["examples"].append({"id": rid, key: [old.get(key), new.get(key)]})
     row["extra"] = len(set(after) - set(before))
-    row["same"] = row["missing"] == 0 and row["extra"] == 0 and not any(
-        row[f"{k}_diff"] for k in MUST_MATCH
+    row["same"] = (
+        row["missing"] == 0 and row["extra"] == 0 and not any(row[f"{k}_diff"] for k in MUST_MATCH)
     )
     return row
 
@@ -99,12 +99,19 @@ def main() -> int:
             name = str(path.relative_to(args.data))
             rows[name] = compare(clean_file(old_root, path), clean_file(REPO, path))
     header = ["file", "records", "same", *(f"{k}_diff" for k in MUST_MATCH + MAY_CHANGE)]
-    print(table(header, [[n, r["records"], r["same"], *(r[h] for h in header[3:])] for n, r in rows.items()]))
+    print(
+        table(
+            header,
+            [[n, r["records"], r["same"], *(r[h] for h in header[3:])] for n, r in rows.items()],
+        )
+    )
     for name, r in rows.items():
         for ex in r["examples"]:
             print(f"  {name}: {ex}")
     ok = all(r["same"] for r in rows.values())
-    print(f"{'PASS' if ok else 'FAIL'}: timestamp, rule and level equal on every record vs {args.ref}")
+    print(
+        f"{'PASS' if ok else 'FAIL'}: timestamp, rule and level equal on every record vs {args.ref}"
+    )
     write_result("formats_parity", {"ref": args.ref, "files": rows, "ok": ok}, tag=args.tag)
     return 0 if ok else 1
 

@@ -98,7 +98,7 @@ class Cleaner:
         except RecordError as exc:
             return self._dead(raw, coord, source, exc.reason, str(exc))
         try:
-            parsed = self.parser.parse(text)
+            parsed = self.parser.parse(text, source=source)
         except Exception as exc:  # a parser bug must not stop the stream
             logger.warning("parser failed on %s: %s", coord.id, exc, exc_info=True)
             detail = (

@@ -12,6 +12,8 @@ import re
 from collections.abc import Callable
 from datetime import datetime
 
+from streams.clean.access import parse_access
+from streams.clean.infer import SourceLearner
 from streams.clean.levels import BARE_LEVEL_PATTERN, normalize_level, syslog_severity
 from streams.clean.parsed import Parsed
 from streams.clean.structured import StructuredParser
@@ -64,7 +66,12 @@ _DELIMITERS = "|\t,"
 
 
 class FormatParser:
-    """Detects the format of one record and parses it (stateless apart from settings)."""
+    """Detects the format of one record and parses it.
+
+    Given the record's ``source`` (Kafka key, file or stream name), what per-record
+    detection leaves empty is completed from the structure learned on that source's
+    earlier lines (:mod:`streams.clean.infer`); without a source, parsing is stateless.
+    """
 
     def __init__(
         self,
@@ -72,13 +79,15 @@ class FormatParser:
         default_year: int | None,
         default_timezone: str,
         clock: Callable[[], datetime] | None = None,
+        learner: SourceLearner | None = None,
     ) -> None:
         self.times = TimeResolver(
             default_year=default_year, default_timezone=default_timezone, clock=clock
         )
         self._structured = StructuredParser(self)
+        self.learner = learner or SourceLearner(self.times)
 
-    def parse(self, text: str) -> Parsed:
+    def parse(self, text: str, *, source: str | None = None) -> Parsed:
         """Parse a decoded record; the first line carries the header, the rest joins the message."""
         if not text:
             return Parsed("text", "")
@@ -92,7 +101,11 @@ class FormatParser:
             if parsed is not None:
                 return parsed
         head, _, tail = text.partition("\n")
-        parsed = self.parse_line(head.rstrip("\r"))
+        head = head.rstrip("\r")
+        parsed = self.parse_line(head)
+        incomplete = parsed.timestamp is None or parsed.level is None
+        if source is not None and incomplete and parsed.format != "logfmt":
+            self.learner.complete(source, head, parsed)
         if tail:
             parsed.message = f"{parsed.message}\n{tail}" if parsed.message else tail
         return parsed
@@ -111,6 +124,10 @@ class FormatParser:
             parsed = self._letter_first(line)
         if parsed is None:
             parsed = self._header(line, 0, None, "text")
+        if parsed is None or parsed.timestamp is None:
+            access = parse_access(line, self.times)  # the time is not at the start
+            if access is not None:
+                return access
         return parsed or Parsed("text", line)
 
     # --- layouts ------------------------------------------------------------------
