@@ -38,7 +38,8 @@ __all__ = ["LevelSpot", "SourceLearner", "StampSpot", "Structure", "apply", "lea
 MAX_HEADER_CHARS = 256  # the header is in the first characters of a line
 MAX_STAMP_TOKENS = 8  # the timestamp starts within the first whitespace tokens
 MAX_LEVEL_TOKENS = 6  # the level is within these tokens after the timestamp
-_OPENERS = frozenset("[(<\"',;|=\t")
+_DELIMITERS = ",;|\t"
+_OPENERS = frozenset("[(<\"'=" + _DELIMITERS)
 _EPOCH = re.compile(r"(?P<n>1\d{9}|1\d{12}|1\d{15}|1\d{18})(?:\.(?P<frac>\d{1,9}))?(?![\w.:/-])")
 _EPOCH_SCALE = {10: 1.0, 13: 1e3, 16: 1e6, 19: 1e9}
 _MONTH_DAY = re.compile(  # 03-17 16:13:38.811 (Android logcat, no year)
@@ -175,11 +176,26 @@ def _find_stamp(line: str, spot: StampSpot, times: TimeResolver) -> _Found | Non
     return None
 
 
+_FIELDS = {d: re.compile(rf"[^{re.escape(d)}]+") for d in _DELIMITERS}
+_WHITESPACE_TOKEN = re.compile(r"\S+")
+
+
 def _tokens(line: str, start: int) -> list[tuple[str, int, int]]:
-    """Whitespace tokens of the header after ``start``: (text, start, end)."""
+    """Header tokens after ``start``: (text, start, end).
+
+    Whitespace-separated, or the fields of a delimited line when a delimiter follows
+    the timestamp (CSV, ``|``-separated): ``2024-...,ERROR,api,...``.
+    """
+    delimiter = line[start : start + 1]
+    pattern = _FIELDS.get(delimiter, _WHITESPACE_TOKEN)
     out: list[tuple[str, int, int]] = []
-    for m in re.finditer(r"\S+", line[start : start + MAX_HEADER_CHARS]):
-        out.append((m.group(), start + m.start(), start + m.end()))
+    for m in pattern.finditer(line, start, min(len(line), start + MAX_HEADER_CHARS)):
+        token = m.group()
+        if pattern is not _WHITESPACE_TOKEN:
+            token = token.strip()
+            if not token:
+                continue
+        out.append((token, m.start(), m.end()))
         if len(out) > MAX_LEVEL_TOKENS:
             break
     return out

@@ -20,6 +20,7 @@ _WORDS: dict[str, Level] = {
     "information": "INFO",
     "informational": "INFO",
     "notice": "NOTICE",
+    "note": "INFO",  # MySQL [Note]
     "warn": "WARN",
     "warning": "WARN",
     "err": "ERROR",
