@@ -85,7 +85,7 @@ class FormatParser:
             default_year=default_year, default_timezone=default_timezone, clock=clock
         )
         self._structured = StructuredParser(self)
-        self.learner = learner or SourceLearner(self.times)
+        self.learner = learner if learner is not None else SourceLearner(self.times)
 
     def parse(self, text: str, *, source: str | None = None) -> Parsed:
         """Parse a decoded record; the first line carries the header, the rest joins the message."""

@@ -398,6 +398,9 @@ class SourceLearner:
     def __len__(self) -> int:
         return len(self._states)
 
+    def __contains__(self, source: object) -> bool:
+        return source in self._states
+
     def complete(self, source: str, line: str, parsed: Parsed) -> None:
         """Learn from ``line`` (if still sampling) and fill what ``parsed`` lacks."""
         state = self._state(source)
