@@ -17,7 +17,7 @@ from streams.clean.infer import SourceLearner
 from streams.clean.levels import BARE_LEVEL_PATTERN, normalize_level, syslog_severity
 from streams.clean.parsed import Parsed
 from streams.clean.structured import StructuredParser
-from streams.clean.timestamps import Stamp, TimeResolver, match_epoch, match_leading
+from streams.clean.timestamps import Stamp, TimeResolver, match_leading
 from streams.records import Level, LogFormat
 
 __all__ = ["FormatParser", "Parsed"]
@@ -42,11 +42,6 @@ _LOGGER = re.compile(
 )
 _THREAD_CLASS = re.compile(r"^(?P<thread>.*):(?P<cls>[A-Za-z_$][\w$]*)@(?P<line>\d+)$")
 _TRAILING_LOGGER = re.compile(r"\s+\((?P<name>[A-Za-z_$][\w$]*(?:\.[\w$]+)+)\)\s*$")
-_BGL = re.compile(
-    r"(?P<label>\S+) (?P<epoch>\d{10}) \d{4}\.\d{2}\.\d{2} (?P<node>\S+) "
-    r"\d{4}-\d{2}-\d{2}-\d{2}\.\d{2}\.\d{2}\.(?P<micro>\d{6}) \S+ (?P<type>\S+) "
-    r"(?P<component>\S+) (?P<level>[A-Z]+)(?: (?P<msg>.*))?$"
-)
 _SYSLOG_TAIL = re.compile(r"(?P<host>\S+) +(?:(?P<tag>[^\s:\[]+)(?:\[(?P<pid>\d+)\])?: ?)?")
 _RFC5424 = re.compile(
     r"<(?P<pri>\d{1,3})>(?P<ver>\d{1,2}) (?P<ts>\S+) (?P<host>\S+) (?P<app>\S+) "
@@ -59,7 +54,6 @@ _GLOG = re.compile(
     r"(?P<lvl>[IWEF])(?P<mo>\d{2})(?P<d>\d{2}) (?P<H>\d{2}):(?P<M>\d{2}):(?P<S>\d{2})"
     r"\.(?P<frac>\d{6}) +(?P<pid>\d+) (?P<file>[^\s:]+):(?P<line>\d+)\] ?"
 )
-_PREFIX_TOKEN = re.compile(r"(?P<prefix>\S{1,200}) +(?=\d)")
 _SERVICE_FIELD = re.compile(r"[A-Za-z_][\w.\-$/:]{0,63}$")
 _GLOG_LEVEL: dict[str, Level] = {"I": "INFO", "W": "WARN", "E": "ERROR", "F": "FATAL"}
 _DELIMITERS = "|\t,"
@@ -105,7 +99,7 @@ class FormatParser:
         parsed = self.parse_line(head)
         incomplete = parsed.timestamp is None or parsed.level is None
         if source is not None and incomplete and parsed.format != "logfmt":
-            self.learner.complete(source, head, parsed)
+            self.learner.complete(source, head, parsed, self._after_stamp)
         if tail:
             parsed.message = f"{parsed.message}\n{tail}" if parsed.message else tail
         return parsed
@@ -150,9 +144,6 @@ class FormatParser:
         return None
 
     def _letter_first(self, line: str) -> Parsed | None:
-        m = _BGL.match(line)
-        if m is not None:
-            return self._bgl(m)
         stamp = match_leading(line)
         if stamp is not None:
             if stamp.year is None:  # RFC 3164 syslog: "Jun 14 15:16:01 host tag[pid]: msg"
@@ -166,15 +157,13 @@ class FormatParser:
             parsed = self._structured.logfmt(line)
             if parsed is not None:
                 return parsed
-        m = _PREFIX_TOKEN.match(line)
-        if m is not None:  # "nova-api.log.1.2017-05-16_13:53:08 2017-05-16 00:00:00.008 ..."
-            stamp = match_leading(line, m.end())
-            if stamp is not None and stamp.month is not None:
-                parsed = self._header(line, stamp.end, stamp, "text")
-                if parsed is not None:
-                    parsed.attributes = {"prefix": m["prefix"], **parsed.attributes}
-                return parsed
         return None
+
+    def _after_stamp(self, line: str, pos: int, stamp: Stamp | None) -> Parsed | None:
+        """The header grammar after a timestamp found elsewhere than at the start."""
+        while line[pos : pos + 1] in ("]", ")", ">"):
+            pos += 1
+        return self._header(line, pos, stamp, "text")
 
     def _header(self, line: str, pos: int, stamp: Stamp | None, fmt: LogFormat) -> Parsed | None:
         """Timestamp done; read `[pid] [thread] LEVEL [thread] logger: msg` in its variants."""
@@ -289,18 +278,6 @@ class FormatParser:
             i += 1
         parsed.message = delim.join(fields[i:]).strip()
         return parsed
-
-    def _bgl(self, m: re.Match[str]) -> Parsed:
-        epoch = match_epoch(m["epoch"])
-        ts = epoch[0].replace(microsecond=int(m["micro"])) if epoch else None
-        return Parsed(
-            "text",
-            m["msg"] or "",
-            timestamp=ts,
-            level=normalize_level(m["level"]),
-            service=m["component"],
-            attributes={"label": m["label"], "node": m["node"], "type": m["type"]},
-        )
 
     def _syslog_3164(self, line: str, stamp: Stamp, pri: int | None) -> Parsed:
         parsed = Parsed("syslog", "")

@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import re
 from collections import Counter, OrderedDict
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from datetime import datetime
 
@@ -51,6 +51,7 @@ _BRACKETED = re.compile(r"[\[<(](?P<w>[A-Za-z]+)[\]>)]:?")
 _LETTER = re.compile(r"(?P<w>[VDIWEFA])(?:/|:|$)")
 _WORD = re.compile(r"(?P<w>[A-Za-z]+)[:,]?")
 _TAG = re.compile(r"(?P<tag>[A-Za-z_][\w.$/\-]{0,63}?)(?:\[(?P<pid>\d+)\]|\((?P<pid2>\d+)\))?:")
+_COMPONENT = re.compile(r"(?P<tag>[A-Za-z_][\w.$\-]{0,63})")
 _EPOCH_MIN, _EPOCH_MAX = 1e9, 2.2e9  # 2001..2039: a number outside is not a time
 
 
@@ -78,6 +79,7 @@ class Structure:
     stamp: StampSpot | None = None
     level: LevelSpot | None = None
     tag: int | None = None  # token index (after the timestamp) of a ``name:`` tag
+    component: int | None = None  # token index of a component name just before the level
 
     @property
     def empty(self) -> bool:
@@ -151,7 +153,29 @@ def _stamp_at(line: str, pos: int, times: TimeResolver, layout: str | None) -> _
         return None
     value = float(m["n"] + ("." + m["frac"] if m["frac"] else ""))
     ts = from_number(value)
-    return None if ts is None else _Found(ts, None, None, pos, m.end())
+    if ts is None:
+        return None
+    if ts.microsecond == 0:
+        ts = _finer(line, m.end(), ts)
+    return _Found(ts, None, None, pos, m.end())
+
+
+def _finer(line: str, pos: int, exact: datetime) -> datetime:
+    """An epoch in whole seconds, refined by a later clock in the header with a fraction.
+
+    Some headers state the time twice: an exact Unix time, then a local wall clock
+    with more digits. The wall clock lends its fraction only when both agree to the
+    second, up to a whole quarter-hour zone offset.
+    """
+    for _, _, start in _candidates(line[:MAX_HEADER_CHARS]):
+        if start < pos or not line[start].isdigit():
+            continue
+        stamp = match_leading(line, start)
+        if stamp is None or stamp.month is None or not stamp.microsecond:
+            continue
+        if stamp.second == exact.second and stamp.minute % 15 == exact.minute % 15:
+            return exact.replace(microsecond=stamp.microsecond)
+    return exact
 
 
 def _first_stamp(line: str, times: TimeResolver) -> tuple[StampSpot, _Found] | None:
@@ -249,9 +273,12 @@ def learn(
     levels: Counter[LevelSpot] = Counter()
     letters: dict[int, set[str]] = {}
     tags: Counter[int] = Counter()
+    names: Counter[int] = Counter()
     for line, found in zip(lines, found_in, strict=True):
         start = found.end if stamp is not None and found is not None else 0
         for i, (token, _, _) in enumerate(_tokens(line, start)):
+            if _COMPONENT.fullmatch(token):
+                names[i] += 1
             for shape in _SHAPES:
                 level = _level_of(token, shape, strict=strict)
                 if level is not None:
@@ -279,15 +306,36 @@ def learn(
         if _share(count, total) >= min_share and (level is None or index != level.index):
             tag = index
             break
-    return Structure(stamp, level, tag)
+    component: int | None = None  # "... KERNEL INFO msg": a name right before the level
+    if (
+        level is not None
+        and level.index > 0
+        and level.shape == "word"
+        and tag is None
+        and _share(names[level.index - 1], total) >= min_share
+    ):
+        component = level.index - 1
+    return Structure(stamp, level, tag, component)
 
 
-def apply(structure: Structure, line: str, parsed: Parsed, times: TimeResolver) -> bool:
-    """Fill what ``parsed`` lacks from the learned structure; False if its stamp is absent."""
+HeaderParser = Callable[[str, int, "Stamp | None"], "Parsed | None"]
+
+
+def apply(
+    structure: Structure,
+    line: str,
+    parsed: Parsed,
+    times: TimeResolver,
+    header: HeaderParser | None = None,
+) -> bool:
+    """Fill what ``parsed`` lacks from the learned structure; False if its stamp is absent.
+
+    ``header`` parses the rest of a line after a timestamp the way per-record
+    detection would (``pid [thread] LEVEL logger: msg``); it runs when the learned
+    timestamp is the first one found in the line.
+    """
     need_time = parsed.timestamp is None and structure.stamp is not None
-    need_level = parsed.level is None and structure.level is not None
-    need_tag = parsed.service is None and structure.tag is not None
-    if not (need_time or need_level or need_tag):
+    if not (need_time or _needs_spots(structure, parsed)):
         return True
     start = 0
     header_end = 0
@@ -296,41 +344,63 @@ def apply(structure: Structure, line: str, parsed: Parsed, times: TimeResolver) 
         found = _find_stamp(line, structure.stamp, times)
         if found is None:
             return False
-        if need_time:
-            parsed.timestamp, parsed.timestamp_rule, parsed.stamp = (
-                found.timestamp,
-                found.rule,
-                found.stamp,
-            )
-        prefix = line[: found.start].strip(" [(<\"',;|=\t")
-        if prefix:
-            skipped.append(prefix)
         start = header_end = found.end
+        if need_time:
+            prefix = line[: found.start].strip(" [(<\"',;|=\t")
+            if _set_time(parsed, found, line, header, prefix):
+                return True  # the header grammar read the rest of the line
+            if prefix:
+                skipped.append(prefix)
+        if not _needs_spots(structure, parsed):
+            return True
     tokens = _tokens(line, start)
-    level_index = -1
-    if structure.level is not None and structure.level.index < len(tokens):
-        token, _, end = tokens[structure.level.index]
-        level = _level_of(token, structure.level.shape)
+    used: set[int] = set()
+    spot = structure.level
+    if parsed.level is None and spot is not None and spot.index < len(tokens):
+        token, _, end = tokens[spot.index]
+        level = _level_of(token, spot.shape)
         if level is not None:
-            level_index = structure.level.index
-            if need_level:
-                parsed.level = level  # type: ignore[assignment]
+            parsed.level = level  # type: ignore[assignment]
+            used.add(spot.index)
             header_end = max(header_end, end)
-    if structure.tag is not None and structure.tag < len(tokens):
-        token, _, end = tokens[structure.tag]
-        m = _TAG.fullmatch(token)
-        if m is not None:
-            if need_tag:
-                parsed.service = m["tag"]
-            pid = m["pid"] or m["pid2"]
-            if pid and "pid" not in parsed.attributes:
-                parsed.attributes["pid"] = int(pid)
-            header_end = max(header_end, end)
-    consumed = {level_index, structure.tag}
-    skipped += [
-        t for i, (t, _, end) in enumerate(tokens) if end <= header_end and i not in consumed
-    ]
+    for index in (structure.tag, structure.component):
+        if parsed.service is not None or index is None or index >= len(tokens):
+            continue
+        token, _, end = tokens[index]
+        m = _TAG.fullmatch(token) if index == structure.tag else _COMPONENT.fullmatch(token)
+        if m is None:
+            continue
+        parsed.service = m["tag"]
+        pid = m.groupdict().get("pid") or m.groupdict().get("pid2")
+        if pid and "pid" not in parsed.attributes:
+            parsed.attributes["pid"] = int(pid)
+        used.add(index)
+        header_end = max(header_end, end)
+    skipped += [t for i, (t, _, end) in enumerate(tokens) if end <= header_end and i not in used]
     _trim_message(parsed, line, header_end, skipped)
+    return True
+
+
+def _needs_spots(structure: Structure, parsed: Parsed) -> bool:
+    return (parsed.level is None and structure.level is not None) or (
+        parsed.service is None and (structure.tag is not None or structure.component is not None)
+    )
+
+
+def _set_time(
+    parsed: Parsed, found: _Found, line: str, header: HeaderParser | None, prefix: str
+) -> bool:
+    """Set the learned timestamp; True if the header grammar also read the rest."""
+    parsed.timestamp, parsed.timestamp_rule, parsed.stamp = found.timestamp, found.rule, found.stamp
+    rest = header(line, found.end, found.stamp) if header is not None else None
+    if rest is None or (rest.level is None and rest.service is None):
+        return False
+    attributes = {"prefix": prefix} if prefix else {}
+    attributes.update(rest.attributes)
+    attributes.pop("time_of_day", None)
+    parsed.format, parsed.message, parsed.attributes = rest.format, rest.message, attributes
+    parsed.level = parsed.level or rest.level
+    parsed.service = parsed.service or rest.service
     return True
 
 
@@ -401,7 +471,9 @@ class SourceLearner:
     def __contains__(self, source: object) -> bool:
         return source in self._states
 
-    def complete(self, source: str, line: str, parsed: Parsed) -> None:
+    def complete(
+        self, source: str, line: str, parsed: Parsed, header: HeaderParser | None = None
+    ) -> None:
         """Learn from ``line`` (if still sampling) and fill what ``parsed`` lacks."""
         state = self._state(source)
         if state.structure is None:
@@ -409,14 +481,14 @@ class SourceLearner:
             self._maybe_decide(state)
             if state.structure is None:  # until then: what the sample so far agrees on
                 sofar = learn(state.sample, self.times, min_share=1.0, strict=True)
-                apply(sofar, line, parsed, self.times)
+                apply(sofar, line, parsed, self.times, header)
                 return
         if state.structure.empty:
             state.since_learned += 1
             if state.since_learned >= self.retry_lines:
                 self._reset(state)
             return
-        if apply(state.structure, line, parsed, self.times):
+        if apply(state.structure, line, parsed, self.times, header):
             state.misses = 0
             return
         state.misses += 1
