@@ -25,10 +25,10 @@ __all__ = ["FormatParser", "Parsed"]
 
 _NEST = r"(?:[^\[\]]|\[[^\[\]]*\])*"  # bracket content with one level of nesting
 _PRE_LEVEL = re.compile(
-    r"\s*(?:-\s+)?"  # ` - LEVEL` (Zookeeper)
-    r"(?:(?P<pid>\d+)\s+)?"  # `pid LEVEL` (HDFS, OpenStack)
-    r"(?:(?P<logger0>[A-Za-z_][\w.$]*)\s+-\s+)?"  # `name - LEVEL - msg` (Python)
-    r"(?:\[(?P<thread0>" + _NEST + r")\]\s+)?"  # `[thread] LEVEL` (logback)
+    r"\s*(?:-\s+)?"  # log4j "%d - %p": ` - LEVEL`
+    r"(?:(?P<pid>\d+)\s+)?"  # `pid LEVEL` (oslo.log, Java "%d %pid %p")
+    r"(?:(?P<logger0>[A-Za-z_][\w.$]*)\s+-\s+)?"  # Python "%(name)s - %(levelname)s - ..."
+    r"(?:\[(?P<thread0>" + _NEST + r")\]\s+)?"  # logback/log4j "[%t] %p"
     r"(?:(?P<level>" + BARE_LEVEL_PATTERN + r")"
     r"|\[(?:(?P<module>[\w.-]+):)?(?P<blevel>[A-Za-z]+)\])"  # [notice], [core:error]
     r"(?=[\s:,]|$)"
@@ -192,7 +192,7 @@ class FormatParser:
         message = line[pos:].lstrip()
         if parsed.service is None and parsed.format == "log4j":
             t = _TRAILING_LOGGER.search(message)
-            if t is not None:  # kafka: "msg (kafka.server.ReplicaFetcherThread)"
+            if t is not None:  # log4j "%m (%c)%n": the logger in parentheses at the end
                 parsed.service = t["name"]
                 message = message[: t.start()]
         parsed.message = message
@@ -215,9 +215,9 @@ class FormatParser:
             t = _THREAD.match(line, pos)
             if t is not None:
                 after = t.end()
-                if line.startswith(" - ", after):  # Zookeeper "[thread:Class@line] - msg"
+                if line.startswith(" - ", after):  # log4j "[%t:%C{1}@%L] - %m"
                     thread, pos = t[1], after + 3
-                elif line.startswith(" ", after):  # Hadoop "[main] org.Foo: msg"
+                elif line.startswith(" ", after):  # log4j "[%t] %c: %m"
                     lm = _LOGGER.match(line, after + 1)
                     if lm is not None and self._is_logger(lm, with_thread=True):
                         thread, pos = t[1], after + 1
@@ -235,7 +235,7 @@ class FormatParser:
                     attrs["line"] = int(lm["line"])
                 pos = lm.end()
                 if lm["sep"].isspace() and line.startswith("[", pos):
-                    c = _THREAD.match(line, pos)  # OpenStack "[req-... - - -] msg"
+                    c = _THREAD.match(line, pos)  # oslo.log "[request context] msg"
                     if c is not None and line.startswith(" ", c.end()):
                         attrs["context"] = c[1]
                         pos = c.end() + 1
