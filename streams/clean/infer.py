@@ -32,11 +32,12 @@ from datetime import datetime
 from streams.clean.levels import LETTERS, normalize_level
 from streams.clean.parsed import Parsed
 from streams.clean.timestamps import Stamp, TimeResolver, from_number, match_leading
+from streams.records import Level
 
 __all__ = ["LevelSpot", "SourceLearner", "StampSpot", "Structure", "apply", "learn"]
 
 MAX_HEADER_CHARS = 256  # the header is in the first characters of a line
-MAX_STAMP_TOKENS = 8  # the timestamp starts within the first whitespace tokens
+MAX_STAMP_TOKENS = 12  # the timestamp starts within the first whitespace tokens
 MAX_LEVEL_TOKENS = 6  # the level is within these tokens after the timestamp
 _DELIMITERS = ",;|\t"
 _OPENERS = frozenset("[(<\"'=" + _DELIMITERS)
@@ -47,7 +48,7 @@ _MONTH_DAY = re.compile(  # 03-17 16:13:38.811 (Android logcat, no year)
     r"(?:[.,](?P<frac>\d{1,9}))?(?![\d:])"
 )
 _LEVEL_KEY = re.compile(r"(?:level|lvl|severity|loglevel)=\"?(?P<w>[A-Za-z]+)", re.IGNORECASE)
-_BRACKETED = re.compile(r"[\[<(](?P<w>[A-Za-z]+)[\]>)]:?")
+_BRACKETED = re.compile(r"[\[<(]\s*(?P<w>[A-Za-z]+)\s*[\]>)]:?")
 _LETTER = re.compile(r"(?P<w>[VDIWEFA])(?:/|:|$)")
 _WORD = re.compile(r"(?P<w>[A-Za-z]+)[:,]?")
 _TAG = re.compile(r"(?P<tag>[A-Za-z_][\w.$/\-]{0,63}?)(?:\[(?P<pid>\d+)\]|\((?P<pid2>\d+)\))?:")
@@ -70,6 +71,7 @@ class LevelSpot:
 
     index: int
     shape: str  # "word", "bracket", "key", "letter"
+    before: bool = False  # counted from the line start, before the timestamp
 
 
 @dataclass(frozen=True, slots=True)
@@ -201,10 +203,12 @@ def _find_stamp(line: str, spot: StampSpot, times: TimeResolver) -> _Found | Non
 
 
 _FIELDS = {d: re.compile(rf"[^{re.escape(d)}]+") for d in _DELIMITERS}
-_WHITESPACE_TOKEN = re.compile(r"\S+")
+# a [bracket group] (padding allowed: "[WARN ]"), a word with an optional [pid] and
+# colon ("sshd[42]:"), or a stray bracket: "][WARN ][x]" reads as "]", "[WARN ]", "[x]"
+_WHITESPACE_TOKEN = re.compile(r"\[[^\[\]]{0,64}\]|[^\s\[\]]+(?:\[[^\[\]\s]*\][^\s\[\]]*)?|\S")
 
 
-def _tokens(line: str, start: int) -> list[tuple[str, int, int]]:
+def _tokens(line: str, start: int, end: int | None = None) -> list[tuple[str, int, int]]:
     """Header tokens after ``start``: (text, start, end).
 
     Whitespace-separated, or the fields of a delimited line when a delimiter follows
@@ -213,7 +217,8 @@ def _tokens(line: str, start: int) -> list[tuple[str, int, int]]:
     delimiter = line[start : start + 1]
     pattern = _FIELDS.get(delimiter, _WHITESPACE_TOKEN)
     out: list[tuple[str, int, int]] = []
-    for m in pattern.finditer(line, start, min(len(line), start + MAX_HEADER_CHARS)):
+    stop = min(len(line), start + MAX_HEADER_CHARS, len(line) if end is None else end)
+    for m in pattern.finditer(line, start, stop):
         token = m.group()
         if pattern is not _WHITESPACE_TOKEN:
             token = token.strip()
@@ -225,7 +230,7 @@ def _tokens(line: str, start: int) -> list[tuple[str, int, int]]:
     return out
 
 
-def _level_of(token: str, shape: str, *, strict: bool = False) -> str | None:
+def _level_of(token: str, shape: str, *, strict: bool = False) -> Level | None:
     if shape == "letter":
         m = _LETTER.match(token)
         return LETTERS[m["w"]] if m is not None else None
@@ -246,6 +251,22 @@ _SHAPES = ("word", "bracket", "key", "letter")
 
 def _share(count: int, total: int) -> float:
     return count / total if total else 0.0
+
+
+def _count_level(
+    token: str,
+    at: LevelSpot,
+    levels: Counter[LevelSpot],
+    letters: dict[tuple[int, bool], set[str]],
+    *,
+    strict: bool,
+) -> None:
+    for shape in _SHAPES:
+        if _level_of(token, shape, strict=strict) is not None:
+            levels[LevelSpot(at.index, shape, at.before)] += 1
+            if shape == "letter":
+                letters.setdefault((at.index, at.before), set()).add(token[0])
+            return
 
 
 def learn(
@@ -271,7 +292,7 @@ def learn(
         if _share(count, total) >= min_share:
             stamp = spot
     levels: Counter[LevelSpot] = Counter()
-    letters: dict[int, set[str]] = {}
+    letters: dict[tuple[int, bool], set[str]] = {}
     tags: Counter[int] = Counter()
     names: Counter[int] = Counter()
     for line, found in zip(lines, found_in, strict=True):
@@ -279,36 +300,33 @@ def learn(
         for i, (token, _, _) in enumerate(_tokens(line, start)):
             if _COMPONENT.fullmatch(token):
                 names[i] += 1
-            for shape in _SHAPES:
-                level = _level_of(token, shape, strict=strict)
-                if level is not None:
-                    levels[LevelSpot(i, shape)] += 1
-                    if shape == "letter":
-                        letters.setdefault(i, set()).add(token[0])
-                    break
+            _count_level(token, LevelSpot(i, ""), levels, letters, strict=strict)
             if _TAG.fullmatch(token) and not token[:-1].isdigit():
                 tags[i] += 1
+        if start and found is not None:  # "<W> 2024-...", "INFO [main] 2024-..."
+            for i, (token, _, _) in enumerate(_tokens(line, 0, found.start)):
+                _count_level(token, LevelSpot(i, "", before=True), levels, letters, strict=strict)
     level: LevelSpot | None = None
     for spot, count in levels.most_common():
         need = 1.0 if spot.shape == "letter" else min_share
         if _share(count, total) < need:
             continue
-        if (
-            spot.shape == "letter"
-            and len(letters[spot.index]) < 2
-            and not (letters[spot.index] <= {"I", "D", "V"})
-        ):
+        seen = letters.get((spot.index, spot.before), set())
+        if spot.shape == "letter" and len(seen) < 2 and not seen <= {"I", "D", "V"}:
             continue  # one letter that is not a routine level: a code, not a level
         level = spot
         break
     tag: int | None = None
     for index, count in tags.most_common():
-        if _share(count, total) >= min_share and (level is None or index != level.index):
+        if _share(count, total) >= min_share and (
+            level is None or level.before or index != level.index
+        ):
             tag = index
             break
     component: int | None = None  # "... KERNEL INFO msg": a name right before the level
     if (
         level is not None
+        and not level.before
         and level.index > 0
         and level.shape == "word"
         and tag is None
@@ -337,7 +355,7 @@ def apply(
     need_time = parsed.timestamp is None and structure.stamp is not None
     if not (need_time or _needs_spots(structure, parsed)):
         return True
-    start = 0
+    start = stamp_start = 0
     header_end = 0
     skipped: list[str] = []
     if structure.stamp is not None:
@@ -345,6 +363,7 @@ def apply(
         if found is None:
             return False
         start = header_end = found.end
+        stamp_start = found.start
         if need_time:
             prefix = line[: found.start].strip(" [(<\"',;|=\t")
             if _set_time(parsed, found, line, header, prefix):
@@ -356,13 +375,13 @@ def apply(
     tokens = _tokens(line, start)
     used: set[int] = set()
     spot = structure.level
-    if parsed.level is None and spot is not None and spot.index < len(tokens):
-        token, _, end = tokens[spot.index]
-        level = _level_of(token, spot.shape)
-        if level is not None:
-            parsed.level = level  # type: ignore[assignment]
-            used.add(spot.index)
-            header_end = max(header_end, end)
+    if parsed.level is None and spot is not None:
+        found_level = _level_at(line, spot, tokens, stamp_start)
+        if found_level is not None:
+            parsed.level, end = found_level
+            if not spot.before:
+                used.add(spot.index)
+                header_end = max(header_end, end)
     for index in (structure.tag, structure.component):
         if parsed.service is not None or index is None or index >= len(tokens):
             continue
@@ -379,6 +398,17 @@ def apply(
     skipped += [t for i, (t, _, end) in enumerate(tokens) if end <= header_end and i not in used]
     _trim_message(parsed, line, header_end, skipped)
     return True
+
+
+def _level_at(
+    line: str, spot: LevelSpot, after: list[tuple[str, int, int]], stamp_start: int
+) -> tuple[Level, int] | None:
+    tokens = _tokens(line, 0, stamp_start) if spot.before else after
+    if spot.index >= len(tokens):
+        return None
+    token, _, end = tokens[spot.index]
+    level = _level_of(token, spot.shape)
+    return None if level is None else (level, end)
 
 
 def _needs_spots(structure: Structure, parsed: Parsed) -> bool:

@@ -244,3 +244,50 @@ def test_learning_never_loses_a_record(lines: list[str], source: str) -> None:
             assert out.reason == "binary", (line, out.reason, out.detail)
         else:
             assert isinstance(out, NormalizedRecord) and out.id == f"t/0/{offset}"
+
+
+def _learned_source(lines: list[str]) -> tuple[FormatParser, list]:  # type: ignore[type-arg]
+    parser = make_parser()
+    return parser, [parser.parse(line, source="s") for line in lines]
+
+
+def test_padded_bracket_levels_after_a_bracketed_time() -> None:
+    # Elasticsearch's "[%d{ISO8601}][%-5p][%-25c{1.}] [%node_name] %m"
+    words = ("INFO", "WARN", "ERROR", "DEBUG")
+    lines = [
+        f"[2026-03-17T16:13:{i:02d},811][{words[i % 4]:<5}][o.e.c.r.a.DiskMonitor] [n1] disk {i}"
+        for i in range(25)
+    ]
+    parser, results = _learned_source(lines)
+    assert parser.learner.structure("s") == Structure(
+        StampSpot(0, "[", "known"), LevelSpot(1, "bracket"), None, None
+    )
+    assert [p.level for p in results] == [
+        {"INFO": "INFO", "WARN": "WARN", "ERROR": "ERROR", "DEBUG": "DEBUG"}[words[i % 4]]
+        for i in range(25)
+    ]
+
+
+def test_a_level_before_the_time_is_learned() -> None:
+    lines = [f"<{'IWE'[i % 3]}> 2026-03-17 16:13:{i:02d} app: started {i}" for i in range(25)]
+    parser, results = _learned_source(lines)
+    structure = parser.learner.structure("s")
+    assert structure is not None and structure.level == LevelSpot(0, "bracket", before=True)
+    assert [p.level for p in results[:3]] == ["INFO", "WARN", "ERROR"]
+    assert (results[0].service, results[0].message) == ("app", "started 0")
+
+
+def test_a_time_far_into_the_line_is_found() -> None:
+    # uWSGI's default request line: the time in brackets after eleven other tokens
+    lines = [
+        f"[pid: 12|app: 0|req: {i}/{i}] 192.0.2.1 () {{38 vars in 512 bytes}} "
+        f"[Tue Mar 17 16:13:{i:02d} 2026] GET /x => generated 12 bytes in 3 msecs (HTTP/1.1 200)"
+        for i in range(25)
+    ]
+    parser, results = _learned_source(lines)
+    structure = parser.learner.structure("s")
+    assert structure is not None and structure.stamp == StampSpot(11, "[", "known")
+    assert [iso_utc(p.timestamp) for p in results[:2]] == [  # type: ignore[arg-type]
+        "2026-03-17T16:13:00.000Z",
+        "2026-03-17T16:13:01.000Z",
+    ]
