@@ -19,59 +19,33 @@ A spot is learned when a large enough share of the sample agrees; the source is
 then parsed with it. The learner only completes what per-record detection left
 empty, so a source that already parses is never changed; when the learned layout
 stops matching, the source is sampled again. Nothing here raises on any input.
+How a line's fields are read is in :mod:`streams.clean.header`.
 """
 
 from __future__ import annotations
 
-import re
 from collections import Counter, OrderedDict
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from datetime import datetime
 
-from streams.clean.levels import LETTERS, normalize_level
+from streams.clean.header import (
+    COMPONENT,
+    MAX_HEADER_CHARS,
+    SHAPES,
+    TAG,
+    Found,
+    LevelSpot,
+    StampSpot,
+    find_stamp,
+    first_stamp,
+    header_tokens,
+    level_at,
+    level_of,
+)
 from streams.clean.parsed import Parsed
-from streams.clean.timestamps import Stamp, TimeResolver, from_number, match_leading
-from streams.records import Level
+from streams.clean.timestamps import Stamp, TimeResolver
 
 __all__ = ["LevelSpot", "SourceLearner", "StampSpot", "Structure", "apply", "learn"]
-
-MAX_HEADER_CHARS = 256  # the header is in the first characters of a line
-MAX_STAMP_TOKENS = 12  # the timestamp starts within the first whitespace tokens
-MAX_LEVEL_TOKENS = 6  # the level is within these tokens after the timestamp
-_DELIMITERS = ",;|\t"
-_OPENERS = frozenset("[(<\"'=" + _DELIMITERS)
-_EPOCH = re.compile(r"(?P<n>1\d{9}|1\d{12}|1\d{15}|1\d{18})(?:\.(?P<frac>\d{1,9}))?(?![\w.:/-])")
-_EPOCH_SCALE = {10: 1.0, 13: 1e3, 16: 1e6, 19: 1e9}
-_MONTH_DAY = re.compile(  # 03-17 16:13:38.811 (Android logcat, no year)
-    r"(?P<mo>\d{2})-(?P<d>\d{2})[ T](?P<H>\d{2}):(?P<M>\d{2}):(?P<S>\d{2})"
-    r"(?:[.,](?P<frac>\d{1,9}))?(?![\d:])"
-)
-_LEVEL_KEY = re.compile(r"(?:level|lvl|severity|loglevel)=\"?(?P<w>[A-Za-z]+)", re.IGNORECASE)
-_BRACKETED = re.compile(r"[\[<(]\s*(?P<w>[A-Za-z]+)\s*[\]>)]:?")
-_LETTER = re.compile(r"(?P<w>[VDIWEFA])(?:/|:|$)")
-_WORD = re.compile(r"(?P<w>[A-Za-z]+)[:,]?")
-_TAG = re.compile(r"(?P<tag>[A-Za-z_][\w.$/\-]{0,63}?)(?:\[(?P<pid>\d+)\]|\((?P<pid2>\d+)\))?:")
-_COMPONENT = re.compile(r"(?P<tag>[A-Za-z_][\w.$\-]{0,63})")
-_EPOCH_MIN, _EPOCH_MAX = 1e9, 2.2e9  # 2001..2039: a number outside is not a time
-
-
-@dataclass(frozen=True, slots=True)
-class StampSpot:
-    """Where a source's timestamp starts and which layout family it has."""
-
-    tokens_before: int  # whitespace-separated tokens before it
-    opener: str  # the character just before it ("" at a token start)
-    layout: str  # "known" (match_leading), "month-day" or "epoch"
-
-
-@dataclass(frozen=True, slots=True)
-class LevelSpot:
-    """Where a source's level is, in tokens after the timestamp (or the line start)."""
-
-    index: int
-    shape: str  # "word", "bracket", "key", "letter"
-    before: bool = False  # counted from the line start, before the timestamp
 
 
 @dataclass(frozen=True, slots=True)
@@ -88,167 +62,6 @@ class Structure:
         return self.stamp is None and self.level is None and self.tag is None
 
 
-@dataclass(slots=True)
-class _Found:
-    timestamp: datetime | None
-    rule: str | None
-    stamp: Stamp | None
-    start: int
-    end: int
-
-
-def _candidates(line: str) -> Iterator[tuple[int, str, int]]:
-    """(tokens before, opener, position) of every place a field may start."""
-    tokens = 0
-    limit = min(len(line), MAX_HEADER_CHARS)
-    prev = " "
-    for i in range(limit):
-        ch = line[i]
-        if ch.isspace():
-            if not prev.isspace():
-                tokens += 1
-                if tokens >= MAX_STAMP_TOKENS:
-                    return
-        elif ch.isalnum() and (prev.isspace() or prev in _OPENERS):
-            yield tokens, "" if prev.isspace() else prev, i
-        prev = ch
-
-
-def _stamp_at(line: str, pos: int, times: TimeResolver, layout: str | None) -> _Found | None:
-    """A dated timestamp at ``line[pos]`` (of family ``layout`` if given)."""
-    if layout in (None, "known"):
-        stamp = match_leading(line, pos)
-        if stamp is not None and stamp.month is not None:
-            ts, rule = times.resolve(stamp)
-            if ts is not None:
-                return _Found(ts, rule, stamp, pos, stamp.end)
-        if layout == "known":
-            return None
-    if not line[pos].isdigit():
-        return None
-    if layout in (None, "month-day"):
-        m = _MONTH_DAY.match(line, pos)
-        if m is not None:
-            frac = m["frac"] or ""
-            stamp = Stamp(
-                None,
-                int(m["mo"]),
-                int(m["d"]),
-                int(m["H"]),
-                int(m["M"]),
-                int(m["S"]),
-                int((frac + "000000")[:6]) if frac else 0,
-                None,
-                m.end(),
-            )
-            if 1 <= stamp.month <= 12 and 1 <= stamp.day <= 31 and stamp.hour < 24:  # type: ignore[operator]
-                ts, rule = times.resolve(stamp)
-                if ts is not None:
-                    return _Found(ts, rule, stamp, pos, m.end())
-        if layout == "month-day":
-            return None
-    m = _EPOCH.match(line, pos)
-    if m is None:
-        return None
-    seconds = int(m["n"]) / _EPOCH_SCALE[len(m["n"])]
-    if not _EPOCH_MIN <= seconds <= _EPOCH_MAX:
-        return None
-    value = float(m["n"] + ("." + m["frac"] if m["frac"] else ""))
-    ts = from_number(value)
-    if ts is None:
-        return None
-    if ts.microsecond == 0:
-        ts = _finer(line, m.end(), ts)
-    return _Found(ts, None, None, pos, m.end())
-
-
-def _finer(line: str, pos: int, exact: datetime) -> datetime:
-    """An epoch in whole seconds, refined by a later clock in the header with a fraction.
-
-    Some headers state the time twice: an exact Unix time, then a local wall clock
-    with more digits. The wall clock lends its fraction only when both agree to the
-    second, up to a whole quarter-hour zone offset.
-    """
-    for _, _, start in _candidates(line[:MAX_HEADER_CHARS]):
-        if start < pos or not line[start].isdigit():
-            continue
-        stamp = match_leading(line, start)
-        if stamp is None or stamp.month is None or not stamp.microsecond:
-            continue
-        if stamp.second == exact.second and stamp.minute % 15 == exact.minute % 15:
-            return exact.replace(microsecond=stamp.microsecond)
-    return exact
-
-
-def _first_stamp(line: str, times: TimeResolver) -> tuple[StampSpot, _Found] | None:
-    for tokens, opener, pos in _candidates(line):
-        found = _stamp_at(line, pos, times, None)
-        if found is not None:
-            layout = "epoch" if found.stamp is None else "known"
-            if found.stamp is not None and found.stamp.year is None and _MONTH_DAY.match(line, pos):
-                layout = "month-day"
-            return StampSpot(tokens, opener, layout), found
-    return None
-
-
-def _find_stamp(line: str, spot: StampSpot, times: TimeResolver) -> _Found | None:
-    for tokens, opener, pos in _candidates(line):
-        if tokens > spot.tokens_before:
-            return None
-        if tokens == spot.tokens_before and opener == spot.opener:
-            found = _stamp_at(line, pos, times, spot.layout)
-            if found is not None:
-                return found
-    return None
-
-
-_FIELDS = {d: re.compile(rf"[^{re.escape(d)}]+") for d in _DELIMITERS}
-# a [bracket group] (padding allowed: "[WARN ]"), a word with an optional [pid] and
-# colon ("sshd[42]:"), or a stray bracket: "][WARN ][x]" reads as "]", "[WARN ]", "[x]"
-_WHITESPACE_TOKEN = re.compile(r"\[[^\[\]]{0,64}\]|[^\s\[\]]+(?:\[[^\[\]\s]*\][^\s\[\]]*)?|\S")
-
-
-def _tokens(line: str, start: int, end: int | None = None) -> list[tuple[str, int, int]]:
-    """Header tokens after ``start``: (text, start, end).
-
-    Whitespace-separated, or the fields of a delimited line when a delimiter follows
-    the timestamp (CSV, ``|``-separated): ``2024-...,ERROR,api,...``.
-    """
-    delimiter = line[start : start + 1]
-    pattern = _FIELDS.get(delimiter, _WHITESPACE_TOKEN)
-    out: list[tuple[str, int, int]] = []
-    stop = min(len(line), start + MAX_HEADER_CHARS, len(line) if end is None else end)
-    for m in pattern.finditer(line, start, stop):
-        token = m.group()
-        if pattern is not _WHITESPACE_TOKEN:
-            token = token.strip()
-            if not token:
-                continue
-        out.append((token, m.start(), m.end()))
-        if len(out) > MAX_LEVEL_TOKENS:
-            break
-    return out
-
-
-def _level_of(token: str, shape: str, *, strict: bool = False) -> Level | None:
-    if shape == "letter":
-        m = _LETTER.match(token)
-        return LETTERS[m["w"]] if m is not None else None
-    pattern = {"word": _WORD, "bracket": _BRACKETED, "key": _LEVEL_KEY}[shape]
-    m = pattern.fullmatch(token) if shape != "key" else pattern.match(token)
-    if m is None:
-        return None
-    word = m["w"]
-    if strict and shape == "word" and not word.isupper():
-        return None  # one line alone: "error" in prose is not a level, "ERROR" is
-    if shape == "bracket" and len(word) == 1:
-        return LETTERS.get(word.upper())
-    return normalize_level(word)
-
-
-_SHAPES = ("word", "bracket", "key", "letter")
-
-
 def _share(count: int, total: int) -> float:
     return count / total if total else 0.0
 
@@ -261,8 +74,8 @@ def _count_level(
     *,
     strict: bool,
 ) -> None:
-    for shape in _SHAPES:
-        if _level_of(token, shape, strict=strict) is not None:
+    for shape in SHAPES:
+        if level_of(token, shape, strict=strict) is not None:
             levels[LevelSpot(at.index, shape, at.before)] += 1
             if shape == "letter":
                 letters.setdefault((at.index, at.before), set()).add(token[0])
@@ -280,9 +93,9 @@ def learn(
         return Structure()
     total = len(lines)
     stamps: Counter[StampSpot] = Counter()
-    found_in: list[_Found | None] = []
+    found_in: list[Found | None] = []
     for line in lines:
-        first = _first_stamp(line, times)
+        first = first_stamp(line, times)
         found_in.append(first[1] if first else None)
         if first is not None:
             stamps[first[0]] += 1
@@ -297,14 +110,14 @@ def learn(
     names: Counter[int] = Counter()
     for line, found in zip(lines, found_in, strict=True):
         start = found.end if stamp is not None and found is not None else 0
-        for i, (token, _, _) in enumerate(_tokens(line, start)):
-            if _COMPONENT.fullmatch(token):
+        for i, (token, _, _) in enumerate(header_tokens(line, start)):
+            if COMPONENT.fullmatch(token):
                 names[i] += 1
             _count_level(token, LevelSpot(i, ""), levels, letters, strict=strict)
-            if _TAG.fullmatch(token) and not token[:-1].isdigit():
+            if TAG.fullmatch(token) and not token[:-1].isdigit():
                 tags[i] += 1
         if start and found is not None:  # "<W> 2024-...", "INFO [main] 2024-..."
-            for i, (token, _, _) in enumerate(_tokens(line, 0, found.start)):
+            for i, (token, _, _) in enumerate(header_tokens(line, 0, found.start)):
                 _count_level(token, LevelSpot(i, "", before=True), levels, letters, strict=strict)
     level: LevelSpot | None = None
     for spot, count in levels.most_common():
@@ -359,7 +172,7 @@ def apply(
     header_end = 0
     skipped: list[str] = []
     if structure.stamp is not None:
-        found = _find_stamp(line, structure.stamp, times)
+        found = find_stamp(line, structure.stamp, times)
         if found is None:
             return False
         start = header_end = found.end
@@ -372,11 +185,11 @@ def apply(
                 skipped.append(prefix)
         if not _needs_spots(structure, parsed):
             return True
-    tokens = _tokens(line, start)
+    tokens = header_tokens(line, start)
     used: set[int] = set()
     spot = structure.level
     if parsed.level is None and spot is not None:
-        found_level = _level_at(line, spot, tokens, stamp_start)
+        found_level = level_at(line, spot, tokens, stamp_start)
         if found_level is not None:
             parsed.level, end = found_level
             if not spot.before:
@@ -386,7 +199,7 @@ def apply(
         if parsed.service is not None or index is None or index >= len(tokens):
             continue
         token, _, end = tokens[index]
-        m = _TAG.fullmatch(token) if index == structure.tag else _COMPONENT.fullmatch(token)
+        m = TAG.fullmatch(token) if index == structure.tag else COMPONENT.fullmatch(token)
         if m is None:
             continue
         parsed.service = m["tag"]
@@ -400,17 +213,6 @@ def apply(
     return True
 
 
-def _level_at(
-    line: str, spot: LevelSpot, after: list[tuple[str, int, int]], stamp_start: int
-) -> tuple[Level, int] | None:
-    tokens = _tokens(line, 0, stamp_start) if spot.before else after
-    if spot.index >= len(tokens):
-        return None
-    token, _, end = tokens[spot.index]
-    level = _level_of(token, spot.shape)
-    return None if level is None else (level, end)
-
-
 def _needs_spots(structure: Structure, parsed: Parsed) -> bool:
     return (parsed.level is None and structure.level is not None) or (
         parsed.service is None and (structure.tag is not None or structure.component is not None)
@@ -418,7 +220,7 @@ def _needs_spots(structure: Structure, parsed: Parsed) -> bool:
 
 
 def _set_time(
-    parsed: Parsed, found: _Found, line: str, header: HeaderParser | None, prefix: str
+    parsed: Parsed, found: Found, line: str, header: HeaderParser | None, prefix: str
 ) -> bool:
     """Set the learned timestamp; True if the header grammar also read the rest."""
     parsed.timestamp, parsed.timestamp_rule, parsed.stamp = found.timestamp, found.rule, found.stamp
