@@ -39,15 +39,17 @@ _OPENERS = frozenset("[(<\"'=" + _DELIMITERS)
 _EPOCH = re.compile(r"(?P<n>1\d{9}|1\d{12}|1\d{15}|1\d{18})(?:\.(?P<frac>\d{1,9}))?(?![\w.:/-])")
 _EPOCH_SCALE = {10: 1.0, 13: 1e3, 16: 1e6, 19: 1e9}
 _EPOCH_MIN, _EPOCH_MAX = 1e9, 2.2e9  # 2001..2039: a number outside is not a time
-_MONTH_DAY = re.compile(  # 03-17 16:13:38.811 (Android logcat, no year)
-    r"(?P<mo>\d{2})-(?P<d>\d{2})[ T](?P<H>\d{2}):(?P<M>\d{2}):(?P<S>\d{2})"
-    r"(?:[.,](?P<frac>\d{1,9}))?(?![\d:])"
+_SHORT_DATE = re.compile(  # 03-17 16:13:38.811 (logcat, no year), 17/06/09 20:10:40 (yy/MM/dd)
+    r"(?P<a>\d{2})(?P<sep>[-/.])(?P<b>\d{2})(?:(?P=sep)(?P<c>\d{2}))?"
+    r"[ T](?P<H>\d{2}):(?P<M>\d{2}):(?P<S>\d{2})(?:[.,](?P<frac>\d{1,9}))?(?![\d:])"
 )
 _LEVEL_KEY = re.compile(r"(?:level|lvl|severity|loglevel)=\"?(?P<w>[A-Za-z]+)", re.IGNORECASE)
 _BRACKETED = re.compile(r"[\[<(]\s*(?P<w>[A-Za-z]+)\s*[\]>)]:?")
 _LETTER = re.compile(r"(?P<w>[VDIWEFA])(?:/|:|$)")
 _WORD = re.compile(r"(?P<w>[A-Za-z]+)[:,]?")
-TAG = re.compile(r"(?P<tag>[A-Za-z_][\w.$/\-]{0,63}?)(?:\[(?P<pid>\d+)\]|\((?P<pid2>\d+)\))?:")
+TAG = re.compile(  # "sshd[42]:", "Tag( 123):", "cron(pam_unix)[7]:"
+    r"(?P<tag>[A-Za-z_][\w.$/\-()]{0,63}?)(?:\[(?P<pid>\d+)\]|\(\s*(?P<pid2>\d+)\))?:"
+)
 COMPONENT = re.compile(r"(?P<tag>[A-Za-z_][\w.$\-]{0,63})")
 
 
@@ -57,7 +59,7 @@ class StampSpot:
 
     tokens_before: int  # whitespace-separated tokens before it
     opener: str  # the character just before it ("" at a token start)
-    layout: str  # "known" (match_leading), "month-day" or "epoch"
+    layout: str  # "known" (match_leading), "month-day", "short-ymd" or "epoch"
 
 
 @dataclass(frozen=True, slots=True)
@@ -71,11 +73,14 @@ class LevelSpot:
 
 @dataclass(slots=True)
 class Found:
+    """A timestamp found in a line: its value, rule, parts and where it sits."""
+
     timestamp: datetime | None
     rule: str | None
-    stamp: Stamp | None
+    stamp: Stamp | None  # None for epoch numbers
     start: int
     end: int
+    layout: str  # as in StampSpot.layout
 
 
 def candidates(line: str) -> Iterator[tuple[int, str, int]]:
@@ -102,31 +107,16 @@ def stamp_at(line: str, pos: int, times: TimeResolver, layout: str | None) -> Fo
         if stamp is not None and stamp.month is not None:
             ts, rule = times.resolve(stamp)
             if ts is not None:
-                return Found(ts, rule, stamp, pos, stamp.end)
+                return Found(ts, rule, stamp, pos, stamp.end, "known")
         if layout == "known":
             return None
     if not line[pos].isdigit():
         return None
-    if layout in (None, "month-day"):
-        m = _MONTH_DAY.match(line, pos)
-        if m is not None:
-            frac = m["frac"] or ""
-            stamp = Stamp(
-                None,
-                int(m["mo"]),
-                int(m["d"]),
-                int(m["H"]),
-                int(m["M"]),
-                int(m["S"]),
-                int((frac + "000000")[:6]) if frac else 0,
-                None,
-                m.end(),
-            )
-            if 1 <= stamp.month <= 12 and 1 <= stamp.day <= 31 and stamp.hour < 24:  # type: ignore[operator]
-                ts, rule = times.resolve(stamp)
-                if ts is not None:
-                    return Found(ts, rule, stamp, pos, m.end())
-        if layout == "month-day":
+    if layout in (None, "month-day", "short-ymd"):
+        found = _short_date(line, pos, times)
+        if found is not None and layout in (None, found.layout):
+            return found
+        if layout is not None:
             return None
     m = _EPOCH.match(line, pos)
     if m is None:
@@ -140,7 +130,32 @@ def stamp_at(line: str, pos: int, times: TimeResolver, layout: str | None) -> Fo
         return None
     if ts.microsecond == 0:
         ts = finer(line, m.end(), ts)
-    return Found(ts, None, None, pos, m.end())
+    return Found(ts, None, None, pos, m.end(), "epoch")
+
+
+def _short_date(line: str, pos: int, times: TimeResolver) -> Found | None:
+    """``MM-DD HH:MM:SS`` (no year: logcat, ``MM/DD``, ``MM.DD``) or ``yy/MM/dd HH:mm:ss``.
+
+    A two-digit year is read in ISO order (Java's ``yy/MM/dd``, ``yy-MM-dd``), in
+    2000-2069 or 1970-1999.
+    """
+    m = _SHORT_DATE.match(line, pos)
+    if m is None:
+        return None
+    if m["c"] is None:
+        year, month, day, layout = None, int(m["a"]), int(m["b"]), "month-day"
+    else:
+        yy = int(m["a"])
+        year, month, day = (2000 + yy if yy < 70 else 1900 + yy), int(m["b"]), int(m["c"])
+        layout = "short-ymd"
+    hour, minute, second = int(m["H"]), int(m["M"]), int(m["S"])
+    if not (1 <= month <= 12 and 1 <= day <= 31 and hour < 24 and minute < 60 and second < 61):
+        return None
+    frac = m["frac"] or ""
+    micro = int((frac + "000000")[:6]) if frac else 0
+    stamp = Stamp(year, month, day, hour, minute, min(second, 59), micro, None, m.end())
+    ts, rule = times.resolve(stamp)
+    return None if ts is None else Found(ts, rule, stamp, pos, m.end(), layout)
 
 
 def finer(line: str, pos: int, exact: datetime) -> datetime:
@@ -162,13 +177,11 @@ def finer(line: str, pos: int, exact: datetime) -> datetime:
 
 
 def first_stamp(line: str, times: TimeResolver) -> tuple[StampSpot, Found] | None:
+    """The first dated timestamp in the header fields of ``line``, and its spot."""
     for tokens, opener, pos in candidates(line):
         found = stamp_at(line, pos, times, None)
         if found is not None:
-            layout = "epoch" if found.stamp is None else "known"
-            if found.stamp is not None and found.stamp.year is None and _MONTH_DAY.match(line, pos):
-                layout = "month-day"
-            return StampSpot(tokens, opener, layout), found
+            return StampSpot(tokens, opener, found.layout), found
     return None
 
 
@@ -183,7 +196,8 @@ def find_stamp(line: str, spot: StampSpot, times: TimeResolver) -> Found | None:
     return None
 
 
-_FIELDS = {d: re.compile(rf"[^{re.escape(d)}]+") for d in _DELIMITERS}
+# fields of a delimited header; blanks inside a field separate too ("..., Info   CBS  msg")
+_FIELDS = {d: re.compile(rf"[^{re.escape(d)}\s]+") for d in _DELIMITERS}
 # a [bracket group] (padding allowed: "[WARN ]"), a word with an optional [pid] and
 # colon ("sshd[42]:"), or a stray bracket: "][WARN ][x]" reads as "]", "[WARN ]", "[x]"
 _WHITESPACE_TOKEN = re.compile(r"\[[^\[\]]{0,64}\]|[^\s\[\]]+(?:\[[^\[\]\s]*\][^\s\[\]]*)?|\S")

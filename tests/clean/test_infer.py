@@ -291,3 +291,49 @@ def test_a_time_far_into_the_line_is_found() -> None:
         "2026-03-17T16:13:00.000Z",
         "2026-03-17T16:13:01.000Z",
     ]
+
+
+def test_two_digit_year_in_iso_order() -> None:
+    # log4j "%d{yy/MM/dd HH:mm:ss} %p %c{1}: %m"
+    words = ("INFO", "WARN", "ERROR")
+    lines = [
+        f"26/03/17 16:13:{i:02d} {words[i % 3]} storage.BlockManager: put {i}" for i in range(25)
+    ]
+    parser, results = _learned_source(lines)
+    structure = parser.learner.structure("s")
+    assert structure is not None and structure.stamp == StampSpot(0, "", "short-ymd")
+    assert iso_utc(results[0].timestamp) == "2026-03-17T16:13:00.000Z"  # type: ignore[arg-type]
+    assert (results[0].timestamp_rule, results[0].level) == ("zone-assumed:UTC", "INFO")
+    assert (results[1].level, results[1].service) == ("WARN", "storage.BlockManager")
+
+
+def test_year_less_dotted_date_in_brackets() -> None:
+    lines = [f"[03.17 16:13:{i:02d}] agent.exe - proxy.example:8080 open" for i in range(25)]
+    parser, results = _learned_source(lines)
+    structure = parser.learner.structure("s")
+    assert structure is not None and structure.stamp == StampSpot(0, "[", "month-day")
+    assert iso_utc(results[3].timestamp) == "2026-03-17T16:13:03.000Z"  # type: ignore[arg-type]
+    assert results[3].timestamp_rule == "year-assumed:2026,zone-assumed:UTC"
+
+
+def test_level_word_after_a_comma_and_blanks() -> None:
+    words = ("Info", "Warning", "Error")
+    lines = [
+        f"2026-03-17 16:13:{i:02d}, {words[i % 3]:<20} SVC    step {i} done" for i in range(25)
+    ]
+    _, results = _learned_source(lines)
+    # mixed-case words count once five lines agree; one line alone trusts only "INFO"
+    assert [p.level for p in results[:4]] == [None] * 4
+    assert [p.level for p in results[6:9]] == ["INFO", "WARN", "ERROR"]
+
+
+def test_a_tag_with_a_parenthesised_part_after_an_epoch() -> None:
+    lines = [
+        f"- 17{i:08d} 2026.03.17 node{i % 3} cron(pam_unix)[{100 + i}]: session opened"
+        for i in range(25)
+    ]
+    parser, results = _learned_source(lines)
+    structure = parser.learner.structure("s")
+    assert structure is not None and structure.tag == 2
+    assert (results[5].service, results[5].attributes["pid"]) == ("cron(pam_unix)", 105)
+    assert results[5].message == "session opened"
