@@ -122,6 +122,13 @@ class FormatParser:
             access = parse_access(line, self.times)  # the time is not at the start
             if access is not None:
                 return access
+        elif parsed.level is None and parsed.format == "text":
+            # an access line behind a collector's time ("kubectl logs --timestamps"):
+            # the line's own time and the status class win, the prefix stays an attribute
+            access = parse_access(parsed.message, self.times)
+            if access is not None:
+                access.attributes["prefix"] = line[: len(line) - len(parsed.message)].strip()
+                return access
         return parsed or Parsed("text", line)
 
     # --- layouts ------------------------------------------------------------------

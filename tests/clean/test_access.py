@@ -71,3 +71,16 @@ def test_nginx_extra_fields_are_kept() -> None:
 def test_a_line_with_a_leading_time_is_not_taken_for_an_access_log() -> None:
     p = parse('2024-03-01 10:00:00 ERROR proxy: upstream said [x] "GET / HTTP/1.1" 200 5')
     assert (p.level, "status" in p.attributes) == ("ERROR", False)
+
+
+def test_an_access_line_behind_a_collector_timestamp_keeps_its_own_time() -> None:
+    p = parse(
+        "2026-03-17T16:13:39.000000001Z 192.0.2.7 - - [17/Mar/2026:16:13:38 +0000] "
+        '"POST /pay HTTP/1.1" 502 0 "-" "curl/8.5.0"'
+    )
+    assert (iso_utc(p.timestamp), p.level, p.attributes["status"]) == (  # type: ignore[arg-type]
+        "2026-03-17T16:13:38.000Z",
+        "ERROR",
+        502,
+    )
+    assert p.attributes["prefix"] == "2026-03-17T16:13:39.000000001Z"
