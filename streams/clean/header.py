@@ -35,7 +35,6 @@ MAX_HEADER_CHARS = 256  # the header is in the first characters of a line
 MAX_STAMP_TOKENS = 12  # the timestamp starts within the first whitespace tokens
 MAX_LEVEL_TOKENS = 6  # the level is within these tokens after the timestamp
 _DELIMITERS = ",;|\t"
-_OPENERS = frozenset("[(<\"'=" + _DELIMITERS)
 _EPOCH = re.compile(r"(?P<n>1\d{9}|1\d{12}|1\d{15}|1\d{18})(?:\.(?P<frac>\d{1,9}))?(?![\w.:/-])")
 _EPOCH_SCALE = {10: 1.0, 13: 1e3, 16: 1e6, 19: 1e9}
 _EPOCH_MIN, _EPOCH_MAX = 1e9, 2.2e9  # 2001..2039: a number outside is not a time
@@ -83,21 +82,21 @@ class Found:
     layout: str  # as in StampSpot.layout
 
 
+_TOKEN = re.compile(r"\S+")
+_INNER_START = re.compile(r"(?<=[\[(<\"'=,;|])[^\W_]")  # a field opened inside a token
+
+
 def candidates(line: str) -> Iterator[tuple[int, str, int]]:
     """(tokens before, opener, position) of every place a field may start."""
-    tokens = 0
-    limit = min(len(line), MAX_HEADER_CHARS)
-    prev = " "
-    for i in range(limit):
-        ch = line[i]
-        if ch.isspace():
-            if not prev.isspace():
-                tokens += 1
-                if tokens >= MAX_STAMP_TOKENS:
-                    return
-        elif ch.isalnum() and (prev.isspace() or prev in _OPENERS):
-            yield tokens, "" if prev.isspace() else prev, i
-        prev = ch
+    head = line[:MAX_HEADER_CHARS]
+    for index, token in enumerate(_TOKEN.finditer(head)):
+        if index >= MAX_STAMP_TOKENS:
+            return
+        start = token.start()
+        if head[start].isalnum():
+            yield index, "", start
+        for inner in _INNER_START.finditer(head, start + 1, token.end()):
+            yield index, head[inner.start() - 1], inner.start()
 
 
 def stamp_at(line: str, pos: int, times: TimeResolver, layout: str | None) -> Found | None:
