@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import importlib.util
 import json
 import socket
 import subprocess
@@ -218,8 +217,6 @@ def otlp_logs(
 
 
 SHIPPER_FIELDS = ("time", "level", "service", "records")
-HAS_ENVELOPES = importlib.util.find_spec("streams.clean.envelopes") is not None
-HAS_LINE_INFERENCE = importlib.util.find_spec("streams.clean.infer") is not None
 
 
 def shipper_field_errors(records: list[NormalizedRecord], *, service_from_source: bool = False,
@@ -237,21 +234,3 @@ def shipper_error_field(error: str) -> str:
     """Which of SHIPPER_FIELDS a :func:`shipper_field_errors` line is about."""
     word = error.split(" ")[1] if error[:1] == "L" and error[3:4] == " " else "records"
     return "service" if word == "source" else word
-
-
-def shipper_gap(capture: str, field: str) -> tuple[str, bool] | None:
-    """Why ``field`` of a shipper ``capture`` cannot come out right yet, and whether the
-    gap is certain (a strict xfail, which fails once fixed) or depends on a branch not
-    merged here. None: it must be right."""
-    one_per_message = field == "records" and not capture.startswith("otlp")
-    if not HAS_ENVELOPES and capture != "kcat" and not one_per_message:
-        return "shipper envelopes are detected on branch envelopes (streams/clean/envelopes)", False
-    if not HAS_LINE_INFERENCE and field in ("time", "level"):
-        return ("an access log's time (not at the line's start) and its status level need "
-                "line-structure inference (branch formats, streams/clean/infer)"), False
-    if capture == "rsyslog-template" and field != "records":
-        return ("an omkafka JSON template with Logstash-style names (@timestamp = read time, "
-                "program, severity, message) is not detected as an envelope"), True
-    if field == "level":
-        return "a level word after a syslog tag (`sshd[815]: error: ...`, L08) is not read", True
-    return None

@@ -34,6 +34,10 @@ _RSYSLOG_KEYS = frozenset(
     ("syslogtag", "programname", "timereported", "timegenerated", "rawmsg", "app-name",
      "syslogseverity", "syslogseverity-text", "syslogfacility", "fromhost-ip", "procid"))
 _ECS_KEYS = frozenset(("ecs", "agent", "input", "data_stream", "event"))
+# an omkafka/imfile JSON template with Logstash-style names ("@timestamp", "message",
+# "program", "syslog-tag", "severity", "facility"): two of these mark a syslog record
+_SYSLOG_JSON_KEYS = frozenset(("program", "syslog-tag", "syslogtag", "programname",
+                               "facility", "severity", "sysloghost"))
 # OTel SeverityNumber ranges (1-4 TRACE ... 21-24 FATAL)
 _OTEL_SEVERITY: tuple[Level, ...] = ("TRACE", "DEBUG", "INFO", "WARN", "ERROR", "FATAL")
 _APP_LABELS = ("app.kubernetes.io/name", "app_kubernetes_io/name", "app")  # dedotted too
@@ -100,6 +104,9 @@ def detect_json(obj: dict[str, Any]) -> EnvelopeKind | None:
         return "syslog_ng"
     if (isinstance(obj.get("msg"), str) or isinstance(obj.get("rawmsg"), str)) and (
             keys & _RSYSLOG_KEYS):
+        return "rsyslog"
+    if isinstance(obj.get("message"), str) and len(keys & _SYSLOG_JSON_KEYS) >= 2 and (
+            keys & {"program", "syslog-tag", "syslogtag", "programname"}):
         return "rsyslog"
     log = obj.get("log")
     if isinstance(log, str) and not keys <= _DOCKER_KEYS and (
@@ -178,23 +185,26 @@ def _ecs(obj: dict[str, Any]) -> list[Entry]:
 def _rsyslog(obj: dict[str, Any]) -> list[Entry]:
     text = obj.get("msg")
     if not isinstance(text, str) or not text.strip():
-        text = obj.get("rawmsg", "")
+        text = obj.get("rawmsg", obj.get("message", ""))
     text = text[1:] if text.startswith(" ") else text  # rsyslog keeps the space after the tag
-    program = _str(obj.get("programname")) or _str(obj.get("app-name"))
-    if program is None and isinstance(obj.get("syslogtag"), str):
-        program = obj["syslogtag"].split("[", 1)[0].rstrip(":") or None
+    program = (_str(obj.get("programname")) or _str(obj.get("app-name"))
+               or _str(obj.get("program")))
+    tag = obj.get("syslogtag", obj.get("syslog-tag"))
+    if program is None and isinstance(tag, str):
+        program = tag.split("[", 1)[0].rstrip(":") or None
     level = None
     severity = obj.get("syslogseverity")
     if isinstance(severity, int) or (isinstance(severity, str) and severity.isdigit()):
         level = syslog_severity(int(severity))
-    elif isinstance(obj.get("syslogseverity-text"), str):
-        level = normalize_level(obj["syslogseverity-text"])
+    elif isinstance(obj.get("syslogseverity-text", obj.get("severity")), str):
+        level = normalize_level(obj.get("syslogseverity-text", obj.get("severity")))
     meta = _dict(obj.get("$!"))
     path = _str(meta.get("filename")) or _str(_dict(meta.get("metadata")).get("filename"))
-    attrs = _rest(obj, ("msg", "rawmsg", "timereported", "timegenerated", "programname",
-                        "app-name", "syslogseverity", "syslogseverity-text", "hostname",
-                        "$!", "pri", "syslogtag"))
-    _put(attrs, host=obj.get("hostname"), file=path)
+    attrs = _rest(obj, ("msg", "rawmsg", "message", "timereported", "timegenerated",
+                        "programname", "program", "app-name", "syslogseverity",
+                        "syslogseverity-text", "severity", "hostname", "host", "$!", "pri",
+                        "syslogtag", "syslog-tag", "@timestamp", "timestamp"))
+    _put(attrs, host=obj.get("hostname", obj.get("host")), file=path)
     time_field = next((f for f in ("timereported", "timegenerated", "@timestamp", "timestamp")
                        if obj.get(f)), None)
     return [Entry(_line(text), stream=program or path, service=program,

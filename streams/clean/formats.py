@@ -12,10 +12,12 @@ import re
 from collections.abc import Callable
 from datetime import datetime
 
+from streams.clean.access import parse_access
+from streams.clean.infer import SourceLearner
 from streams.clean.levels import BARE_LEVEL_PATTERN, normalize_level, syslog_severity
 from streams.clean.parsed import Parsed
 from streams.clean.structured import StructuredParser
-from streams.clean.timestamps import Stamp, TimeResolver, match_epoch, match_leading
+from streams.clean.timestamps import Stamp, TimeResolver, match_leading
 from streams.records import Level, LogFormat
 
 __all__ = ["FormatParser", "Parsed"]
@@ -23,10 +25,10 @@ __all__ = ["FormatParser", "Parsed"]
 
 _NEST = r"(?:[^\[\]]|\[[^\[\]]*\])*"  # bracket content with one level of nesting
 _PRE_LEVEL = re.compile(
-    r"\s*(?:-\s+)?"  # ` - LEVEL` (Zookeeper)
-    r"(?:(?P<pid>\d+)\s+)?"  # `pid LEVEL` (HDFS, OpenStack)
-    r"(?:(?P<logger0>[A-Za-z_][\w.$]*)\s+-\s+)?"  # `name - LEVEL - msg` (Python)
-    r"(?:\[(?P<thread0>" + _NEST + r")\]\s+)?"  # `[thread] LEVEL` (logback)
+    r"\s*(?:-\s+)?"  # log4j "%d - %p": ` - LEVEL`
+    r"(?:(?P<pid>\d+)\s+)?"  # `pid LEVEL` (oslo.log, Java "%d %pid %p")
+    r"(?:(?P<logger0>[A-Za-z_][\w.$]*)\s+-\s+)?"  # Python "%(name)s - %(levelname)s - ..."
+    r"(?:\[(?P<thread0>" + _NEST + r")\]\s+)?"  # logback/log4j "[%t] %p"
     r"(?:(?P<level>" + BARE_LEVEL_PATTERN + r")"
     r"|\[(?:(?P<module>[\w.-]+):)?(?P<blevel>[A-Za-z]+)\])"  # [notice], [core:error]
     r"(?=[\s:,]|$)"
@@ -40,12 +42,14 @@ _LOGGER = re.compile(
 )
 _THREAD_CLASS = re.compile(r"^(?P<thread>.*):(?P<cls>[A-Za-z_$][\w$]*)@(?P<line>\d+)$")
 _TRAILING_LOGGER = re.compile(r"\s+\((?P<name>[A-Za-z_$][\w$]*(?:\.[\w$]+)+)\)\s*$")
-_BGL = re.compile(
-    r"(?P<label>\S+) (?P<epoch>\d{10}) \d{4}\.\d{2}\.\d{2} (?P<node>\S+) "
-    r"\d{4}-\d{2}-\d{2}-\d{2}\.\d{2}\.\d{2}\.(?P<micro>\d{6}) \S+ (?P<type>\S+) "
-    r"(?P<component>\S+) (?P<level>[A-Z]+)(?: (?P<msg>.*))?$"
-)
 _SYSLOG_TAIL = re.compile(r"(?P<host>\S+) +(?:(?P<tag>[^\s:\[]+)(?:\[(?P<pid>\d+)\])?: ?)?")
+# "host tag[pid]: msg" after a full timestamp (rsyslog's RFC 3339 file format): the tag
+# must end in ":" so that "ERROR Foo: msg" or "[main] x: msg" never reads as one
+_SYSLOG_HOST_TAG = re.compile(
+    r"(?P<host>[A-Za-z0-9][\w.-]*) +(?P<tag>[A-Za-z_][\w./-]*)(?:\[(?P<pid>\d+)\])?: ")
+# "error: ..." right after a syslog tag: sshd, postfix, the kernel and others put the
+# severity there when the priority is not in the line
+_TAG_LEVEL = re.compile(r"(?P<lvl>[A-Za-z]{3,9}): ")
 _RFC5424 = re.compile(
     r"<(?P<pri>\d{1,3})>(?P<ver>\d{1,2}) (?P<ts>\S+) (?P<host>\S+) (?P<app>\S+) "
     r"(?P<procid>\S+) (?P<msgid>\S+) "
@@ -57,14 +61,18 @@ _GLOG = re.compile(
     r"(?P<lvl>[IWEF])(?P<mo>\d{2})(?P<d>\d{2}) (?P<H>\d{2}):(?P<M>\d{2}):(?P<S>\d{2})"
     r"\.(?P<frac>\d{6}) +(?P<pid>\d+) (?P<file>[^\s:]+):(?P<line>\d+)\] ?"
 )
-_PREFIX_TOKEN = re.compile(r"(?P<prefix>\S{1,200}) +(?=\d)")
 _SERVICE_FIELD = re.compile(r"[A-Za-z_][\w.\-$/:]{0,63}$")
 _GLOG_LEVEL: dict[str, Level] = {"I": "INFO", "W": "WARN", "E": "ERROR", "F": "FATAL"}
 _DELIMITERS = "|\t,"
 
 
 class FormatParser:
-    """Detects the format of one record and parses it (stateless apart from settings)."""
+    """Detects the format of one record and parses it.
+
+    Given the record's ``source`` (Kafka key, file or stream name), what per-record
+    detection leaves empty is completed from the structure learned on that source's
+    earlier lines (:mod:`streams.clean.infer`); without a source, parsing is stateless.
+    """
 
     def __init__(
         self,
@@ -72,17 +80,16 @@ class FormatParser:
         default_year: int | None,
         default_timezone: str,
         clock: Callable[[], datetime] | None = None,
+        learner: SourceLearner | None = None,
     ) -> None:
         self.times = TimeResolver(
             default_year=default_year, default_timezone=default_timezone, clock=clock
         )
         self._structured = StructuredParser(self)
+        self.learner = learner if learner is not None else SourceLearner(self.times)
 
     def parse(self, text: str, *, source: str | None = None) -> Parsed:
-        """Parse a decoded record; the first line carries the header, the rest joins the message.
-
-        ``source`` names the record's stream (key, file, container, program); unused yet.
-        """
+        """Parse a decoded record; the first line carries the header, the rest joins the message."""
         if not text:
             return Parsed("text", "")
         first = text[0]
@@ -95,7 +102,11 @@ class FormatParser:
             if parsed is not None:
                 return parsed
         head, _, tail = text.partition("\n")
-        parsed = self.parse_line(head.rstrip("\r"))
+        head = head.rstrip("\r")
+        parsed = self.parse_line(head)
+        incomplete = parsed.timestamp is None or parsed.level is None
+        if source is not None and incomplete and parsed.format != "logfmt":
+            self.learner.complete(source, head, parsed, self._after_stamp)
         if tail:
             parsed.message = f"{parsed.message}\n{tail}" if parsed.message else tail
         return parsed
@@ -114,6 +125,17 @@ class FormatParser:
             parsed = self._letter_first(line)
         if parsed is None:
             parsed = self._header(line, 0, None, "text")
+        if parsed is None or parsed.timestamp is None:
+            access = parse_access(line, self.times)  # the time is not at the start
+            if access is not None:
+                return access
+        elif parsed.level is None and parsed.format == "text":
+            # an access line behind a collector's time ("kubectl logs --timestamps"):
+            # the line's own time and the status class win, the prefix stays an attribute
+            access = parse_access(parsed.message, self.times)
+            if access is not None:
+                access.attributes["prefix"] = line[: len(line) - len(parsed.message)].strip()
+                return access
         return parsed or Parsed("text", line)
 
     # --- layouts ------------------------------------------------------------------
@@ -136,9 +158,6 @@ class FormatParser:
         return None
 
     def _letter_first(self, line: str) -> Parsed | None:
-        m = _BGL.match(line)
-        if m is not None:
-            return self._bgl(m)
         stamp = match_leading(line)
         if stamp is not None:
             if stamp.year is None:  # RFC 3164 syslog: "Jun 14 15:16:01 host tag[pid]: msg"
@@ -152,15 +171,13 @@ class FormatParser:
             parsed = self._structured.logfmt(line)
             if parsed is not None:
                 return parsed
-        m = _PREFIX_TOKEN.match(line)
-        if m is not None:  # "nova-api.log.1.2017-05-16_13:53:08 2017-05-16 00:00:00.008 ..."
-            stamp = match_leading(line, m.end())
-            if stamp is not None and stamp.month is not None:
-                parsed = self._header(line, stamp.end, stamp, "text")
-                if parsed is not None:
-                    parsed.attributes = {"prefix": m["prefix"], **parsed.attributes}
-                return parsed
         return None
+
+    def _after_stamp(self, line: str, pos: int, stamp: Stamp | None) -> Parsed | None:
+        """The header grammar after a timestamp found elsewhere than at the start."""
+        while line[pos : pos + 1] in ("]", ")", ">"):
+            pos += 1
+        return self._header(line, pos, stamp, "text")
 
     def _header(self, line: str, pos: int, stamp: Stamp | None, fmt: LogFormat) -> Parsed | None:
         """Timestamp done; read `[pid] [thread] LEVEL [thread] logger: msg` in its variants."""
@@ -187,9 +204,20 @@ class FormatParser:
                 if m["level"]:
                     pos = self._after_level(line, pos, parsed, m["thread0"], m["logger0"])
         message = line[pos:].lstrip()
+        if m is None and stamp is not None and stamp.year is not None:
+            tail = _SYSLOG_HOST_TAG.match(message)
+            if tail is not None and normalize_level(tail["host"]) is None:
+                parsed.format = "syslog"
+                parsed.service = tail["tag"]
+                attrs["host"] = tail["host"]
+                if tail["pid"]:
+                    attrs["pid"] = int(tail["pid"])
+                parsed.message = message[tail.end():]
+                _level_after_tag(parsed)
+                return parsed
         if parsed.service is None and parsed.format == "log4j":
             t = _TRAILING_LOGGER.search(message)
-            if t is not None:  # kafka: "msg (kafka.server.ReplicaFetcherThread)"
+            if t is not None:  # log4j "%m (%c)%n": the logger in parentheses at the end
                 parsed.service = t["name"]
                 message = message[: t.start()]
         parsed.message = message
@@ -212,9 +240,9 @@ class FormatParser:
             t = _THREAD.match(line, pos)
             if t is not None:
                 after = t.end()
-                if line.startswith(" - ", after):  # Zookeeper "[thread:Class@line] - msg"
+                if line.startswith(" - ", after):  # log4j "[%t:%C{1}@%L] - %m"
                     thread, pos = t[1], after + 3
-                elif line.startswith(" ", after):  # Hadoop "[main] org.Foo: msg"
+                elif line.startswith(" ", after):  # log4j "[%t] %c: %m"
                     lm = _LOGGER.match(line, after + 1)
                     if lm is not None and self._is_logger(lm, with_thread=True):
                         thread, pos = t[1], after + 1
@@ -232,7 +260,7 @@ class FormatParser:
                     attrs["line"] = int(lm["line"])
                 pos = lm.end()
                 if lm["sep"].isspace() and line.startswith("[", pos):
-                    c = _THREAD.match(line, pos)  # OpenStack "[req-... - - -] msg"
+                    c = _THREAD.match(line, pos)  # oslo.log "[request context] msg"
                     if c is not None and line.startswith(" ", c.end()):
                         attrs["context"] = c[1]
                         pos = c.end() + 1
@@ -276,18 +304,6 @@ class FormatParser:
         parsed.message = delim.join(fields[i:]).strip()
         return parsed
 
-    def _bgl(self, m: re.Match[str]) -> Parsed:
-        epoch = match_epoch(m["epoch"])
-        ts = epoch[0].replace(microsecond=int(m["micro"])) if epoch else None
-        return Parsed(
-            "text",
-            m["msg"] or "",
-            timestamp=ts,
-            level=normalize_level(m["level"]),
-            service=m["component"],
-            attributes={"label": m["label"], "node": m["node"], "type": m["type"]},
-        )
-
     def _syslog_3164(self, line: str, stamp: Stamp, pri: int | None) -> Parsed:
         parsed = Parsed("syslog", "")
         self._apply_stamp(parsed, stamp, line)
@@ -305,6 +321,8 @@ class FormatParser:
         parsed.message = line[pos:]
         if pri is not None:
             _apply_pri(parsed, pri)
+        elif parsed.service is not None:
+            _level_after_tag(parsed)
         return parsed
 
     def _syslog_pri(self, line: str) -> Parsed | None:
@@ -351,6 +369,13 @@ class FormatParser:
         self._apply_stamp(parsed, stamp, line)
         parsed.attributes.update(pid=int(m["pid"]), file=m["file"], line=int(m["line"]))
         return parsed
+
+
+def _level_after_tag(parsed: Parsed) -> None:
+    """A severity word the program put first in its message (``error: ...``)."""
+    m = _TAG_LEVEL.match(parsed.message)
+    if m is not None and parsed.level is None:
+        parsed.level = normalize_level(m["lvl"])
 
 
 def _apply_pri(parsed: Parsed, pri: int) -> None:

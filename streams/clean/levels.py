@@ -20,6 +20,7 @@ _WORDS: dict[str, Level] = {
     "information": "INFO",
     "informational": "INFO",
     "notice": "NOTICE",
+    "note": "INFO",  # MySQL [Note]
     "warn": "WARN",
     "warning": "WARN",
     "err": "ERROR",
@@ -32,7 +33,27 @@ _WORDS: dict[str, Level] = {
     "emergency": "FATAL",
     "fatal": "FATAL",
     "panic": "FATAL",
-    "failure": "FATAL",  # BGL
+    "failure": "FATAL",  # IBM Blue Gene RAS severities: INFO ... FATAL, FAILURE
+    # common abbreviations (zerolog, zap consoles, Serilog, PostgreSQL's LOG)
+    "trc": "TRACE",
+    "dbg": "DEBUG",
+    "inf": "INFO",
+    "log": "INFO",
+    "wrn": "WARN",
+    "eror": "ERROR",
+    "crt": "FATAL",
+    "ftl": "FATAL",
+}
+# one-letter levels, trusted only where a whole column of a source holds them
+# (Android logcat V/D/I/W/E/F/A, glog/klog I/W/E/F): see streams.clean.infer
+LETTERS: dict[str, Level] = {
+    "V": "DEBUG",
+    "D": "DEBUG",
+    "I": "INFO",
+    "W": "WARN",
+    "E": "ERROR",
+    "F": "FATAL",
+    "A": "FATAL",
 }
 
 # RFC 5424 severities 0..7
@@ -67,6 +88,8 @@ def normalize_level(value: object) -> Level | None:
         found = _WORDS.get(word)
         if found is None and word.isdigit():
             return normalize_level(int(word))
+        if found is None and word[:5] == "debug" and word[5:].isdigit():
+            return "DEBUG"  # PostgreSQL DEBUG1..DEBUG5
         return found
     if isinstance(value, bool):
         return None

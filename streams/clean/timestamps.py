@@ -35,7 +35,7 @@ _ISO = re.compile(
     r"(?P<y>\d{4})(?P<sep>[-/.])(?P<mo>\d{1,2})(?P=sep)(?P<d>\d{1,2})"
     r"(?:[T _-](?P<H>\d{1,2})[:.](?P<M>\d{2})[:.](?P<S>\d{2})" + _FRAC + r")?" + _ZONE
 )
-_COMPACT = re.compile(  # 20171223-22:15:29:606 and unpadded 20171223-23:7:6:86 (HealthApp)
+_COMPACT = re.compile(  # 20171223-22:15:29:606, also with an unpadded clock 20171223-23:7:6:86
     r"(?P<y>\d{4})(?P<mo>\d{2})(?P<d>\d{2})[-T ](?P<H>\d{1,2}):(?P<M>\d{1,2}):(?P<S>\d{1,2})(?!\d)"
     + _FRAC
     + _ZONE
@@ -52,7 +52,6 @@ _DMY = re.compile(
     r"(?P<d>\d{1,2})[/ -](?P<mon>" + _MON + r")[/ -](?P<y>\d{4})[: ]" + _HMS + _FRAC + _ZONE
 )
 _TOD = re.compile(_HMS + r"(?:[.,](?P<frac>\d{1,9}))?(?![\d:])")
-_EPOCH = re.compile(r"(?P<epoch>1\d{9})(?:\.(?P<frac>\d{1,9}))?(?![\d.])")
 # Letter-first layouts.
 _CTIME = re.compile(  # Sun Dec 04 04:47:44 2005 (Apache, asctime)
     _DAY
@@ -90,7 +89,7 @@ class Stamp:
 
 
 def _micro(frac: str | None, sep: str | None = ".") -> int:
-    """Microseconds of a fraction; after a colon it is a millisecond count (HealthApp)."""
+    """Microseconds of a fraction; up to 3 digits after a colon count milliseconds (H:M:S:ms)."""
     if not frac:
         return 0
     if sep == ":" and len(frac) <= 3:
@@ -159,15 +158,6 @@ def match_leading(text: str, pos: int = 0) -> Stamp | None:
             if stamp is not None:
                 return stamp
     return None
-
-
-def match_epoch(text: str, pos: int = 0) -> tuple[datetime, int] | None:
-    """A 10-digit Unix time in seconds at ``text[pos]`` (BGL), as UTC, and its end."""
-    m = _EPOCH.match(text, pos)
-    if m is None:
-        return None
-    seconds = int(m["epoch"])
-    return datetime.fromtimestamp(seconds, UTC).replace(microsecond=_micro(m["frac"])), m.end()
 
 
 def from_number(value: float) -> datetime | None:

@@ -22,7 +22,7 @@ from streams.ingest.keys import source_of_key
 from streams.records import DeadLetter, NormalizedRecord, RawCoord
 from streams.settings import Settings
 
-from helpers import SHIPPER_FIXTURES, shipper_field_errors, shipper_gap
+from helpers import SHIPPER_FIXTURES, shipper_field_errors
 
 FIXTURES = SHIPPER_FIXTURES
 EXPECTED: dict[str, dict[str, str | None]] = json.loads(
@@ -60,9 +60,7 @@ def _cases(fields: tuple[str, ...]) -> list:
     cases = []
     for name in CAPTURES:
         for field in fields:
-            gap = shipper_gap(name, field)
-            marks = [pytest.mark.xfail(reason=gap[0], strict=gap[1])] if gap else []
-            cases.append(pytest.param(name, field, marks=marks, id=f"{name}-{field}"))
+            cases.append(pytest.param(name, field, id=f"{name}-{field}"))
     return cases
 
 

@@ -25,12 +25,9 @@ from streams.records import NormalizedRecord
 from streams.report.store import read_topic
 
 from helpers import (
-    HAS_ENVELOPES,
     REPO,
     SHIPPER_FIXTURES,
-    shipper_error_field,
     shipper_field_errors,
-    shipper_gap,
 )
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(600)]
@@ -82,9 +79,6 @@ async def _records(settings) -> list[NormalizedRecord]:
     return out
 
 
-@pytest.mark.xfail(not HAS_ENVELOPES, strict=True, reason=(
-    "input topic lists (RETRO_TOPICS__RAW=a,b) land with branch envelopes; until then the "
-    "audit sees 0 raw records"))
 def test_real_shippers_into_a_worker_every_record_normalized_and_audited(
         pipeline_factory, kafka_bootstrap: str, tmp_path: Path) -> None:
     names, missing = _available()
@@ -107,15 +101,8 @@ def test_real_shippers_into_a_worker_every_record_normalized_and_audited(
 
     records = asyncio.run(_records(p.settings()))
     wrong: list[str] = []
-    gaps: set[str] = set()
     for topic, kind in sorted(kinds.items()):
         mine = [r for r in records if r.raw.topic == topic]
-        for error in shipper_field_errors(mine, service_from_source=kind == "kcat"):
-            gap = shipper_gap(kind, shipper_error_field(error))
-            if gap is None:
-                wrong.append(f"{kind}: {error}")
-            else:
-                gaps.add(f"{kind}: {gap[0]}")
+        wrong += [f"{kind}: {error}"
+                  for error in shipper_field_errors(mine, service_from_source=kind == "kcat")]
     assert not wrong, f"{len(wrong)} wrong fields:\n" + "\n".join(wrong)
-    if gaps:  # known and named in tests/helpers.shipper_gap; everything else was right
-        pytest.xfail("; ".join(sorted(gaps)))
