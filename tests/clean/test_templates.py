@@ -12,6 +12,8 @@ from collections import Counter, defaultdict
 from pathlib import Path
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from streams.clean.templates import TemplateMiner, template_id
 
@@ -172,3 +174,19 @@ def test_pathological_long_lines_stay_fast() -> None:
         start = time.perf_counter()
         miner.match(text)
         assert time.perf_counter() - start < 1.0
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.text(alphabet=st.sampled_from(list("0123456789abcdefABCDEFxX-.:/_ blk,=")),
+               max_size=80))
+def test_hinted_masks_mask_exactly_as_their_plain_patterns(text: str) -> None:
+    """The hints only skip substitutions that could not match."""
+    from drain3.masking import MaskingInstruction
+
+    from streams.clean.templates import MASKS, HintedMask
+
+    hinted = plain = text
+    for pattern, name, hints in MASKS:
+        hinted = HintedMask(pattern, name, hints).mask(hinted, "<", ">")
+        plain = MaskingInstruction(pattern, name).mask(plain, "<", ">")
+    assert hinted == plain
