@@ -8,7 +8,9 @@ that spends it. ``epoch_of`` / ``time_key`` / ``service_of`` are re-exported by
 
 from __future__ import annotations
 
+import functools
 import json
+import re
 from datetime import UTC, datetime
 from typing import Protocol
 
@@ -32,8 +34,12 @@ class TokenCounterLike(Protocol):
 # --- ordering -------------------------------------------------------------------
 
 
+@functools.lru_cache(maxsize=8192)
 def epoch_of(timestamp: str | None) -> float | None:
-    """Seconds since the epoch, or None; ISO strings do not sort by text alone."""
+    """Seconds since the epoch, or None; ISO strings do not sort by text alone.
+
+    Cached: a batch sorts and groups by time several times, and neighbouring records
+    share timestamps (parsing them was 5% of a worker's CPU)."""
     if not timestamp:
         return None
     try:
@@ -67,6 +73,23 @@ def record_key(record: NormalizedRecord) -> tuple[str, tuple[int, float, str, in
 def json_tokens(counter: TokenCounterLike, text: str) -> int:
     """Tokens of ``text`` as it appears in the payload: JSON-escaped and quoted."""
     return counter.count(json.dumps(text, ensure_ascii=False))
+
+
+_JSON_ESCAPED = re.compile(r'[\x00-\x1f"\\]')
+
+
+def message_tokens(counter: TokenCounterLike, record: NormalizedRecord) -> int:
+    """``json_tokens`` of a record's message, reusing the count the clean stage made.
+
+    A message JSON leaves as it is, only quoted, costs at most its own tokens plus the
+    two quotes (checked on every such line in ../shared/data: never more); counting it
+    again was the batch stage's largest cost. A counter that cannot take a count made
+    elsewhere (``of_counted``), or a message with characters to escape, is counted.
+    """
+    of_counted = getattr(counter, "of_counted", None)
+    if of_counted is None or _JSON_ESCAPED.search(record.message) is not None:
+        return json_tokens(counter, record.message)
+    return int(of_counted(record.tokens + 2))
 
 
 def group_cost(counter: TokenCounterLike, service: str, template: str, example_costs: int) -> int:

@@ -30,6 +30,7 @@ from streams.batch.cost import (
     epoch_of,
     group_cost,
     json_tokens,
+    message_tokens,
     record_key,
     service_of,
     time_key,
@@ -323,7 +324,7 @@ class TokenWindow:
         """Add one record; return the batches this closes (0, 1 or 2), oldest first."""
         out: list[Batch] = []
         key = (service_of(record), record.template_id)
-        message_cost = json_tokens(self._counter, record.message) + EXAMPLE_SEPARATOR_TOKENS
+        message_cost = message_tokens(self._counter, record) + EXAMPLE_SEPARATOR_TOKENS
         group = self._groups.get(key)
         if group is None:
             group = _GroupCost(base=self._group_base(key[0], record.template))

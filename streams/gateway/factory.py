@@ -37,6 +37,10 @@ class CalibratedCounter:
     def count(self, text: str) -> int:
         return self.calibration.adjust(self.model, self.counter.count(text))
 
+    def of_counted(self, tokens: int) -> int:
+        """A count the clean stage made with the same encoding, calibrated."""
+        return self.calibration.adjust(self.model, tokens)
+
     def truncate(self, text: str, max_tokens: int) -> tuple[str, bool]:
         factor = self.calibration.factor(self.model)
         return self.counter.truncate(text, max(1, int(max_tokens / factor)))
