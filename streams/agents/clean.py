@@ -26,6 +26,7 @@ from aiokafka.errors import CommitFailedError, IllegalStateError, KafkaError
 from streams.agents.common import ack_when_delivered, new_acker, send, track
 from streams.clean.cleaner import Cleaner
 from streams.ingest.keys import source_of_key
+from streams.kafka.batching import BatchSender
 from streams.kafka.connect import aiokafka_kwargs, stop_consumer
 from streams.kafka.inputs import input_pattern
 from streams.metrics import Metrics
@@ -162,18 +163,20 @@ class CleanLoop:
 
     async def _handle(self, consumer: AIOKafkaConsumer, producer: AIOKafkaProducer,
                       fetched: dict[TopicPartition, list[ConsumerRecord]]) -> None:
-        futures = []
+        out: list[tuple[str, bytes | None, bytes]] = []
+        lanes = dict.fromkeys(self.targets, 0)
         for messages in fetched.values():
             self.records_in.inc(len(messages))
             for m in messages:
                 for routed in route(self.cleaner, value=m.value, key=m.key, topic=m.topic,
                                     partition=m.partition, offset=m.offset,
                                     timestamp_ms=m.timestamp):
-                    self.records_out[routed.lane].inc()
-                    futures.append(await producer.send(self.targets[routed.lane],
-                                                       routed.value, key=routed.key))
+                    lanes[routed.lane] += 1
+                    out.append((self.targets[routed.lane], routed.key, routed.value))
+        for lane, n in lanes.items():
+            self.records_out[lane].inc(n)
         try:
-            await asyncio.gather(*futures)
+            await asyncio.gather(*await BatchSender(producer).send(out))
         except KafkaError as exc:
             logger.error("delivering cleaned records failed (%r); nothing committed, "
                          "reading the fetch again in %.0fs", exc, RETRY_SECONDS)
