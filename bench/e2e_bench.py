@@ -703,6 +703,7 @@ async def run_pipeline(args: argparse.Namespace, ctx: dict[str, Any], workers: i
     env["RETRO_BATCH__ENGINE"] = args.batch_engine
     env["RETRO_TOPICS__PARTITIONS"] = str(args.partitions)
     env.update({f"RETRO_TOPICS__{n.upper()}": t for n, t in topics.items()})
+    env.update(dict(item.split("=", 1) for item in args.set))
     code, out, err = await retro(env, "topics", timeout=120)  # not timed against the worker
     if code:
         raise RuntimeError(f"`retro topics` failed ({code}): {out}{err}")
@@ -1002,6 +1003,8 @@ def main(argv: list[str] | None = None) -> int:
                         help="RETRO_BATCH__ENGINE of the workers: the lanes as faust agents "
                              "or as a plain aiokafka loop (default)")
     parser.add_argument("--spread", type=int, default=4, help="retro produce --spread")
+    parser.add_argument("--set", action="append", default=[], metavar="RETRO_X=VALUE",
+                        help="a setting of the workers (repeatable), e.g. RETRO_MODEL__RPM=6000")
     parser.add_argument("--workers", type=int, default=1,
                         help="also run this many workers in one group and compare (default 1)")
     parser.add_argument("--timeout", type=float, default=240.0,

@@ -13,6 +13,7 @@ room in the context for the reserved output.
 
 from __future__ import annotations
 
+import functools
 import logging
 import math
 import time
@@ -67,15 +68,21 @@ class TemplateGroup:
     def count(self) -> int:
         return len(self.records)
 
+    @functools.cached_property
+    def _span(self) -> tuple[str | None, str | None]:
+        """(first, last) timestamp, computed once: prompts, answers and fragments ask."""
+        timed = [r for r in self.records if epoch_of(r.timestamp) is not None]
+        if not timed:
+            return None, None
+        return min(timed, key=time_key).timestamp, max(timed, key=time_key).timestamp
+
     @property
     def first_seen(self) -> str | None:
-        timed = [r for r in self.records if epoch_of(r.timestamp) is not None]
-        return min(timed, key=time_key).timestamp if timed else None
+        return self._span[0]
 
     @property
     def last_seen(self) -> str | None:
-        timed = [r for r in self.records if epoch_of(r.timestamp) is not None]
-        return max(timed, key=time_key).timestamp if timed else None
+        return self._span[1]
 
     @property
     def coverage(self) -> Coverage:
@@ -101,7 +108,12 @@ class Batch:
 
     @property
     def records(self) -> list[NormalizedRecord]:
-        return sorted((r for g in self.groups for r in g.records), key=record_key)
+        return list(self._ordered)
+
+    @functools.cached_property
+    def _ordered(self) -> tuple[NormalizedRecord, ...]:
+        """Sorted once per batch (it was sorted again on every use)."""
+        return tuple(sorted((r for g in self.groups for r in g.records), key=record_key))
 
     @property
     def record_count(self) -> int:
