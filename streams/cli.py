@@ -22,6 +22,7 @@ from streams.errors import (
     EXIT_AUDIT_FAILED,
     EXIT_BROKEN_PIPE,
     ConfigError,
+    DeliveryFailed,
     KafkaUnreachable,
     OutputError,
     PortInUse,
@@ -156,6 +157,11 @@ def cmd_produce(args: argparse.Namespace, settings: Settings) -> int:
             summary = asyncio.run(produce(paths, settings, rate=args.rate, source=args.source,
                                           spread=args.spread, on_progress=on_progress))
     print(summary.line(), file=sys.stderr)
+    if not summary.ok:
+        raise DeliveryFailed(
+            f"{summary.failed} of {summary.records} records did not reach Kafka within "
+            f"{settings.kafka.delivery_timeout_seconds:.0f}s of retries; send them again "
+            "(records already delivered would then be in the raw topic twice)")
     return 0
 
 
@@ -280,7 +286,7 @@ day to day:
 
 `retro COMMAND --help` explains a command. Exit codes: 0 ok, 1 nothing found,
 2 audit failed, 64 usage, 66 input file, 69 Kafka unreachable, 70 local broker,
-73 output file, 75 port in use, 78 configuration.
+73 output file, 74 records not delivered, 75 port in use, 78 configuration.
 """
 
 

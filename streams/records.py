@@ -69,7 +69,7 @@ class DeadLetter(BaseModel):
     id: str
     raw: RawCoord
     source: str
-    stage: Literal["clean", "batch"]
+    stage: Literal["produce", "clean", "batch"]
     reason: str  # stable code, e.g. "undecodable", "too_large"
     detail: str  # what to do about it, for a person
     raw_base64: str  # the raw bytes, or their first part when raw_size is larger

@@ -135,6 +135,9 @@ class KafkaSettings(BaseModel):
     reread_held_seconds: float = Field(20.0, ge=0.0)
     # reports are single messages that grow with the day; raise with the topic config
     max_message_bytes: int = 8 * 1024 * 1024
+    # `retro produce` sends what failed again (a broker restart) for this long, then
+    # counts it as failed and exits non-zero
+    delivery_timeout_seconds: float = Field(120.0, ge=0.0)
 
 
 class Settings(BaseSettings):

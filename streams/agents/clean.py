@@ -15,7 +15,9 @@ what was produced for it is on the broker.
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
+from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
@@ -42,6 +44,7 @@ class Routed:
     lane: str  # fast | slow | deadletter
     key: bytes
     value: bytes
+    reason: str | None = None  # a dead letter's reason code
 
 
 def route(cleaner: Cleaner, *, value: bytes | None, key: bytes | None, topic: str,
@@ -52,7 +55,8 @@ def route(cleaner: Cleaner, *, value: bytes | None, key: bytes | None, topic: st
     received = datetime.fromtimestamp(timestamp_ms / 1000, UTC) if timestamp_ms else None
     out = cleaner.clean(value or b"", coord, source, received_at=received)
     if isinstance(out, DeadLetter):
-        return Routed("deadletter", out.id.encode(), out.model_dump_json().encode())
+        return Routed("deadletter", out.id.encode(), out.model_dump_json().encode(),
+                      reason=out.reason)
     # the raw key keeps --spread partitioning in the lanes
     return Routed(out.lane, key or source.encode(), out.model_dump_json().encode())
 
@@ -70,7 +74,7 @@ def wire_clean(app: Any, settings: Settings, metrics: Metrics, topics: dict[str,
     targets = {"fast": topics["fast"], "slow": topics["slow"], "deadletter": topics["deadletter"]}
     # labelled children looked up once: labels() per record cost 2-3% of a worker's CPU
     records_in = metrics.records_in.labels("clean")
-    records_out = {lane: metrics.records_out.labels(lane) for lane in targets}
+    counters = RouteCounters(metrics, targets)
 
     @app.agent(topics["raw"], name="clean", concurrency=1)
     async def clean_agent(stream: Any) -> None:
@@ -83,9 +87,31 @@ def wire_clean(app: Any, settings: Settings, metrics: Metrics, topics: dict[str,
             stamp = int(m.timestamp * 1000) if m.timestamp else None
             routed = route(cleaner, value=m.value, key=m.key, topic=m.topic,
                            partition=m.partition, offset=m.offset, timestamp_ms=stamp)
-            records_out[routed.lane].inc()
             fut = await send(targets[routed.lane], key=routed.key, value=routed.value)
+            fut.add_done_callback(functools.partial(_count_delivered, counters, routed))
             ack_when_delivered(fut, acker, handle)
+
+
+def _count_delivered(counters: RouteCounters, routed: Routed, fut: asyncio.Future) -> None:
+    if not fut.cancelled() and fut.exception() is None:
+        counters.delivered(routed)
+
+
+class RouteCounters:
+    """Routed records and dead letters, counted once their message is on the broker.
+
+    Counting when a record is cleaned counted every attempt: a fetch read again after
+    a failed delivery showed more dead letters than the topic held.
+    """
+
+    def __init__(self, metrics: Metrics, lanes: Iterable[str]) -> None:
+        self.records_out = {lane: metrics.records_out.labels(lane) for lane in lanes}
+        self.deadletters = metrics.deadletters
+
+    def delivered(self, routed: Routed) -> None:
+        self.records_out[routed.lane].inc()
+        if routed.reason is not None:
+            self.deadletters.labels(stage="clean", reason=routed.reason).inc()
 
 
 def clean_group(worker_group: str) -> str:
@@ -110,7 +136,7 @@ class CleanLoop:
         t = settings.topics
         self.targets = {"fast": t.fast, "slow": t.slow, "deadletter": t.deadletter}
         self.records_in = metrics.records_in.labels("clean")
-        self.records_out = {lane: metrics.records_out.labels(lane) for lane in self.targets}
+        self.counters = RouteCounters(metrics, self.targets)
 
     async def run(self) -> None:
         s = self.settings
@@ -137,21 +163,32 @@ class CleanLoop:
 
     async def _handle(self, consumer: AIOKafkaConsumer, producer: AIOKafkaProducer,
                       fetched: dict[TopicPartition, list[ConsumerRecord]]) -> None:
-        futures = []
-        for messages in fetched.values():
-            self.records_in.inc(len(messages))
-            for m in messages:
-                routed = route(self.cleaner, value=m.value, key=m.key, topic=m.topic,
-                               partition=m.partition, offset=m.offset,
-                               timestamp_ms=m.timestamp)
-                self.records_out[routed.lane].inc()
-                futures.append(await producer.send(self.targets[routed.lane], routed.value,
-                                                   key=routed.key))
+        futures: list[Any] = []
+        sent: list[Routed] = []
+        failure: BaseException | None = None
         try:
-            await asyncio.gather(*futures)
-        except KafkaError as exc:
+            for messages in fetched.values():
+                self.records_in.inc(len(messages))
+                for m in messages:
+                    routed = route(self.cleaner, value=m.value, key=m.key, topic=m.topic,
+                                   partition=m.partition, offset=m.offset,
+                                   timestamp_ms=m.timestamp)
+                    sent.append(routed)
+                    futures.append(await producer.send(self.targets[routed.lane], routed.value,
+                                                       key=routed.key))
+        except KafkaError as exc:  # no metadata while the broker is away
+            failure = exc
+        results = await asyncio.gather(*futures, return_exceptions=True)
+        for routed, result in zip(sent, results, strict=False):
+            if isinstance(result, BaseException):
+                failure = failure or result
+            else:
+                self.counters.delivered(routed)
+        if failure is not None:
+            if not isinstance(failure, KafkaError):
+                raise failure
             logger.error("delivering cleaned records failed (%r); nothing committed, "
-                         "reading the fetch again in %.0fs", exc, RETRY_SECONDS)
+                         "reading the fetch again in %.0fs", failure, RETRY_SECONDS)
             await asyncio.sleep(RETRY_SECONDS)
             for tp, messages in fetched.items():
                 if tp in consumer.assignment():

@@ -198,8 +198,8 @@ class Cleaner:
     def _dead(
         self, raw: bytes, coord: RawCoord, source: str, reason: str, detail: str
     ) -> DeadLetter:
-        if self.metrics is not None:
-            self.metrics.deadletters.labels(stage="clean", reason=reason).inc()
+        # retro_deadletter_total is counted where the letter is delivered, not here: a
+        # record cleaned again after a failed delivery would be counted twice
         source, _ = self.redactor.redact(source)
         logger.info("dead letter %s from %s: %s", coord.id, source, reason)
         return DeadLetter.of(

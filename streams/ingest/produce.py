@@ -7,31 +7,53 @@ the file and first line number so a dead letter can point back at the file.
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import logging
 import os
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from aiokafka import AIOKafkaProducer
+from aiokafka.errors import KafkaError
 
 from streams.ingest.keys import raw_key
-from streams.ingest.reader import iter_records, open_source
+from streams.ingest.reader import RawRecord, iter_raw_records, open_source
 from streams.kafka.connect import aiokafka_kwargs
+from streams.kafka.limits import RECORD_OVERHEAD_BYTES, topic_max_message_bytes, value_limit
+from streams.records import DeadLetter, RawCoord
 from streams.settings import Settings
+
+logger = logging.getLogger(__name__)
 
 
 @dataclass
 class ProduceSummary:
+    """What a run sent, what the broker confirmed, and what it could not take."""
+
     records: int = 0
     bytes: int = 0
     seconds: float = 0.0
     per_source: dict[str, int] = field(default_factory=dict)
+    delivered: int = 0  # records the broker confirmed (raw topic or, if too large, dead letter)
+    failed: int = 0  # records that never reached the broker, even after retries
+    too_large: int = 0  # records over the raw topic's limit: dead-lettered, not sent
+    limit: int = 0  # the raw topic's max.message.bytes
+
+    @property
+    def ok(self) -> bool:
+        return self.failed == 0
 
     def line(self) -> str:
         rate = self.records / self.seconds if self.seconds else 0.0
-        return (f"produced {self.records} records ({self.bytes} bytes) from "
-                f"{len(self.per_source)} sources in {self.seconds:.2f}s ({rate:.0f} records/s)")
+        text = (f"produced {self.records} records ({self.bytes} bytes) from "
+                f"{len(self.per_source)} sources in {self.seconds:.2f}s ({rate:.0f} records/s); "
+                f"delivered {self.delivered}, failed {self.failed}")
+        if self.too_large:
+            text += (f"; {self.too_large} over the raw topic's {self.limit}-byte message "
+                     "limit, recorded as dead letters (stage produce, reason too_large)")
+        return text
 
 
 def source_name(path: str) -> str:
@@ -69,47 +91,169 @@ async def produce(
     spread: int = 1,
     on_progress: Callable[[int, int], None] | None = None,
 ) -> ProduceSummary:
-    """Send every logical record of ``paths``; waits until the broker has them all."""
+    """Send every logical record of ``paths``; waits until the broker has them all.
+
+    A record over the raw topic's ``max.message.bytes`` is not cut: it becomes a dead
+    letter (stage ``produce``, reason ``too_large``, its size, SHA-256 and first bytes).
+    Sends that fail (a broker restart) are retried for
+    ``RETRO_KAFKA__DELIVERY_TIMEOUT_SECONDS``; what still fails is counted, not hidden.
+    """
     summary = ProduceSummary()
+    limit = await topic_max_message_bytes(settings, settings.topics.raw)
+    summary.limit = limit
     producer = AIOKafkaProducer(
         **aiokafka_kwargs(settings),
         acks="all",
         enable_idempotence=True,  # broker-side dedup of producer retries
         linger_ms=20,
-        max_batch_size=256 * 1024,
+        max_batch_size=min(256 * 1024, limit),
+        max_request_size=limit + RECORD_OVERHEAD_BYTES,
         compression_type="lz4" if _has_lz4() else None,
     )
+    sender = Sender(producer, retry_seconds=settings.kafka.delivery_timeout_seconds)
     pacer = _Pacer(rate)
-    pending: list[asyncio.Future] = []
+    sample_bytes = settings.clean.deadletter_sample_bytes
+    started = time.monotonic()
     try:  # stop even when start() fails, or asyncio warns about an unclosed producer
         await producer.start()
-        started = time.monotonic()
         for path in paths:
             name = source or source_name(path)
             header_file = path.encode()
+            widest_key = raw_key(name, max(0, spread - 1), spread)
+            cap = value_limit(limit, key=widest_key,
+                              headers=[("retro-file", header_file), ("retro-line", b"9" * 12)])
             with open_source(path) as stream:
-                for line_no, record in iter_records(
-                        stream, max_record_bytes=settings.clean.max_record_bytes):
+                for record in iter_raw_records(stream, max_record_bytes=cap):
                     await pacer.wait()
-                    fut = await producer.send(
-                        settings.topics.raw, value=record,
-                        key=raw_key(name, summary.records, spread),
-                        headers=[("retro-file", header_file),
-                                 ("retro-line", str(line_no).encode())])
-                    pending.append(fut)
+                    key = raw_key(name, summary.records, spread)
+                    if record.size > cap:
+                        letter = oversized_letter(record, path=path, source=name, limit=limit,
+                                                  sample_bytes=sample_bytes)
+                        summary.too_large += 1
+                        await sender.send(settings.topics.deadletter, letter.id.encode(),
+                                          letter.model_dump_json().encode())
+                    else:
+                        await sender.send(
+                            settings.topics.raw, key, record.data,
+                            headers=[("retro-file", header_file),
+                                     ("retro-line", str(record.line).encode())])
                     summary.records += 1
-                    summary.bytes += len(record)
+                    summary.bytes += record.size
                     summary.per_source[name] = summary.per_source.get(name, 0) + 1
-                    if len(pending) >= 5000:
-                        await asyncio.gather(*pending)
-                        pending.clear()
+                    if sender.waiting >= 5000:
+                        await sender.flush()
                     if on_progress is not None:
-                        on_progress(summary.records, len(record) + 1)
-        await asyncio.gather(*pending)
+                        on_progress(summary.records, record.size + 1)
+        await sender.flush()
     finally:
-        await producer.stop()
+        summary.delivered, summary.failed = sender.delivered, sender.failed
+        with contextlib.suppress(Exception):  # a broker that is gone must not hang the exit
+            await asyncio.wait_for(producer.stop(), STOP_SECONDS)
     summary.seconds = time.monotonic() - started
     return summary
+
+
+def oversized_letter(record: RawRecord, *, path: str, source: str, limit: int,
+                     sample_bytes: int) -> DeadLetter:
+    """The dead letter for a record the raw topic cannot take; it names its file and line.
+
+    Its coordinate is the file (``stdin`` for -), partition 0 and the line number: the
+    record never had a raw offset.
+    """
+    coord = RawCoord(topic="stdin" if path == "-" else path, partition=0, offset=record.line)
+    letter = DeadLetter.of(
+        record.data, sample_bytes=sample_bytes, id=coord.id, raw=coord, source=source,
+        stage="produce", reason="too_large",
+        detail=(f"record at line {record.line} is {record.size} bytes, over the raw topic's "
+                f"{limit}-byte max.message.bytes; it was not sent (the dead letter keeps its "
+                "first bytes, size and SHA-256). Split such records at the source or raise "
+                "the topic's max.message.bytes"))
+    # the reader kept only the first bytes: size and hash are the whole record's
+    return letter.model_copy(update={"raw_size": record.size,
+                                     "raw_sha256": record.sha256 or letter.raw_sha256})
+
+
+STOP_SECONDS = 10.0  # the producer's own flush on stop, after ours gave up
+RETRY_PAUSE_SECONDS = (1.0, 2.0, 4.0, 8.0)  # between retry rounds, then the last one
+
+
+@dataclass
+class _Sent:
+    topic: str
+    key: bytes
+    value: bytes
+    headers: list[tuple[str, bytes]] | None
+    future: asyncio.Future | None = None
+
+
+class Sender:
+    """Sends with delivery futures and retries what failed, for a bounded time.
+
+    A broker restart fails the sends in flight; they are sent again in rounds (1, 2,
+    4, 8 s apart) until ``retry_seconds`` have passed since the first failure of the
+    round, with one log line per round rather than one per record. A record re-sent
+    after a timeout may reach the topic twice: Kafka may have stored the first copy.
+    """
+
+    def __init__(self, producer: AIOKafkaProducer, *, retry_seconds: float,
+                 clock: Callable[[], float] = time.monotonic,
+                 sleep: Callable[[float], Awaitable[None]] = asyncio.sleep) -> None:
+        self.producer = producer
+        self.retry_seconds = retry_seconds
+        self.clock = clock
+        self.sleep = sleep
+        self.pending: list[_Sent] = []
+        self.delivered = 0
+        self.failed = 0
+
+    @property
+    def waiting(self) -> int:
+        return len(self.pending)
+
+    async def send(self, topic: str, key: bytes, value: bytes,
+                   headers: list[tuple[str, bytes]] | None = None) -> None:
+        item = _Sent(topic, key, value, headers)
+        await self._start(item)
+        self.pending.append(item)
+
+    async def _start(self, item: _Sent) -> None:
+        try:
+            item.future = await self.producer.send(item.topic, item.value, key=item.key,
+                                                   headers=item.headers)
+        except KafkaError as exc:  # no metadata, buffer timeout: a failed delivery
+            failed: asyncio.Future = asyncio.get_running_loop().create_future()
+            failed.set_exception(exc)
+            item.future = failed
+
+    async def flush(self) -> None:
+        """Wait for every pending send; retry failures; count what stays undelivered."""
+        batch, self.pending = self.pending, []
+        first_failure: float | None = None
+        round_no = 0
+        while batch:
+            results = await asyncio.gather(*(i.future for i in batch), return_exceptions=True)
+            failed = [(i, r) for i, r in zip(batch, results, strict=True)
+                      if isinstance(r, BaseException)]
+            self.delivered += len(batch) - len(failed)
+            if not failed:
+                return
+            now = self.clock()
+            first_failure = now if first_failure is None else first_failure
+            reason = repr(failed[0][1])
+            if now - first_failure >= self.retry_seconds:
+                self.failed += len(failed)
+                logger.error("gave up on %s records after %.0fs of retries (last error %s); "
+                             "they are not in Kafka", len(failed), now - first_failure, reason)
+                return
+            pause = RETRY_PAUSE_SECONDS[min(round_no, len(RETRY_PAUSE_SECONDS) - 1)]
+            round_no += 1
+            logger.warning("Kafka did not take %s records (%s); sending them again in %.0fs "
+                           "(retry round %s, giving up %.0fs after the first failure)",
+                           len(failed), reason, pause, round_no, self.retry_seconds)
+            await self.sleep(pause)
+            batch = [i for i, _ in failed]
+            for item in batch:
+                await self._start(item)
 
 
 def _has_lz4() -> bool:
