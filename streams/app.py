@@ -25,11 +25,13 @@ from streams.gateway.factory import GatewaySet, build_gateways
 from streams.kafka import faust_guards
 from streams.kafka.connect import (
     aiokafka_kwargs,
+    bootstrap_addresses,
     faust_credentials,
     partitions_of,
     resolve_bootstrap,
     stop_consumer,
 )
+from streams.kafka.probe import BrokerProbe
 from streams.kafka.stall import StallDetector
 from streams.metrics import Metrics
 from streams.report.store import ReportFollower
@@ -138,7 +140,8 @@ def build_app(settings: Settings, *, roles: tuple[str, ...] = ROLES,
     health = StallDetector(stall_seconds=settings.stall_seconds)
     if web:
         worker.follower = ReportFollower(settings)
-        wire_web(app, metrics, worker.follower, health)
+        wire_web(app, metrics, worker.follower, health, broker=BrokerProbe(
+            bootstrap_addresses(resolve_bootstrap(settings))))
     _wire_lag(app, settings, metrics, roles, health)
     _wire_reread(app, settings, metrics)
     return worker

@@ -29,6 +29,7 @@ from streams.errors import (
     RetroError,
     UsageError,
 )
+from streams.kafka.log_guard import limit_repeats
 from streams.settings import Settings
 
 logger = logging.getLogger("streams")
@@ -429,6 +430,7 @@ def main(argv: list[str] | None = None) -> int:
         for noisy in ("aiokafka", "aiohttp.access"):
             logging.getLogger(noisy).setLevel(
                 max(logging.WARNING, logging.getLogger().getEffectiveLevel()))
+        limit_repeats(logging.getLogger().handlers)  # a broker outage is a few lines, not MB/s
         return int(args.func(args, settings) or 0)
     except RetroError as exc:
         print(f"retro: {exc}", file=sys.stderr)

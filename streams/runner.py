@@ -6,6 +6,7 @@ import asyncio
 import logging
 
 from streams.app import build_app, consumer_groups
+from streams.kafka.log_guard import limit_repeats
 from streams.kafka.topics import ensure_group_offsets, ensure_topics
 from streams.settings import Settings
 
@@ -24,6 +25,14 @@ def run_worker(settings: Settings, *, roles: tuple[str, ...]) -> int:
     worker = build_app(settings, roles=roles)
     faust_worker = Worker(worker.app, loglevel=settings.log_level.lower(), quiet=True,
                           redirect_stdouts=False)
+    setup_root_logger = faust_worker.on_setup_root_logger
+
+    def on_setup_root_logger(root: logging.Logger, level: int) -> None:
+        # faust installs the log handlers itself: limit repeated warnings once it has
+        setup_root_logger(root, level)
+        limit_repeats(root.handlers)
+
+    faust_worker.on_setup_root_logger = on_setup_root_logger  # type: ignore[method-assign]
 
     async def _close_gateways() -> None:
         if worker.gateways is not None:

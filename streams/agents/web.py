@@ -9,10 +9,13 @@ from typing import Any
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
 from streams.errors import PortInUse
+from streams.kafka.probe import BrokerProbe
 from streams.kafka.stall import StallDetector
 from streams.metrics import Metrics
 from streams.report.store import ReportFollower
 from streams.report.view import render_html, render_index_html
+
+PROBE_SECONDS = 2.0  # between readiness probes of the bootstrap servers
 
 
 def port_free(host: str, port: int) -> bool:
@@ -62,7 +65,7 @@ def newest_first(reports: Any) -> list[Any]:
 
 
 def wire_web(app: Any, metrics: Metrics, follower: ReportFollower,
-             health: StallDetector) -> None:
+             health: StallDetector, *, broker: BrokerProbe | None = None) -> None:
     @app.page("/livez")
     async def livez(web: Any, request: Any) -> Any:
         """Liveness: the event loop answers. A stall is not a reason to restart a pod
@@ -71,8 +74,12 @@ def wire_web(app: Any, metrics: Metrics, follower: ReportFollower,
 
     @app.page("/healthz")
     async def healthz(web: Any, request: Any) -> Any:
-        """Readiness: no owned partition has lag with a commit stuck for
-        RETRO_STALL_SECONDS (``retro_partitions_stalled`` counts them)."""
+        """Readiness: Kafka is reachable, and no owned partition has lag with a commit
+        stuck for RETRO_STALL_SECONDS (``retro_partitions_stalled`` counts them)."""
+        unreachable = broker.unreachable() if broker is not None else None
+        if unreachable:
+            return web.json({"status": "broker_unreachable", "reason": unreachable},
+                            status=503)
         stalled = health.stalled()
         if stalled:
             return web.json({"status": "stalled", "partitions": [
@@ -109,6 +116,14 @@ def wire_web(app: Any, metrics: Metrics, follower: ReportFollower,
     async def index(web: Any, request: Any) -> Any:
         items = newest_first(follower.reports.values())
         return web.html(render_index_html([_summary(r) for r in items]))
+
+    if broker is not None:
+        metrics.broker_reachable.set(1)
+
+        @app.timer(interval=PROBE_SECONDS)
+        async def probe_broker() -> None:
+            await broker.check()
+            metrics.broker_reachable.set(0 if broker.unreachable() else 1)
 
     @app.task
     async def follow_reports() -> None:
