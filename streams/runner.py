@@ -6,7 +6,9 @@ import asyncio
 import logging
 
 from streams.app import build_app, consumer_groups
+from streams.kafka.connect import bootstrap_addresses, resolve_bootstrap
 from streams.kafka.log_guard import limit_repeats
+from streams.kafka.probe import ExitWhenUnreachable
 from streams.kafka.topics import ensure_group_offsets, ensure_topics
 from streams.settings import Settings
 
@@ -43,6 +45,8 @@ def run_worker(settings: Settings, *, roles: tuple[str, ...]) -> int:
 
     @worker.app.on_before_shutdown.connect
     async def _on_shutdown(app: object, **kwargs: object) -> None:
+        # with the broker gone the orderly stop would wait out every client timeout
+        ExitWhenUnreachable(bootstrap_addresses(resolve_bootstrap(settings))).start()
         await _close_gateways()
 
     faust_worker.execute_from_commandline()

@@ -13,6 +13,9 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import os
+import socket
+import threading
 import time
 from collections.abc import Awaitable, Callable
 
@@ -87,3 +90,71 @@ def _why(exc: BaseException) -> str:
     if isinstance(exc, ConnectionRefusedError):
         return "connection refused"
     return getattr(exc, "strerror", None) or type(exc).__name__
+
+
+def can_connect(host: str, port: int, timeout: float = 1.0) -> bool:
+    """A blocking TCP connect, for a thread that must not depend on the event loop."""
+    try:
+        with socket.create_connection((host, port), timeout=timeout):
+            return True
+    except OSError:
+        return False
+
+
+EXIT_KAFKA_GONE = 1
+
+
+class ExitWhenUnreachable:
+    """After SIGTERM, leave at once if Kafka stays unreachable.
+
+    An orderly stop commits offsets, leaves the group and flushes the producer: with
+    the broker gone each step waits for its own timeout (faust's consumer thread
+    alone waited 60 s), so a pod would be killed at the end of its grace period. With
+    no broker nothing can be committed or handed back anyway: records not committed
+    are read again by the partitions' next owner. A thread, not a task: the event loop
+    may be the thing that is stuck.
+    """
+
+    def __init__(self, addresses: list[tuple[str, int]], *, after_seconds: float = 3.0,
+                 interval: float = 1.0, connect: Callable[[str, int], bool] = can_connect,
+                 exit: Callable[[int], object] = os._exit,
+                 clock: Clock = time.monotonic) -> None:
+        self.addresses = addresses
+        self.after_seconds = after_seconds
+        self.interval = interval
+        self.connect = connect
+        self.exit = exit
+        self.clock = clock
+        self.started = clock()
+        self.failures = 0
+        self._stop = threading.Event()
+
+    def check(self) -> bool:
+        """Probe once; True (after exiting) when Kafka has been unreachable long enough."""
+        if any(self.connect(host, port) for host, port in self.addresses):
+            self.failures = 0
+            return False
+        self.failures += 1
+        if self.failures < 2 or self.clock() - self.started < self.after_seconds:
+            return False
+        logger.error("shutting down with Kafka unreachable at %s: exiting without "
+                     "committing; records not committed are read again by the next owner",
+                     ",".join(f"{h}:{p}" for h, p in self.addresses))
+        for handler in logging.getLogger().handlers:
+            with contextlib.suppress(Exception):
+                handler.flush()
+        self.exit(EXIT_KAFKA_GONE)
+        return True
+
+    def start(self) -> None:
+        threading.Thread(target=self._run, name="exit-when-kafka-unreachable",
+                         daemon=True).start()
+
+    def cancel(self) -> None:
+        self._stop.set()
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            if self.check():
+                return
+            self._stop.wait(self.interval)

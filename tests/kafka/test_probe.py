@@ -55,3 +55,30 @@ def test_the_real_connect_tells_a_listening_port_from_a_closed_one() -> None:
         probe = BrokerProbe([("127.0.0.1", port)], grace_seconds=0)
         assert not asyncio.run(probe.check())
         assert "refused" in (probe.unreachable() or "")
+
+
+def test_a_shutdown_with_kafka_gone_exits_without_waiting_out_client_timeouts() -> None:
+    from streams.kafka.probe import EXIT_KAFKA_GONE, ExitWhenUnreachable
+
+    clock, exits, up = FakeClock(), [], [True]
+    guard = ExitWhenUnreachable([("kafka", 9092)], after_seconds=3, clock=clock,
+                                connect=lambda h, p: up[0], exit=exits.append)
+    assert not guard.check()  # reachable: the orderly shutdown goes on
+    up[0] = False
+    assert not guard.check()  # one failed probe is not enough
+    clock.advance(1)
+    assert not guard.check()  # two, but too soon after SIGTERM
+    clock.advance(2)
+    assert guard.check() and exits == [EXIT_KAFKA_GONE]
+
+
+def test_a_reachable_broker_never_triggers_the_exit() -> None:
+    from streams.kafka.probe import ExitWhenUnreachable
+
+    clock, exits = FakeClock(), []
+    guard = ExitWhenUnreachable([("kafka", 9092)], clock=clock, connect=lambda h, p: True,
+                                exit=exits.append)
+    for _ in range(20):
+        clock.advance(1)
+        assert not guard.check()
+    assert exits == []
