@@ -20,6 +20,7 @@ from streams.agents.batch import wire_batch
 from streams.agents.clean import clean_group, wire_clean
 from streams.agents.compactor import wire_compactor
 from streams.agents.web import wire_web
+from streams.agents.web_auth import web_token
 from streams.batch.lane import LaneProcessor
 from streams.gateway.factory import GatewaySet, build_gateways
 from streams.kafka import faust_guards
@@ -141,7 +142,7 @@ def build_app(settings: Settings, *, roles: tuple[str, ...] = ROLES,
     if web:
         worker.follower = ReportFollower(settings)
         wire_web(app, metrics, worker.follower, health, broker=BrokerProbe(
-            bootstrap_addresses(resolve_bootstrap(settings))))
+            bootstrap_addresses(resolve_bootstrap(settings))), token=web_token(settings))
     _wire_lag(app, settings, metrics, roles, health)
     _wire_reread(app, settings, metrics)
     return worker

@@ -100,6 +100,7 @@ def cmd_broker(args: argparse.Namespace, settings: Settings) -> int:
 
 def cmd_worker(args: argparse.Namespace, settings: Settings) -> int:
     from streams.agents.web import check_web_port
+    from streams.agents.web_auth import web_token
     from streams.app import ROLES
     from streams.runner import run_worker
 
@@ -107,6 +108,7 @@ def cmd_worker(args: argparse.Namespace, settings: Settings) -> int:
     if not roles or set(roles) - set(ROLES):
         raise UsageError(f"--agents {args.agents!r}: choose from {', '.join(ROLES)}")
     check_web_port(settings.web_host, settings.web_port)  # faust would fail after joining
+    web_token(settings)  # off loopback the pages need a token: say so before joining
     kafka(settings)
     return run_worker(settings, roles=roles)
 

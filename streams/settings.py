@@ -158,6 +158,10 @@ class Settings(BaseSettings):
     stall_seconds: float = Field(600.0, ge=0.0)
     web_port: int = 6066
     web_host: str = "127.0.0.1"
+    # the report pages answer only requests with this bearer token; required when
+    # web_host is not loopback (/livez, /healthz, /metrics stay open)
+    web_token: SecretStr | None = None
+    web_token_file: Path | None = None  # or read it from this file (a mounted Secret)
     log_level: str = "INFO"
 
     def lane(self, name: Literal["fast", "slow"]) -> LaneSettings:

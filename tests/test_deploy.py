@@ -32,6 +32,7 @@ EXPECTED_KINDS: dict[str, set[tuple[str, str]]] = {
     "worker-batch.yaml": {("apps/v1", "Deployment"), ("policy/v1", "PodDisruptionBudget")},
     "worker-compactor.yaml": {("apps/v1", "Deployment"), ("policy/v1", "PodDisruptionBudget")},
     "service.yaml": {("v1", "Service")},
+    "networkpolicy.yaml": {("networking.k8s.io/v1", "NetworkPolicy")},
     "servicemonitor.yaml": {("monitoring.coreos.com/v1", "ServiceMonitor")},
     "keda-scaledobjects.yaml": {
         ("keda.sh/v1alpha1", "ScaledObject"),
@@ -316,6 +317,8 @@ def test_deployment_env_comes_from_the_configmap_and_secret(role: str) -> None:
         assert ref["key"] in secret["stringData"]
     names = {e["name"] for e in c.get("env", [])}
     assert {"RETRO_KAFKA__SASL_USERNAME", "RETRO_KAFKA__SASL_PASSWORD"} <= names
+    # the pods bind 0.0.0.0: the report pages need the bearer token
+    assert "RETRO_WEB_TOKEN" in names
     # only the role that calls the model gets its key
     assert ("RETRO_MODEL__API_KEY" in names) == (role == "batch")
 
@@ -501,3 +504,16 @@ def test_dockerfile_runs_retro_as_the_pods_user() -> None:
     assert uid > 0
     for d in of_kind("Deployment"):
         assert d["spec"]["template"]["spec"]["securityContext"]["runAsUser"] == uid
+
+
+def test_network_policy_admits_only_the_http_port_to_worker_pods() -> None:
+    [policy] = load_docs("networkpolicy.yaml")
+    spec = policy["spec"]
+    assert spec["podSelector"]["matchLabels"] == {"app.kubernetes.io/name": "retro-stream"}
+    assert spec["policyTypes"] == ["Ingress"]
+    [rule] = spec["ingress"]
+    assert [p["port"] for p in rule["ports"]] == ["http"]  # the containers' named port
+    for role, deployment in deployments().items():
+        ports = {p["name"] for p in container(deployment)["ports"]}
+        assert "http" in ports, role
+    assert rule["from"], "an empty from would admit everyone"

@@ -3,11 +3,14 @@
 from __future__ import annotations
 
 import asyncio
+import functools
 import socket
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
+from streams.agents.web_auth import COOKIE, authorized
 from streams.errors import PortInUse
 from streams.kafka.probe import BrokerProbe
 from streams.kafka.stall import StallDetector
@@ -15,6 +18,7 @@ from streams.metrics import Metrics
 from streams.report.store import ReportFollower
 from streams.report.view import render_html, render_index_html
 
+Handler = Callable[..., Awaitable[Any]]
 PROBE_SECONDS = 2.0  # between readiness probes of the bootstrap servers
 
 
@@ -64,8 +68,40 @@ def newest_first(reports: Any) -> list[Any]:
     return sorted(reports, key=lambda r: (not r.id.startswith("undated"), r.id), reverse=True)
 
 
+def guarded(token: str | None) -> Callable[[Handler], Handler]:
+    """A page decorator: with a token, answer 401 to requests that do not carry it
+    (``streams/agents/web_auth.py``); a token given as ``?token=`` becomes a cookie."""
+
+    def wrap(handler: Handler) -> Handler:
+        if token is None:
+            return handler
+
+        @functools.wraps(handler)
+        async def page(web: Any, request: Any, **kwargs: Any) -> Any:
+            if not authorized(token, headers=request.headers, query=request.query,
+                              cookies=request.cookies):
+                return web.json(
+                    {"error": "this page needs the web token: send `Authorization: Bearer "
+                              "<token>`, or open it once with ?token=<token>"},
+                    status=401, headers={"WWW-Authenticate": 'Bearer realm="retro"'})
+            response = await handler(web, request, **kwargs)
+            if request.query.get("token"):
+                response.set_cookie(COOKIE, token, httponly=True, samesite="Strict",
+                                    path="/")
+            return response
+
+        return page
+
+    return wrap
+
+
 def wire_web(app: Any, metrics: Metrics, follower: ReportFollower,
-             health: StallDetector, *, broker: BrokerProbe | None = None) -> None:
+             health: StallDetector, *, broker: BrokerProbe | None = None,
+             token: str | None = None) -> None:
+    """The HTTP views; with ``token`` every page but /livez, /healthz and /metrics
+    requires it."""
+    guard = guarded(token)
+
     @app.page("/livez")
     async def livez(web: Any, request: Any) -> Any:
         """Liveness: the event loop answers. A stall is not a reason to restart a pod
@@ -92,12 +128,14 @@ def wire_web(app: Any, metrics: Metrics, follower: ReportFollower,
                          content_type=CONTENT_TYPE_LATEST.split(";")[0])
 
     @app.page("/reports")
+    @guard
     async def list_reports(web: Any, request: Any) -> Any:
         items = newest_first(follower.reports.values())
         return web.json([_summary(r) for r in items])
 
     # report ids are "<window>/<group>", e.g. "2026-11-29/all"
     @app.page("/reports/{window}/{group}")
+    @guard
     async def get_report(web: Any, request: Any, window: str, group: str) -> Any:
         report = follower.reports.get(f"{window}/{group}")
         if report is None:
@@ -105,6 +143,7 @@ def wire_web(app: Any, metrics: Metrics, follower: ReportFollower,
         return web.json(report.model_dump(mode="json"))
 
     @app.page("/view/{window}/{group}")
+    @guard
     async def view_report(web: Any, request: Any, window: str, group: str) -> Any:
         report = follower.reports.get(f"{window}/{group}")
         if report is None:
@@ -113,6 +152,7 @@ def wire_web(app: Any, metrics: Metrics, follower: ReportFollower,
         return web.html(render_html(report, refresh_url=f"/reports/{window}/{group}"))
 
     @app.page("/")
+    @guard
     async def index(web: Any, request: Any) -> Any:
         items = newest_first(follower.reports.values())
         return web.html(render_index_html([_summary(r) for r in items]))

@@ -200,3 +200,16 @@ def test_terminal_control_sequences_in_log_text_never_reach_the_reader() -> None
     for text in (render_markdown(report), render_html(report)):
         assert not re.search(r"[\x00-\x08\x0b\x0c\x0e-\x1f\x7f-\x9f]", text)
         assert "[10A" in text  # the visible rest of the line is kept
+
+
+def test_json_output_escapes_the_controls_json_would_leave_raw() -> None:
+    """`retro report --format json` prints to a terminal too: DEL and C1 controls
+    (0x9b is an 8-bit CSI) are written as \\u escapes; the parsed text is unchanged."""
+    import json
+
+    nasty = "disk \x1b[10A full\x7f\x9b31m"
+    report, _ = merge(None, _frag("a", {"raw/0": [[0, 2]]}, event=nasty),
+                      report_id="2026-11-29/all", now="t1")
+    text = render_json(report)
+    assert not re.search(r"[\x00-\x08\x0b\x0c\x0e-\x1f\x7f-\x9f]", text)
+    assert json.loads(text)["incidents"][0]["event"] == nasty
