@@ -6,10 +6,11 @@ pass it down. Nested groups use ``__``: ``RETRO_FAST__INPUT_BUDGET=4000``.
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field, SecretStr
+from pydantic import BaseModel, ConfigDict, Field, SecretStr, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 
@@ -41,6 +42,20 @@ class CleanSettings(BaseModel):
     # faust: an agent, one event at a time; aiokafka: a plain loop in the worker with
     # its own consumer group (<group>-raw), batched sends, commit after delivery
     engine: Literal["faust", "aiokafka"] = "aiokafka"
+    # regexes of tokens that look random but are ids, not secrets (a whole token must
+    # match), e.g. ["req_[A-Za-z0-9]{16}"]; hex hashes, git SHAs and UUIDs are ids already
+    redact_allow: tuple[str, ...] = ()
+    redact_opaque_tokens: bool = True  # the shape rule for secrets with no key name
+
+    @field_validator("redact_allow")
+    @classmethod
+    def _allow_compiles(cls, patterns: tuple[str, ...]) -> tuple[str, ...]:
+        for pattern in patterns:
+            try:
+                re.compile(pattern)
+            except re.error as exc:
+                raise ValueError(f"{pattern!r} is not a regular expression ({exc})") from None
+        return patterns
 
 
 class LaneSettings(BaseModel):

@@ -83,6 +83,7 @@ class Cleaner:
             default_timezone=c.default_timezone,
             metrics=metrics,
             deadletter_sample_bytes=c.deadletter_sample_bytes,
+            redactor=Redactor(allow=c.redact_allow, opaque_tokens=c.redact_opaque_tokens),
         )
 
     def clean(
