@@ -123,6 +123,7 @@ def cmd_topics(args: argparse.Namespace, settings: Settings) -> int:
 
 
 def cmd_produce(args: argparse.Namespace, settings: Settings) -> int:
+    from streams.clean.redact import Redactor
     from streams.ingest.produce import produce, total_bytes
     from streams.ingest.reader import check_inputs
     from streams.kafka.topics import ensure_topics
@@ -134,10 +135,16 @@ def cmd_produce(args: argparse.Namespace, settings: Settings) -> int:
     check_inputs(paths)
     kafka(settings)
     asyncio.run(ensure_topics(settings))
+    redactor = Redactor(allow=settings.clean.redact_allow,
+                        opaque_tokens=settings.clean.redact_opaque_tokens)
+
+    def redact(text: str) -> str:  # too-large records become redacted dead letters
+        return redactor.redact(text)[0]
+
     show = sys.stderr.isatty() and not args.quiet
     if not show:
         summary = asyncio.run(produce(paths, settings, rate=args.rate, source=args.source,
-                                      spread=args.spread))
+                                      spread=args.spread, redact=redact))
     else:
         from rich.progress import (
             BarColumn,
@@ -158,7 +165,8 @@ def cmd_produce(args: argparse.Namespace, settings: Settings) -> int:
                 progress.update(task, advance=size, records=records)
 
             summary = asyncio.run(produce(paths, settings, rate=args.rate, source=args.source,
-                                          spread=args.spread, on_progress=on_progress))
+                                          spread=args.spread, on_progress=on_progress,
+                                          redact=redact))
     print(summary.line(), file=sys.stderr)
     if not summary.ok:
         raise DeliveryFailed(
@@ -379,7 +387,8 @@ def make_parser() -> argparse.ArgumentParser:
     d.add_argument("--format", choices=["text", "json"], default="text",
                    help="output format (default text)")
     d.add_argument("--raw", action="store_true",
-                   help="with --format json, include each record's raw bytes (base64)")
+                   help="with --format json, include each record's redacted text sample "
+                        "(and raw bytes, base64, where an older letter kept them)")
 
     f = command("fake-llm", "a simulated OpenAI-compatible provider (limits, latency, faults)",
                 cmd_fake_llm)

@@ -101,10 +101,12 @@ class Cleaner:
         try:
             parsed = self.parser.parse(text)
         except Exception as exc:  # a parser bug must not stop the stream
-            logger.warning("parser failed on %s: %s", coord.id, exc, exc_info=True)
+            # redacted, without the traceback's locals: the message may quote the record
+            logger.warning("parser failed on %s: %s: %s", coord.id, type(exc).__name__,
+                           self.redact_text(str(exc)))
             detail = (
                 f"the {type(exc).__name__} parser error was: {exc}. This is a parser bug: "
-                "report the record (raw_base64) so its format can be supported"
+                "report the record (at its raw coordinate) so its format can be supported"
             )
             return self._dead(raw, coord, source, "parse_error", detail)
         if repaired:
@@ -115,10 +117,11 @@ class Cleaner:
                 parsed.timestamp_rule = "ingest-time"
             return self._finish(parsed, text, coord, source)
         except Exception as exc:  # redactor, miner or model validation: same rule
-            logger.warning("cleaning failed on %s: %s", coord.id, exc, exc_info=True)
+            logger.warning("cleaning failed on %s: %s: %s", coord.id, type(exc).__name__,
+                           self.redact_text(str(exc)))
             detail = (
                 f"cleaning failed after parsing ({type(exc).__name__}: {exc}); this is a "
-                "bug in the clean stage: report the record (raw_base64)"
+                "bug in the clean stage: report the record (at its raw coordinate)"
             )
             return self._dead(raw, coord, source, "clean_error", detail)
 
@@ -202,10 +205,12 @@ class Cleaner:
         # retro_deadletter_total is counted where the letter is delivered, not here: a
         # record cleaned again after a failed delivery would be counted twice
         source, _ = self.redactor.redact(source)
+        detail, _ = self.redactor.redact(detail)  # parser messages may quote the record
         logger.info("dead letter %s from %s: %s", coord.id, source, reason)
         return DeadLetter.of(
             raw,
             sample_bytes=self.deadletter_sample_bytes,
+            redact=self.redact_text,
             id=coord.id,
             raw=coord,
             source=source,
@@ -213,3 +218,7 @@ class Cleaner:
             reason=reason,
             detail=detail,
         )
+
+    def redact_text(self, text: str) -> str:
+        """``text`` with secrets replaced (the counts are not needed here)."""
+        return self.redactor.redact(text)[0]

@@ -90,12 +90,14 @@ async def produce(
     source: str | None = None,
     spread: int = 1,
     on_progress: Callable[[int, int], None] | None = None,
+    redact: Callable[[str], str] | None = None,
 ) -> ProduceSummary:
     """Send every logical record of ``paths``; waits until the broker has them all.
 
     A record over the raw topic's ``max.message.bytes`` is not cut: it becomes a dead
     letter (stage ``produce``, reason ``too_large``, its size, SHA-256 and first bytes).
-    Sends that fail (a broker restart) are retried for
+    ``redact`` (the clean stage's redaction) makes that letter's text sample; without
+    it the letter holds no sample. Sends that fail (a broker restart) are retried for
     ``RETRO_KAFKA__DELIVERY_TIMEOUT_SECONDS``; what still fails is counted, not hidden.
     """
     summary = ProduceSummary()
@@ -128,7 +130,7 @@ async def produce(
                     key = raw_key(name, summary.records, spread)
                     if record.size > cap:
                         letter = oversized_letter(record, path=path, source=name, limit=limit,
-                                                  sample_bytes=sample_bytes)
+                                                  sample_bytes=sample_bytes, redact=redact)
                         summary.too_large += 1
                         await sender.send(settings.topics.deadletter, letter.id.encode(),
                                           letter.model_dump_json().encode())
@@ -154,20 +156,24 @@ async def produce(
 
 
 def oversized_letter(record: RawRecord, *, path: str, source: str, limit: int,
-                     sample_bytes: int) -> DeadLetter:
+                     sample_bytes: int,
+                     redact: Callable[[str], str] | None = None) -> DeadLetter:
     """The dead letter for a record the raw topic cannot take; it names its file and line.
 
     Its coordinate is the file (``stdin`` for -), partition 0 and the line number: the
     record never had a raw offset.
     """
     coord = RawCoord(topic="stdin" if path == "-" else path, partition=0, offset=record.line)
+    if redact is not None:
+        source = redact(source)
     letter = DeadLetter.of(
-        record.data, sample_bytes=sample_bytes, id=coord.id, raw=coord, source=source,
+        record.data, sample_bytes=sample_bytes, redact=redact, id=coord.id, raw=coord,
+        source=source,
         stage="produce", reason="too_large",
         detail=(f"record at line {record.line} is {record.size} bytes, over the raw topic's "
-                f"{limit}-byte max.message.bytes; it was not sent (the dead letter keeps its "
-                "first bytes, size and SHA-256). Split such records at the source or raise "
-                "the topic's max.message.bytes"))
+                f"{limit}-byte max.message.bytes; it was not sent (the dead letter keeps a "
+                "redacted sample of its first bytes, its size and SHA-256). Split such "
+                "records at the source or raise the topic's max.message.bytes"))
     # the reader kept only the first bytes: size and hash are the whole record's
     return letter.model_copy(update={"raw_size": record.size,
                                      "raw_sha256": record.sha256 or letter.raw_sha256})

@@ -49,6 +49,7 @@ class Entry:
         if self.letter.raw_sha256:
             out["raw_sha256"] = self.letter.raw_sha256
         if raw:
+            out["sample"] = self.letter.sample  # redacted text
             out["raw_base64"] = self.letter.raw_base64
             out["raw_sampled"] = self.letter.raw_sampled
         return out

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import base64
 import hashlib
 import io
 
@@ -91,12 +90,13 @@ def test_an_oversized_record_becomes_a_produce_dead_letter_with_its_whole_size_a
     cap = value_limit(1_048_576, key=b"big", headers=[("retro-file", b"big.log")])
     [record] = iter_raw_records(io.BytesIO(line + b"\n"), max_record_bytes=cap)
     letter = oversized_letter(record, path="big.log", source="big", limit=1_048_576,
-                              sample_bytes=16 * 1024)
+                              sample_bytes=16 * 1024, redact=str.upper)
     again = DeadLetter.model_validate_json(letter.model_dump_json())
     assert again.stage == "produce" and again.reason == "too_large"
     assert again.raw_size == len(line)
     assert again.raw_sha256 == hashlib.sha256(line).hexdigest()
-    assert base64.b64decode(again.raw_base64) == line[:16 * 1024]
+    assert again.sample == line[:16 * 1024].decode().upper()  # through the redaction
+    assert again.raw_base64 == ""  # no unredacted bytes
     assert again.raw.as_tuple() == ("big.log", 0, 1)
     assert "1048576-byte" in again.detail and str(len(line)) in again.detail
     assert len(letter.model_dump_json()) < 64 * 1024  # fits any topic
