@@ -39,8 +39,10 @@ EXPECTED_KINDS: dict[str, set[tuple[str, str]]] = {
         ("keda.sh/v1alpha1", "TriggerAuthentication"),
     },
     "topics.yaml": {("kafka.strimzi.io/v1beta2", "KafkaTopic")},
+    "kafkausers.yaml": {("kafka.strimzi.io/v1", "KafkaUser")},
 }
-NOT_IN_KUSTOMIZATION = {"kustomization.yaml", "secret.example.yaml", "topics.yaml"}
+NOT_IN_KUSTOMIZATION = {"kustomization.yaml", "secret.example.yaml", "topics.yaml",
+                        "kafkausers.yaml"}
 # KEDA's name for each RETRO_KAFKA__SASL_MECHANISM.
 KEDA_SASL = {
     None: "none",
@@ -517,3 +519,36 @@ def test_network_policy_admits_only_the_http_port_to_worker_pods() -> None:
         ports = {p["name"] for p in container(deployment)["ports"]}
         assert "http" in ports, role
     assert rule["from"], "an empty from would admit everyone"
+
+
+def _acls(user: dict[str, Any]) -> dict[tuple[str, str, str], set[str]]:
+    return {(a["resource"]["type"], a["resource"]["name"], a["resource"]["patternType"]):
+            set(a["operations"]) for a in user["spec"]["authorization"]["acls"]}
+
+
+def test_kafka_users_give_each_role_only_what_it_uses(settings: Settings) -> None:
+    users = {u["metadata"]["name"]: u for u in load_docs("kafkausers.yaml")}
+    t = settings.topics
+    assert set(users) == {f"retro-stream-{r}" for r in (*ROLES, "reader", "producer")}
+    for name, user in users.items():
+        acls = _acls(user)
+        assert user["spec"]["authentication"]["type"] == "scram-sha-512", name
+        for (kind, resource, pattern), ops in acls.items():
+            assert not ops & {"All", "Delete", "Alter", "AlterConfigs"}, (name, resource)
+            if kind == "topic" and pattern == "literal":
+                assert resource in t.model_dump().values(), (name, resource)
+                assert "Create" not in ops, (name, resource)  # data topics: topics.yaml
+    for role in ROLES:  # reads exactly its inputs (plus reports, for the HTTP views)
+        acls = _acls(users[f"retro-stream-{role}"])
+        reads = {r for (k, r, p), ops in acls.items() if k == "topic" and p == "literal"
+                 and "Read" in ops}
+        [(group, inputs)] = consumer_groups(settings, (role,)).items()
+        assert reads == set(inputs) | {t.reports}, role
+        assert any(k == "group" and p == "prefix" and group.startswith(r)
+                   for (k, r, p) in acls), role
+    raw_readers = [n for n, u in users.items()
+                   if "Read" in _acls(u).get(("topic", t.raw, "literal"), set())]
+    assert raw_readers == ["retro-stream-clean"]  # unredacted lines: one role only
+    reader = _acls(users["retro-stream-reader"])
+    assert not any("Write" in ops for ops in reader.values())
+    assert reader[("topic", t.raw, "literal")] == {"Describe"}  # audit: offsets only
