@@ -57,8 +57,10 @@ def route(cleaner: Cleaner, *, value: bytes | None, key: bytes | None, topic: st
     if isinstance(out, DeadLetter):
         return Routed("deadletter", out.id.encode(), out.model_dump_json().encode(),
                       reason=out.reason)
-    # the raw key keeps --spread partitioning in the lanes
-    return Routed(out.lane, key or source.encode(), out.model_dump_json().encode())
+    # the raw key keeps --spread partitioning in the lanes; redacted, as the key is read
+    # by every reader of the lanes (a DSN used as --source carried its password)
+    return Routed(out.lane, cleaner.lane_key(key) if key else source.encode(),
+                  out.model_dump_json().encode())
 
 
 def wire_clean(app: Any, settings: Settings, metrics: Metrics, topics: dict[str, Any]) -> None:

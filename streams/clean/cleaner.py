@@ -70,6 +70,7 @@ class Cleaner:
         self.tokens = token_counter or TokenCounter(encoding)
         self.templates = template_miner or TemplateMiner()
         self.metrics = metrics
+        self._lane_keys: dict[bytes, bytes] = {}
 
     @classmethod
     def from_settings(cls, settings: Settings, metrics: Metrics | None = None) -> Cleaner:
@@ -218,6 +219,17 @@ class Cleaner:
             reason=reason,
             detail=detail,
         )
+
+    def lane_key(self, key: bytes) -> bytes:
+        """The raw message key with secrets replaced, for the lane topics: one source
+        still maps to one key (``--spread`` suffix kept), without a DSN's password."""
+        cached = self._lane_keys.get(key)
+        if cached is None:
+            if len(self._lane_keys) >= 4096:  # keys are few (sources); bound them anyway
+                self._lane_keys.clear()
+            cached = self.redact_text(key.decode("utf-8", errors="replace")).encode()
+            self._lane_keys[key] = cached
+        return cached
 
     def redact_text(self, text: str) -> str:
         """``text`` with secrets replaced (the counts are not needed here)."""

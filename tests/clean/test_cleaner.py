@@ -302,3 +302,12 @@ def test_a_record_without_time_is_dated_by_its_arrival(cleaner: Cleaner) -> None
     own = cleaner.clean(b"2026-01-02T03:04:05Z INFO started", coord, "app", received_at=arrived)
     assert isinstance(own, NormalizedRecord)
     assert own.timestamp.startswith("2026-01-02T03:04:05") and own.timestamp_rule != "ingest-time"
+
+
+def test_lane_keys_keep_the_source_and_spread_but_not_its_secrets() -> None:
+    c = make()
+    key = b"postgres://svc:Pw0rd1x@db/app~2"
+    lane = c.lane_key(key)
+    assert b"Pw0rd1x" not in lane and lane.endswith(b"@db/app~2")
+    assert c.lane_key(key) is lane  # cached: one redaction per source
+    assert c.lane_key(b"app.log") == b"app.log"
