@@ -6,12 +6,13 @@ pass it down. Nested groups use ``__``: ``RETRO_FAST__INPUT_BUDGET=4000``.
 
 from __future__ import annotations
 
+import json
 import re
 from pathlib import Path
-from typing import Literal
+from typing import Annotated, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, SecretStr, field_validator
-from pydantic_settings import BaseSettings, SettingsConfigDict
+from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
 
 class TopicSettings(BaseModel):
@@ -44,8 +45,23 @@ class CleanSettings(BaseModel):
     engine: Literal["faust", "aiokafka"] = "aiokafka"
     # regexes of tokens that look random but are ids, not secrets (a whole token must
     # match), e.g. ["req_[A-Za-z0-9]{16}"]; hex hashes, git SHAs and UUIDs are ids already
-    redact_allow: tuple[str, ...] = ()
+    # (RETRO_CLEAN__REDACT_ALLOW: one regex, or a JSON list of them)
+    redact_allow: Annotated[tuple[str, ...], NoDecode] = ()
     redact_opaque_tokens: bool = True  # the shape rule for secrets with no key name
+
+    @field_validator("redact_allow", mode="before")
+    @classmethod
+    def _allow_list(cls, value: object) -> object:
+        if not isinstance(value, str):
+            return value
+        text = value.strip()
+        if not text.startswith("["):
+            return (text,) if text else ()
+        try:
+            return tuple(json.loads(text))
+        except (ValueError, TypeError):
+            raise ValueError("not a JSON list of regexes (write one regex without "
+                             "brackets, or a JSON list with backslashes doubled)") from None
 
     @field_validator("redact_allow")
     @classmethod

@@ -454,6 +454,11 @@ def test_the_allow_list_setting_is_checked_and_reaches_the_cleaner() -> None:
 
     with pytest.raises(ValidationError, match="not a regular expression"):
         CleanSettings(redact_allow=("req_[",))
+    # the variable takes one regex as it is, or a JSON list
+    assert CleanSettings(redact_allow=r"req_\w+").redact_allow == (r"req_\w+",)
+    assert CleanSettings(redact_allow='["a+", "b{2}"]').redact_allow == ("a+", "b{2}")
+    with pytest.raises(ValidationError, match="JSON list"):
+        CleanSettings(redact_allow='["req_\\w+"')
     settings = Settings(clean=CleanSettings(redact_allow=(r"req_\w+",)))
     out = Cleaner.from_settings(settings).clean(
         f"2026-11-28T10:00:00Z INFO req_2Nf8aQx9Lm3Kp7ZtW4 key {AWS_SECRET}".encode(),
