@@ -169,10 +169,12 @@ def cmd_produce(args: argparse.Namespace, settings: Settings) -> int:
                                           redact=redact))
     print(summary.line(), file=sys.stderr)
     if not summary.ok:
+        rest = f", and input from {summary.stopped_at} on was not read" if summary.stopped_at \
+            else ""
         raise DeliveryFailed(
-            f"{summary.failed} of {summary.records} records did not reach Kafka within "
-            f"{settings.kafka.delivery_timeout_seconds:.0f}s of retries; send them again "
-            "(records already delivered would then be in the raw topic twice)")
+            f"{summary.failed} of {summary.records} records did not reach Kafka, which took "
+            f"nothing for {settings.kafka.delivery_timeout_seconds:.0f}s{rest}; send them "
+            "again (records already delivered would then be in the raw topic twice)")
     return 0
 
 

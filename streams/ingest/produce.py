@@ -40,16 +40,19 @@ class ProduceSummary:
     failed: int = 0  # records that never reached the broker, even after retries
     too_large: int = 0  # records over the raw topic's limit: dead-lettered, not sent
     limit: int = 0  # the raw topic's max.message.bytes
+    stopped_at: str = ""  # "path:line" where reading stopped because Kafka was gone
 
     @property
     def ok(self) -> bool:
-        return self.failed == 0
+        return self.failed == 0 and not self.stopped_at
 
     def line(self) -> str:
         rate = self.records / self.seconds if self.seconds else 0.0
         text = (f"produced {self.records} records ({self.bytes} bytes) from "
                 f"{len(self.per_source)} sources in {self.seconds:.2f}s ({rate:.0f} records/s); "
                 f"delivered {self.delivered}, failed {self.failed}")
+        if self.stopped_at:
+            text += f"; stopped reading at {self.stopped_at} (Kafka took nothing)"
         if self.too_large:
             text += (f"; {self.too_large} over the raw topic's {self.limit}-byte message "
                      "limit, recorded as dead letters (stage produce, reason too_large)")
@@ -124,8 +127,13 @@ async def produce(
             widest_key = raw_key(name, max(0, spread - 1), spread)
             cap = value_limit(limit, key=widest_key,
                               headers=[("retro-file", header_file), ("retro-line", b"9" * 12)])
+            if summary.stopped_at:
+                break
             with open_source(path) as stream:
                 for record in iter_raw_records(stream, max_record_bytes=cap):
+                    if sender.exhausted:  # Kafka is gone: report instead of reading on
+                        summary.stopped_at = f"{path}:{record.line}"
+                        break
                     await pacer.wait()
                     key = raw_key(name, summary.records, spread)
                     if record.size > cap:
@@ -181,6 +189,7 @@ def oversized_letter(record: RawRecord, *, path: str, source: str, limit: int,
 
 STOP_SECONDS = 10.0  # the producer's own flush on stop, after ours gave up
 RETRY_PAUSE_SECONDS = (1.0, 2.0, 4.0, 8.0)  # between retry rounds, then the last one
+SEND_WAIT_SECONDS = 10.0  # for the client to take one record (metadata, buffer space)
 
 
 @dataclass
@@ -196,25 +205,55 @@ class Sender:
     """Sends with delivery futures and retries what failed, for a bounded time.
 
     A broker restart fails the sends in flight; they are sent again in rounds (1, 2,
-    4, 8 s apart) until ``retry_seconds`` have passed since the first failure of the
-    round, with one log line per round rather than one per record. A record re-sent
-    after a timeout may reach the topic twice: Kafka may have stored the first copy.
+    4, 8 s apart), with one log line per round rather than one per record. Trouble
+    starts at the first failed or stalled send and ends at the next delivery; once it
+    has lasted ``retry_seconds`` the sender is :attr:`exhausted`: nothing waits any
+    longer, what is unconfirmed counts as failed and the caller stops reading. A
+    record re-sent after a timeout may reach the topic twice: Kafka may have stored
+    the first copy.
     """
 
     def __init__(self, producer: AIOKafkaProducer, *, retry_seconds: float,
+                 send_wait_seconds: float = SEND_WAIT_SECONDS,
                  clock: Callable[[], float] = time.monotonic,
                  sleep: Callable[[float], Awaitable[None]] = asyncio.sleep) -> None:
         self.producer = producer
         self.retry_seconds = retry_seconds
+        self.send_wait_seconds = send_wait_seconds
         self.clock = clock
         self.sleep = sleep
         self.pending: list[_Sent] = []
         self.delivered = 0
         self.failed = 0
+        self.trouble_since: float | None = None
 
     @property
     def waiting(self) -> int:
         return len(self.pending)
+
+    @property
+    def exhausted(self) -> bool:
+        """Kafka has taken nothing for ``retry_seconds``: stop sending, report."""
+        return (self.trouble_since is not None
+                and self.clock() - self.trouble_since >= self.retry_seconds)
+
+    def _left(self) -> float | None:
+        """Seconds of the retry window still open; None while there is no trouble."""
+        if self.trouble_since is None:
+            return None
+        return max(0.0, self.trouble_since + self.retry_seconds - self.clock())
+
+    def _trouble(self) -> None:
+        if self.trouble_since is None:
+            self.trouble_since = self.clock()
+
+    def _settled(self, future: asyncio.Future) -> None:
+        if future.cancelled():
+            return
+        if future.exception() is None:
+            self.trouble_since = None  # Kafka takes records again
+        else:
+            self._trouble()
 
     async def send(self, topic: str, key: bytes, value: bytes,
                    headers: list[tuple[str, bytes]] | None = None) -> None:
@@ -223,43 +262,69 @@ class Sender:
         self.pending.append(item)
 
     async def _start(self, item: _Sent) -> None:
+        left = self._left()
+        wait = self.send_wait_seconds if left is None else min(left, self.send_wait_seconds)
         try:
-            item.future = await self.producer.send(item.topic, item.value, key=item.key,
-                                                   headers=item.headers)
-        except KafkaError as exc:  # no metadata, buffer timeout: a failed delivery
+            # send() itself waits for metadata or buffer space while the broker is away
+            item.future = await asyncio.wait_for(
+                self.producer.send(item.topic, item.value, key=item.key, headers=item.headers),
+                timeout=wait)
+        except (KafkaError, TimeoutError) as exc:  # no metadata, buffer full: not sent
+            self._trouble()
             failed: asyncio.Future = asyncio.get_running_loop().create_future()
-            failed.set_exception(exc)
+            failed.set_exception(exc if isinstance(exc, KafkaError) else KafkaError(
+                f"not accepted by the client within {wait:.0f}s"))
             item.future = failed
+            return
+        item.future.add_done_callback(self._settled)
 
     async def flush(self) -> None:
-        """Wait for every pending send; retry failures; count what stays undelivered."""
+        """Wait for every pending send; retry failures; count what stays undelivered.
+
+        Once trouble started, the wait is bounded by the retry window: a round does
+        not wait out the client's own request timeout again.
+        """
         batch, self.pending = self.pending, []
-        first_failure: float | None = None
         round_no = 0
         while batch:
-            results = await asyncio.gather(*(i.future for i in batch), return_exceptions=True)
-            failed = [(i, r) for i, r in zip(batch, results, strict=True)
-                      if isinstance(r, BaseException)]
+            futures = [i.future for i in batch]
+            await asyncio.wait(futures, timeout=self._left())  # type: ignore[arg-type]
+            failed = [(i, _failure(i.future)) for i in batch]
+            failed = [(i, why) for i, why in failed if why is not None]
             self.delivered += len(batch) - len(failed)
             if not failed:
                 return
-            now = self.clock()
-            first_failure = now if first_failure is None else first_failure
-            reason = repr(failed[0][1])
-            if now - first_failure >= self.retry_seconds:
+            self._trouble()
+            reason = failed[0][1]
+            if self.exhausted:
                 self.failed += len(failed)
-                logger.error("gave up on %s records after %.0fs of retries (last error %s); "
-                             "they are not in Kafka", len(failed), now - first_failure, reason)
+                for item, _ in failed:
+                    if item.future is not None and not item.future.done():
+                        item.future.cancel()  # its answer no longer counts
+                logger.error("gave up on %s records: Kafka took nothing for %.0fs (last "
+                             "error %s); they are not in Kafka, or not confirmed",
+                             len(failed), self.retry_seconds, reason)
                 return
             pause = RETRY_PAUSE_SECONDS[min(round_no, len(RETRY_PAUSE_SECONDS) - 1)]
+            pause = min(pause, self._left() or 0.0)
             round_no += 1
             logger.warning("Kafka did not take %s records (%s); sending them again in %.0fs "
-                           "(retry round %s, giving up %.0fs after the first failure)",
+                           "(retry round %s; giving up after %.0fs without a delivery)",
                            len(failed), reason, pause, round_no, self.retry_seconds)
             await self.sleep(pause)
             batch = [i for i, _ in failed]
             for item in batch:
                 await self._start(item)
+
+
+def _failure(future: asyncio.Future | None) -> str | None:
+    """Why a send is not delivered (still waiting counts), or None when it is."""
+    if future is None or not future.done():
+        return "no answer within the retry window"
+    if future.cancelled():
+        return "cancelled"
+    exc = future.exception()
+    return repr(exc) if exc is not None else None
 
 
 def _has_lz4() -> bool:

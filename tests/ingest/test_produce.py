@@ -85,6 +85,33 @@ def test_what_never_gets_through_is_counted_as_failed_within_the_bound() -> None
     assert 30 <= sum(clock.slept) <= 30 + 8  # bounded: gave up after the retry window
 
 
+class SilentProducer:
+    """The first send fails; later ones are never answered (a broker that stays away)."""
+
+    def __init__(self) -> None:
+        self.sends = 0
+
+    async def send(self, topic: str, value: bytes, *, key: bytes, headers=None):
+        self.sends += 1
+        fut = asyncio.get_running_loop().create_future()
+        if self.sends == 1:
+            fut.set_exception(KafkaTimeoutError())
+        return fut
+
+
+def test_a_retry_round_does_not_wait_past_the_retry_window() -> None:
+    """Each round waited out the client's request timeout again: a 5 s window took 81 s."""
+    clock = FakeClock()
+    sender = Sender(SilentProducer(), retry_seconds=1.0, clock=clock, sleep=clock.sleep)
+
+    async def run() -> None:
+        await sender.send("raw", b"k", b"v")
+        await asyncio.wait_for(sender.flush(), timeout=5)  # real seconds: must not hang
+
+    asyncio.run(run())
+    assert (sender.delivered, sender.failed) == (0, 1)
+
+
 def test_an_oversized_record_becomes_a_produce_dead_letter_with_its_whole_size_and_hash() -> None:
     line = b"2026-11-28T10:00:00Z ERROR " + b"q" * 2_000_000
     cap = value_limit(1_048_576, key=b"big", headers=[("retro-file", b"big.log")])

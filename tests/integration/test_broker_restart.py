@@ -110,3 +110,39 @@ def _up(port: int) -> bool:
     except OSError:
         return False
     return True
+
+
+def test_the_producer_gives_up_on_a_broker_that_stays_down_and_says_so(
+        pipeline_factory, tmp_path: Path) -> None:
+    from streams.dev.broker.launcher import LocalBroker
+
+    broker = LocalBroker(tmp_path / "private-broker")
+    state = broker.start(timeout=120)
+    try:
+        p = pipeline_factory(RETRO_KAFKA__BOOTSTRAP=state.bootstrap,
+                             RETRO_KAFKA__DELIVERY_TIMEOUT_SECONDS="5")
+        log = tmp_path / "app.log"
+        log.write_text("".join(f"2026-11-28T10:00:{i % 60:02d}Z INFO request {i} served\n"
+                               for i in range(3000)))
+        p.retro("topics")
+        producer = subprocess.Popen(
+            [sys.executable, "-m", "streams", "produce", "--quiet", "--rate", "200", str(log)],
+            env={**os.environ, **p.env}, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+            cwd=p.state_dir)
+        time.sleep(4)
+        assert broker.stop()
+        stopped = time.monotonic()
+        _out, err = producer.communicate(timeout=300)
+        took = time.monotonic() - stopped
+        summary = err.decode()
+        print(f"producer exited {producer.returncode} {took:.0f}s after the broker stopped")
+        assert producer.returncode == 74, summary[-3000:]
+        line = next(x for x in summary.splitlines() if x.startswith("produced "))
+        delivered = int(line.split("delivered ")[1].split(",")[0])
+        failed = int(line.split("failed ")[1].split(";")[0].split()[0])
+        assert failed > 0 and delivered > 0
+        assert "did not reach Kafka" in summary
+        assert took < 120, summary[-3000:]
+        assert len(summary) < 20_000, "the producer flooded its output"
+    finally:
+        broker.stop()
