@@ -25,6 +25,8 @@ def run_worker(settings: Settings, *, roles: tuple[str, ...]) -> int:
     except Exception as exc:  # a safety net, not a reason to refuse to start
         logger.warning("could not initialise consumer group offsets: %r", exc)
     worker = build_app(settings, roles=roles)
+    # resolved now: `retro broker stop` removes the local broker's state file
+    kafka_addresses = bootstrap_addresses(resolve_bootstrap(settings))
     faust_worker = Worker(worker.app, loglevel=settings.log_level.lower(), quiet=True,
                           redirect_stdouts=False)
     setup_root_logger = faust_worker.on_setup_root_logger
@@ -46,7 +48,7 @@ def run_worker(settings: Settings, *, roles: tuple[str, ...]) -> int:
     @worker.app.on_before_shutdown.connect
     async def _on_shutdown(app: object, **kwargs: object) -> None:
         # with the broker gone the orderly stop would wait out every client timeout
-        ExitWhenUnreachable(bootstrap_addresses(resolve_bootstrap(settings))).start()
+        ExitWhenUnreachable(kafka_addresses).start()
         await _close_gateways()
 
     faust_worker.execute_from_commandline()
