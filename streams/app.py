@@ -19,11 +19,13 @@ from streams.agents.clean import clean_group, wire_clean
 from streams.agents.compactor import wire_compactor
 from streams.agents.redrive import wire_redrive
 from streams.agents.web import wire_web
+from streams.agents.web_auth import web_token
 from streams.batch.lane import LaneProcessor
 from streams.gateway.factory import GatewaySet, build_gateways
 from streams.kafka import faust_guards
-from streams.kafka.connect import faust_credentials, resolve_bootstrap
+from streams.kafka.connect import bootstrap_addresses, faust_credentials, resolve_bootstrap
 from streams.kafka.lag import LagMonitor
+from streams.kafka.probe import BrokerProbe
 from streams.kafka.stall import StallDetector
 from streams.metrics import Metrics
 from streams.report.store import ReportFollower
@@ -152,7 +154,8 @@ def build_app(settings: Settings, *, roles: tuple[str, ...] = ROLES,
     health = StallDetector(stall_seconds=settings.stall_seconds)
     if web:
         worker.follower = ReportFollower(settings)
-        wire_web(app, metrics, worker.follower, health)
+        wire_web(app, metrics, worker.follower, health, broker=BrokerProbe(
+            bootstrap_addresses(resolve_bootstrap(settings))), token=web_token(settings))
     _wire_lag(app, settings, metrics, roles, health, worker.batch_loop)
     _wire_reread(app, settings, metrics)
     return worker

@@ -22,12 +22,14 @@ from streams.errors import (
     EXIT_AUDIT_FAILED,
     EXIT_BROKEN_PIPE,
     ConfigError,
+    DeliveryFailed,
     KafkaUnreachable,
     OutputError,
     PortInUse,
     RetroError,
     UsageError,
 )
+from streams.kafka.log_guard import limit_repeats
 from streams.settings import Settings
 
 logger = logging.getLogger("streams")
@@ -98,6 +100,7 @@ def cmd_broker(args: argparse.Namespace, settings: Settings) -> int:
 
 def cmd_worker(args: argparse.Namespace, settings: Settings) -> int:
     from streams.agents.web import check_web_port
+    from streams.agents.web_auth import web_token
     from streams.app import ROLES
     from streams.runner import run_worker
 
@@ -105,6 +108,7 @@ def cmd_worker(args: argparse.Namespace, settings: Settings) -> int:
     if not roles or set(roles) - set(ROLES):
         raise UsageError(f"--agents {args.agents!r}: choose from {', '.join(ROLES)}")
     check_web_port(settings.web_host, settings.web_port)  # faust would fail after joining
+    web_token(settings)  # off loopback the pages need a token: say so before joining
     kafka(settings)
     return run_worker(settings, roles=roles)
 
@@ -119,6 +123,7 @@ def cmd_topics(args: argparse.Namespace, settings: Settings) -> int:
 
 
 def cmd_produce(args: argparse.Namespace, settings: Settings) -> int:
+    from streams.clean.redact import Redactor
     from streams.ingest.produce import produce, total_bytes
     from streams.ingest.reader import check_inputs
     from streams.kafka.topics import ensure_topics
@@ -130,10 +135,16 @@ def cmd_produce(args: argparse.Namespace, settings: Settings) -> int:
     check_inputs(paths)
     kafka(settings)
     asyncio.run(ensure_topics(settings))
+    redactor = Redactor(allow=settings.clean.redact_allow,
+                        opaque_tokens=settings.clean.redact_opaque_tokens)
+
+    def redact(text: str) -> str:  # too-large records become redacted dead letters
+        return redactor.redact(text)[0]
+
     show = sys.stderr.isatty() and not args.quiet
     if not show:
         summary = asyncio.run(produce(paths, settings, rate=args.rate, source=args.source,
-                                      spread=args.spread))
+                                      spread=args.spread, redact=redact))
     else:
         from rich.progress import (
             BarColumn,
@@ -154,8 +165,16 @@ def cmd_produce(args: argparse.Namespace, settings: Settings) -> int:
                 progress.update(task, advance=size, records=records)
 
             summary = asyncio.run(produce(paths, settings, rate=args.rate, source=args.source,
-                                          spread=args.spread, on_progress=on_progress))
+                                          spread=args.spread, on_progress=on_progress,
+                                          redact=redact))
     print(summary.line(), file=sys.stderr)
+    if not summary.ok:
+        rest = f", and input from {summary.stopped_at} on was not read" if summary.stopped_at \
+            else ""
+        raise DeliveryFailed(
+            f"{summary.failed} of {summary.records} records did not reach Kafka, which took "
+            f"nothing for {settings.kafka.delivery_timeout_seconds:.0f}s{rest}; send them "
+            "again (records already delivered would then be in the raw topic twice)")
     return 0
 
 
@@ -312,7 +331,7 @@ day to day:
 
 `retro COMMAND --help` explains a command. Exit codes: 0 ok, 1 nothing found,
 2 audit failed, 64 usage, 66 input file, 69 Kafka unreachable, 70 local broker,
-73 output file, 75 port in use, 78 configuration.
+73 output file, 74 records not delivered, 75 port in use, 78 configuration.
 """
 
 
@@ -402,7 +421,8 @@ def make_parser() -> argparse.ArgumentParser:
     d.add_argument("--format", choices=["text", "json"], default="text",
                    help="output format (default text)")
     d.add_argument("--raw", action="store_true",
-                   help="with --format json, include each record's raw bytes (base64)")
+                   help="with --format json, include each record's redacted text sample "
+                        "(and raw bytes, base64, where an older letter kept them)")
 
     rv = command("review", "show what is parked in review and why; re-drive it on demand",
                  cmd_review)
@@ -474,6 +494,7 @@ def main(argv: list[str] | None = None) -> int:
         for noisy in ("aiokafka", "aiohttp.access"):
             logging.getLogger(noisy).setLevel(
                 max(logging.WARNING, logging.getLogger().getEffectiveLevel()))
+        limit_repeats(logging.getLogger().handlers)  # a broker outage is a few lines, not MB/s
         return int(args.func(args, settings) or 0)
     except RetroError as exc:
         print(f"retro: {exc}", file=sys.stderr)

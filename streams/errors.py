@@ -10,6 +10,7 @@ Catch at the level you can act on::
     ├── KafkaUnreachable         no bootstrap server answered in time (69)
     ├── PortInUse                a port we must listen on is taken (75)
     ├── BrokerError              the local broker launcher failed: Java, Maven, ports (70)
+    ├── DeliveryFailed           records did not reach Kafka, even after retries (74)
     ├── RecordError              one input record is unusable -> dead letter, never a crash
     │   ├── DecodeError          bytes are not text we can repair
     │   └── RecordTooLarge       over the configured size limit
@@ -79,6 +80,11 @@ class PortInUse(RetroError):
 class BrokerError(RetroError):
     reason = "broker"
     exit_code = 70
+
+
+class DeliveryFailed(RetroError):
+    reason = "delivery_failed"
+    exit_code = 74
 
 
 class RecordError(RetroError):

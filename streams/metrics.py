@@ -140,6 +140,11 @@ class Metrics:
             "Owned input partitions with lag whose commit has not moved for RETRO_STALL_SECONDS",
             registry=r,
         )
+        self.broker_reachable = Gauge(
+            "retro_broker_reachable",
+            "1 while a Kafka bootstrap server accepts connections, 0 while none has for a "
+            "few seconds (readiness fails then)", registry=r,
+        )
         self.consumer_lag = Gauge(
             "retro_consumer_lag_messages",
             "Messages behind the log end, as the worker measures it (kafka-exporter's "

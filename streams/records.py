@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import base64
 import hashlib
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
@@ -97,32 +98,42 @@ class NormalizedRecord(BaseModel):
 
 
 class DeadLetter(BaseModel):
-    """A record no stage could use, with the reason and its raw bytes.
+    """A record no stage could use: the reason, a redacted sample, its size and hash.
 
     Build it with :meth:`of`: a dead letter must always fit the topic, or its record
-    is never accounted for and its partition's commit stays stuck.
+    is never accounted for and its partition's commit stays stuck. Dead letters are
+    redacted like every other output: ``sample`` is the record's first bytes as text
+    with secrets replaced; the unredacted bytes are not copied anywhere. They stay in
+    ``retro.logs.raw`` at ``raw`` (for its retention, readable only by the roles
+    deploy/kafkausers.yaml lets read it), or for stage ``produce`` in the file at
+    ``raw.topic``, line ``raw.offset``.
     """
 
     id: str
     raw: RawCoord
     source: str
-    stage: Literal["clean", "batch"]
+    stage: Literal["produce", "clean", "batch"]
     reason: str  # stable code, e.g. "undecodable", "too_large"
     detail: str  # what to do about it, for a person
-    raw_base64: str  # the raw bytes, or their first part when raw_size is larger
+    raw_base64: str = ""  # unredacted bytes: only in letters written before redaction
     raw_size: int | None = None  # bytes of the whole raw message
     raw_sha256: str | None = None  # of the whole raw message, to find or compare it
+    sample: str | None = None  # its first bytes as text (undecodable bytes as U+FFFD), redacted
 
     @classmethod
-    def of(cls, data: bytes, /, *, sample_bytes: int, **fields: Any) -> DeadLetter:
-        """A dead letter keeping at most ``sample_bytes`` of the raw ``data``, with the
-        whole message's size and hash."""
-        return cls(raw_base64=base64.b64encode(data[:sample_bytes]).decode("ascii"),
-                   raw_size=len(data), raw_sha256=hashlib.sha256(data).hexdigest(), **fields)
+    def of(cls, data: bytes, /, *, sample_bytes: int,
+           redact: Callable[[str], str] | None = None, **fields: Any) -> DeadLetter:
+        """A dead letter with the whole message's size and hash and, given ``redact``,
+        the redacted text of at most ``sample_bytes`` of it (without, no sample)."""
+        sample = None
+        if redact is not None:
+            sample = redact(data[:sample_bytes].decode("utf-8", errors="replace"))
+        return cls(raw_size=len(data), raw_sha256=hashlib.sha256(data).hexdigest(),
+                   sample=sample, **fields)
 
     @property
     def raw_sampled(self) -> bool:
-        """True when raw_base64 holds only the first part of the raw message."""
+        """True when raw_base64 does not hold the whole raw message."""
         return self.raw_size is not None and len(base64.b64decode(self.raw_base64)) < self.raw_size
 
 

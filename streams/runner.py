@@ -6,6 +6,9 @@ import asyncio
 import logging
 
 from streams.app import build_app, consumer_groups
+from streams.kafka.connect import bootstrap_addresses, resolve_bootstrap
+from streams.kafka.log_guard import limit_repeats
+from streams.kafka.probe import ExitWhenUnreachable
 from streams.kafka.topics import ensure_group_offsets, ensure_topics
 from streams.settings import Settings
 
@@ -22,8 +25,18 @@ def run_worker(settings: Settings, *, roles: tuple[str, ...]) -> int:
     except Exception as exc:  # a safety net, not a reason to refuse to start
         logger.warning("could not initialise consumer group offsets: %r", exc)
     worker = build_app(settings, roles=roles)
+    # resolved now: `retro broker stop` removes the local broker's state file
+    kafka_addresses = bootstrap_addresses(resolve_bootstrap(settings))
     faust_worker = Worker(worker.app, loglevel=settings.log_level.lower(), quiet=True,
                           redirect_stdouts=False)
+    setup_root_logger = faust_worker.on_setup_root_logger
+
+    def on_setup_root_logger(root: logging.Logger, level: int) -> None:
+        # faust installs the log handlers itself: limit repeated warnings once it has
+        setup_root_logger(root, level)
+        limit_repeats(root.handlers)
+
+    faust_worker.on_setup_root_logger = on_setup_root_logger  # type: ignore[method-assign]
 
     async def _close_gateways() -> None:
         if worker.batch_loop is not None:
@@ -37,6 +50,8 @@ def run_worker(settings: Settings, *, roles: tuple[str, ...]) -> int:
 
     @worker.app.on_before_shutdown.connect
     async def _on_shutdown(app: object, **kwargs: object) -> None:
+        # with the broker gone the orderly stop would wait out every client timeout
+        ExitWhenUnreachable(kafka_addresses).start()
         await _close_gateways()
 
     faust_worker.execute_from_commandline()

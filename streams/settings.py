@@ -6,12 +6,13 @@ pass it down. Nested groups use ``__``: ``RETRO_FAST__INPUT_BUDGET=4000``.
 
 from __future__ import annotations
 
+import json
 import re
 from pathlib import Path
-from typing import Literal, get_args
+from typing import Annotated, Literal, get_args
 
 from pydantic import BaseModel, ConfigDict, Field, SecretStr, field_validator
-from pydantic_settings import BaseSettings, SettingsConfigDict
+from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
 from streams.records import EnvelopeKind
 
@@ -94,6 +95,36 @@ class CleanSettings(BaseModel):
     @property
     def envelope_overrides(self) -> dict[str, EnvelopeKind]:
         return parse_envelope_overrides(self.envelope)
+
+    # regexes of tokens that look random but are ids, not secrets (a whole token must
+    # match), e.g. ["req_[A-Za-z0-9]{16}"]; hex hashes, git SHAs and UUIDs are ids already
+    # (RETRO_CLEAN__REDACT_ALLOW: one regex, or a JSON list of them)
+    redact_allow: Annotated[tuple[str, ...], NoDecode] = ()
+    redact_opaque_tokens: bool = True  # the shape rule for secrets with no key name
+
+    @field_validator("redact_allow", mode="before")
+    @classmethod
+    def _allow_list(cls, value: object) -> object:
+        if not isinstance(value, str):
+            return value
+        text = value.strip()
+        if not text.startswith("["):
+            return (text,) if text else ()
+        try:
+            return tuple(json.loads(text))
+        except (ValueError, TypeError):
+            raise ValueError("not a JSON list of regexes (write one regex without "
+                             "brackets, or a JSON list with backslashes doubled)") from None
+
+    @field_validator("redact_allow")
+    @classmethod
+    def _allow_compiles(cls, patterns: tuple[str, ...]) -> tuple[str, ...]:
+        for pattern in patterns:
+            try:
+                re.compile(pattern)
+            except re.error as exc:
+                raise ValueError(f"{pattern!r} is not a regular expression ({exc})") from None
+        return patterns
 
 
 def parse_envelope_overrides(spec: str) -> dict[str, EnvelopeKind]:
@@ -223,6 +254,9 @@ class KafkaSettings(BaseModel):
     reread_held_seconds: float = Field(20.0, ge=0.0)
     # reports are single messages that grow with the day; raise with the topic config
     max_message_bytes: int = 8 * 1024 * 1024
+    # `retro produce` sends what failed again (a broker restart) for this long, then
+    # counts it as failed and exits non-zero
+    delivery_timeout_seconds: float = Field(120.0, ge=0.0)
 
 
 class Settings(BaseSettings):
@@ -248,6 +282,10 @@ class Settings(BaseSettings):
     shutdown_seconds: float = Field(20.0, ge=0.0)
     web_port: int = 6066
     web_host: str = "127.0.0.1"
+    # the report pages answer only requests with this bearer token; required when
+    # web_host is not loopback (/livez, /healthz, /metrics stay open)
+    web_token: SecretStr | None = None
+    web_token_file: Path | None = None  # or read it from this file (a mounted Secret)
     log_level: str = "INFO"
 
     def lane(self, name: Literal["fast", "slow"]) -> LaneSettings:

@@ -32,6 +32,7 @@ EXPECTED_KINDS: dict[str, set[tuple[str, str]]] = {
     "worker-batch.yaml": {("apps/v1", "Deployment"), ("policy/v1", "PodDisruptionBudget")},
     "worker-compactor.yaml": {("apps/v1", "Deployment"), ("policy/v1", "PodDisruptionBudget")},
     "service.yaml": {("v1", "Service")},
+    "networkpolicy.yaml": {("networking.k8s.io/v1", "NetworkPolicy")},
     "servicemonitor.yaml": {("monitoring.coreos.com/v1", "ServiceMonitor")},
     "keda-scaledobjects.yaml": {
         ("keda.sh/v1alpha1", "ScaledObject"),
@@ -39,9 +40,10 @@ EXPECTED_KINDS: dict[str, set[tuple[str, str]]] = {
     },
     "topics.yaml": {("kafka.strimzi.io/v1", "KafkaTopic")},
     "kafka-exporter.yaml": {("monitoring.coreos.com/v1", "PodMonitor")},
+    "kafkausers.yaml": {("kafka.strimzi.io/v1", "KafkaUser")},
 }
 NOT_IN_KUSTOMIZATION = {"kustomization.yaml", "secret.example.yaml", "topics.yaml",
-                        "kafka-exporter.yaml"}
+                        "kafka-exporter.yaml", "kafkausers.yaml"}
 # KEDA's name for each RETRO_KAFKA__SASL_MECHANISM.
 KEDA_SASL = {
     None: "none",
@@ -318,6 +320,8 @@ def test_deployment_env_comes_from_the_configmap_and_secret(role: str) -> None:
         assert ref["key"] in secret["stringData"]
     names = {e["name"] for e in c.get("env", [])}
     assert {"RETRO_KAFKA__SASL_USERNAME", "RETRO_KAFKA__SASL_PASSWORD"} <= names
+    # the pods bind 0.0.0.0: the report pages need the bearer token
+    assert "RETRO_WEB_TOKEN" in names
     # only the role that calls the model gets its key
     assert ("RETRO_MODEL__API_KEY" in names) == (role == "batch")
 
@@ -505,3 +509,49 @@ def test_dockerfile_runs_retro_as_the_pods_user() -> None:
     assert uid > 0
     for d in of_kind("Deployment"):
         assert d["spec"]["template"]["spec"]["securityContext"]["runAsUser"] == uid
+
+
+def test_network_policy_admits_only_the_http_port_to_worker_pods() -> None:
+    [policy] = load_docs("networkpolicy.yaml")
+    spec = policy["spec"]
+    assert spec["podSelector"]["matchLabels"] == {"app.kubernetes.io/name": "retro-stream"}
+    assert spec["policyTypes"] == ["Ingress"]
+    [rule] = spec["ingress"]
+    assert [p["port"] for p in rule["ports"]] == ["http"]  # the containers' named port
+    for role, deployment in deployments().items():
+        ports = {p["name"] for p in container(deployment)["ports"]}
+        assert "http" in ports, role
+    assert rule["from"], "an empty from would admit everyone"
+
+
+def _acls(user: dict[str, Any]) -> dict[tuple[str, str, str], set[str]]:
+    return {(a["resource"]["type"], a["resource"]["name"], a["resource"]["patternType"]):
+            set(a["operations"]) for a in user["spec"]["authorization"]["acls"]}
+
+
+def test_kafka_users_give_each_role_only_what_it_uses(settings: Settings) -> None:
+    users = {u["metadata"]["name"]: u for u in load_docs("kafkausers.yaml")}
+    t = settings.topics
+    assert set(users) == {f"retro-stream-{r}" for r in (*ROLES, "reader", "producer")}
+    for name, user in users.items():
+        acls = _acls(user)
+        assert user["spec"]["authentication"]["type"] == "scram-sha-512", name
+        for (kind, resource, pattern), ops in acls.items():
+            assert not ops & {"All", "Delete", "Alter", "AlterConfigs"}, (name, resource)
+            if kind == "topic" and pattern == "literal":
+                assert resource in t.model_dump().values(), (name, resource)
+                assert "Create" not in ops, (name, resource)  # data topics: topics.yaml
+    for role in ROLES:  # reads exactly its inputs (plus reports, for the HTTP views)
+        acls = _acls(users[f"retro-stream-{role}"])
+        reads = {r for (k, r, p), ops in acls.items() if k == "topic" and p == "literal"
+                 and "Read" in ops}
+        [(group, inputs)] = consumer_groups(settings, (role,)).items()
+        assert reads == set(inputs) | {t.reports}, role
+        assert any(k == "group" and p == "prefix" and group.startswith(r)
+                   for (k, r, p) in acls), role
+    raw_readers = [n for n, u in users.items()
+                   if "Read" in _acls(u).get(("topic", t.raw, "literal"), set())]
+    assert raw_readers == ["retro-stream-clean"]  # unredacted lines: one role only
+    reader = _acls(users["retro-stream-reader"])
+    assert not any("Write" in ops for ops in reader.values())
+    assert reader[("topic", t.raw, "literal")] == {"Describe"}  # audit: offsets only

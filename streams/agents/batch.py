@@ -35,6 +35,7 @@ from pydantic import ValidationError
 from streams.agents.common import ack_when_delivered, new_acker, send, track
 from streams.batch.lane import LaneProcessor
 from streams.batch.window import TokenWindow
+from streams.clean.redact import Redactor
 from streams.clean.tokens import TokenCounter
 from streams.gateway.gateway import Gateway
 from streams.kafka.acks import AckHandle, OrderedAcker
@@ -141,7 +142,8 @@ def _wire_lane(app: Any, settings: Settings, metrics: Metrics, topics: dict[str,
                 except ValidationError as exc:
                     m = event.message
                     letter = _bad_record(m.topic, m.partition, m.offset, event.value, exc,
-                                         settings.clean.deadletter_sample_bytes)
+                                         settings.clean.deadletter_sample_bytes,
+                                         Redactor.from_settings(settings))
                     fut = await send(dead, key=b"", value=letter)
                     ack_when_delivered(fut, acker, handle)
                     continue
@@ -198,6 +200,7 @@ class BatchLoop:
                  on_assignment: OnAssignment | None = None) -> None:
         self.settings = settings
         self.on_assignment = on_assignment
+        self.redactor = Redactor.from_settings(settings)
         self.metrics = metrics
         self.gateways = gateways
         self.counter = counter
@@ -295,11 +298,17 @@ class BatchLoop:
         producer = self._producer
         assert producer is not None
         letter = _bad_record(m.topic, m.partition, m.offset, m.value, exc,
-                             self.settings.clean.deadletter_sample_bytes)
+                             self.settings.clean.deadletter_sample_bytes, self.redactor)
         fut = await producer.send(self.settings.topics.deadletter, letter, key=b"")
         acker = self._commits.acker
-        fut.add_done_callback(
-            lambda f: None if f.cancelled() or f.exception() else acker.done(handle))
+        counted = self.metrics.deadletters.labels(stage="batch", reason="bad_record")
+
+        def delivered(f: asyncio.Future[Any]) -> None:
+            if not f.cancelled() and f.exception() is None:
+                counted.inc()
+                acker.done(handle)
+
+        fut.add_done_callback(delivered)
 
     async def _commit(self) -> None:
         consumer = self._consumer
@@ -351,11 +360,12 @@ class BatchLoop:
 
 
 def _bad_record(topic: str, partition: int, offset: int, value: bytes | None,
-                exc: ValidationError, sample_bytes: int) -> bytes:
-    """A lane message that is not a NormalizedRecord (a foreign producer, a bug)."""
+                exc: ValidationError, sample_bytes: int, redactor: Redactor) -> bytes:
+    """A lane message that is not a NormalizedRecord (a foreign producer, a bug), with a
+    redacted sample like every dead letter."""
     coord = RawCoord(topic=topic, partition=partition, offset=offset)
     return DeadLetter.of(
-        value or b"", sample_bytes=sample_bytes,
+        value or b"", sample_bytes=sample_bytes, redact=lambda text: redactor.redact(text)[0],
         id=coord.id, raw=coord, source="unknown", stage="batch", reason="bad_record",
         detail=f"not a normalized record ({exc.error_count()} schema errors); only the clean "
                "agent should write to the lane topics").model_dump_json().encode()

@@ -15,7 +15,9 @@ what was produced for it is on the broker.
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
+from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
@@ -44,6 +46,7 @@ class Routed:
     lane: str  # fast | slow | deadletter
     key: bytes
     value: bytes
+    reason: str | None = None  # a dead letter's reason code
 
 
 def route(cleaner: Cleaner, *, value: bytes | None, key: bytes | None, topic: str,
@@ -56,9 +59,11 @@ def route(cleaner: Cleaner, *, value: bytes | None, key: bytes | None, topic: st
     routed = []
     for out in cleaner.clean(value or b"", coord, source, received_at=received):
         if isinstance(out, DeadLetter):
-            routed.append(Routed("deadletter", out.id.encode(), out.model_dump_json().encode()))
-        else:  # the raw key keeps --spread partitioning in the lanes
-            routed.append(Routed(out.lane, key or out.source.encode(),
+            routed.append(Routed("deadletter", out.id.encode(), out.model_dump_json().encode(),
+                                 reason=out.reason))
+        else:  # the raw key keeps --spread partitioning in the lanes; redacted, as the
+            # key is read by every reader of the lanes (a DSN as --source carried its password)
+            routed.append(Routed(out.lane, cleaner.lane_key(key) if key else out.source.encode(),
                                  out.model_dump_json().encode()))
     return routed
 
@@ -76,7 +81,7 @@ def wire_clean(app: Any, settings: Settings, metrics: Metrics, topics: dict[str,
     targets = {"fast": topics["fast"], "slow": topics["slow"], "deadletter": topics["deadletter"]}
     # labelled children looked up once: labels() per record cost 2-3% of a worker's CPU
     records_in = metrics.records_in.labels("clean")
-    records_out = {lane: metrics.records_out.labels(lane) for lane in targets}
+    counters = RouteCounters(metrics, targets)
 
     if settings.topics.raw_pattern:
         logger.warning("the faust clean engine reads the listed topics %s only, not "
@@ -95,11 +100,46 @@ def wire_clean(app: Any, settings: Settings, metrics: Metrics, topics: dict[str,
             futures = []
             for routed in route(cleaner, value=m.value, key=m.key, topic=m.topic,
                                 partition=m.partition, offset=m.offset, timestamp_ms=stamp):
-                records_out[routed.lane].inc()
-                futures.append(await send(targets[routed.lane], key=routed.key,
-                                          value=routed.value))
+                fut = await send(targets[routed.lane], key=routed.key, value=routed.value)
+                fut.add_done_callback(functools.partial(_count_delivered, counters, routed))
+                futures.append(fut)
             # acked once every record of the message is delivered
             ack_when_delivered(_all_delivered(futures), acker, handle)
+
+
+def _count_delivered(counters: RouteCounters, routed: Routed, fut: asyncio.Future) -> None:
+    if not fut.cancelled() and fut.exception() is None:
+        counters.delivered(routed)
+
+
+class RouteCounters:
+    """Routed records and dead letters, counted once their message is on the broker.
+
+    Counting when a record is cleaned counted every attempt: a fetch read again after
+    a failed delivery showed more dead letters than the topic held.
+    """
+
+    def __init__(self, metrics: Metrics, lanes: Iterable[str]) -> None:
+        self.records_out = {lane: metrics.records_out.labels(lane) for lane in lanes}
+        self.deadletters = metrics.deadletters
+
+    def delivered(self, routed: Routed) -> None:
+        self.records_out[routed.lane].inc()
+        if routed.reason is not None:
+            self.deadletters.labels(stage="clean", reason=routed.reason).inc()
+
+    def delivered_all(self, routed: Iterable[Routed]) -> None:
+        """A whole fetch delivered: one increment per lane and reason."""
+        lanes: dict[str, int] = {}
+        reasons: dict[str, int] = {}
+        for r in routed:
+            lanes[r.lane] = lanes.get(r.lane, 0) + 1
+            if r.reason is not None:
+                reasons[r.reason] = reasons.get(r.reason, 0) + 1
+        for lane, n in lanes.items():
+            self.records_out[lane].inc(n)
+        for reason, n in reasons.items():
+            self.deadletters.labels(stage="clean", reason=reason).inc(n)
 
 
 def _all_delivered(futures: list[asyncio.Future]) -> asyncio.Future:
@@ -129,7 +169,7 @@ class CleanLoop:
         t = settings.topics
         self.targets = {"fast": t.fast, "slow": t.slow, "deadletter": t.deadletter}
         self.records_in = metrics.records_in.labels("clean")
-        self.records_out = {lane: metrics.records_out.labels(lane) for lane in self.targets}
+        self.counters = RouteCounters(metrics, self.targets)
 
     async def run(self) -> None:
         s = self.settings
@@ -163,20 +203,16 @@ class CleanLoop:
 
     async def _handle(self, consumer: AIOKafkaConsumer, producer: AIOKafkaProducer,
                       fetched: dict[TopicPartition, list[ConsumerRecord]]) -> None:
-        out: list[tuple[str, bytes | None, bytes]] = []
-        lanes = dict.fromkeys(self.targets, 0)
+        sent: list[Routed] = []
         for messages in fetched.values():
             self.records_in.inc(len(messages))
             for m in messages:
-                for routed in route(self.cleaner, value=m.value, key=m.key, topic=m.topic,
-                                    partition=m.partition, offset=m.offset,
-                                    timestamp_ms=m.timestamp):
-                    lanes[routed.lane] += 1
-                    out.append((self.targets[routed.lane], routed.key, routed.value))
-        for lane, n in lanes.items():
-            self.records_out[lane].inc(n)
+                sent += route(self.cleaner, value=m.value, key=m.key, topic=m.topic,
+                              partition=m.partition, offset=m.offset, timestamp_ms=m.timestamp)
         try:
-            await asyncio.gather(*await BatchSender(producer).send(out))
+            # KafkaError also when queueing: no metadata while the broker is away
+            await asyncio.gather(*await BatchSender(producer).send(
+                (self.targets[r.lane], r.key, r.value) for r in sent))
         except KafkaError as exc:
             logger.error("delivering cleaned records failed (%r); nothing committed, "
                          "reading the fetch again in %.0fs", exc, RETRY_SECONDS)
@@ -185,6 +221,7 @@ class CleanLoop:
                 if tp in consumer.assignment():
                     consumer.seek(tp, messages[0].offset)
             return
+        self.counters.delivered_all(sent)
         owned = consumer.assignment()
         offsets = {tp: messages[-1].offset + 1 for tp, messages in fetched.items()
                    if tp in owned}

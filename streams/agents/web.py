@@ -3,16 +3,23 @@
 from __future__ import annotations
 
 import asyncio
+import functools
 import socket
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
+from streams.agents.web_auth import COOKIE, authorized
 from streams.errors import PortInUse
+from streams.kafka.probe import BrokerProbe
 from streams.kafka.stall import StallDetector
 from streams.metrics import Metrics
 from streams.report.store import ReportFollower
 from streams.report.view import render_html, render_index_html
+
+Handler = Callable[..., Awaitable[Any]]
+PROBE_SECONDS = 2.0  # between readiness probes of the bootstrap servers
 
 
 def port_free(host: str, port: int) -> bool:
@@ -61,8 +68,40 @@ def newest_first(reports: Any) -> list[Any]:
     return sorted(reports, key=lambda r: (not r.id.startswith("undated"), r.id), reverse=True)
 
 
+def guarded(token: str | None) -> Callable[[Handler], Handler]:
+    """A page decorator: with a token, answer 401 to requests that do not carry it
+    (``streams/agents/web_auth.py``); a token given as ``?token=`` becomes a cookie."""
+
+    def wrap(handler: Handler) -> Handler:
+        if token is None:
+            return handler
+
+        @functools.wraps(handler)
+        async def page(web: Any, request: Any, **kwargs: Any) -> Any:
+            if not authorized(token, headers=request.headers, query=request.query,
+                              cookies=request.cookies):
+                return web.json(
+                    {"error": "this page needs the web token: send `Authorization: Bearer "
+                              "<token>`, or open it once with ?token=<token>"},
+                    status=401, headers={"WWW-Authenticate": 'Bearer realm="retro"'})
+            response = await handler(web, request, **kwargs)
+            if request.query.get("token"):
+                response.set_cookie(COOKIE, token, httponly=True, samesite="Strict",
+                                    path="/")
+            return response
+
+        return page
+
+    return wrap
+
+
 def wire_web(app: Any, metrics: Metrics, follower: ReportFollower,
-             health: StallDetector) -> None:
+             health: StallDetector, *, broker: BrokerProbe | None = None,
+             token: str | None = None) -> None:
+    """The HTTP views; with ``token`` every page but /livez, /healthz and /metrics
+    requires it."""
+    guard = guarded(token)
+
     @app.page("/livez")
     async def livez(web: Any, request: Any) -> Any:
         """Liveness: the event loop answers. A stall is not a reason to restart a pod
@@ -71,8 +110,12 @@ def wire_web(app: Any, metrics: Metrics, follower: ReportFollower,
 
     @app.page("/healthz")
     async def healthz(web: Any, request: Any) -> Any:
-        """Readiness: no owned partition has lag with a commit stuck for
-        RETRO_STALL_SECONDS (``retro_partitions_stalled`` counts them)."""
+        """Readiness: Kafka is reachable, and no owned partition has lag with a commit
+        stuck for RETRO_STALL_SECONDS (``retro_partitions_stalled`` counts them)."""
+        unreachable = broker.unreachable() if broker is not None else None
+        if unreachable:
+            return web.json({"status": "broker_unreachable", "reason": unreachable},
+                            status=503)
         stalled = health.stalled()
         if stalled:
             return web.json({"status": "stalled", "partitions": [
@@ -85,12 +128,14 @@ def wire_web(app: Any, metrics: Metrics, follower: ReportFollower,
                          content_type=CONTENT_TYPE_LATEST.split(";")[0])
 
     @app.page("/reports")
+    @guard
     async def list_reports(web: Any, request: Any) -> Any:
         items = newest_first(follower.reports.values())
         return web.json([_summary(r) for r in items])
 
     # report ids are "<window>/<group>", e.g. "2026-11-29/all"
     @app.page("/reports/{window}/{group}")
+    @guard
     async def get_report(web: Any, request: Any, window: str, group: str) -> Any:
         report = follower.reports.get(f"{window}/{group}")
         if report is None:
@@ -98,6 +143,7 @@ def wire_web(app: Any, metrics: Metrics, follower: ReportFollower,
         return web.json(report.model_dump(mode="json"))
 
     @app.page("/view/{window}/{group}")
+    @guard
     async def view_report(web: Any, request: Any, window: str, group: str) -> Any:
         report = follower.reports.get(f"{window}/{group}")
         if report is None:
@@ -106,9 +152,18 @@ def wire_web(app: Any, metrics: Metrics, follower: ReportFollower,
         return web.html(render_html(report, refresh_url=f"/reports/{window}/{group}"))
 
     @app.page("/")
+    @guard
     async def index(web: Any, request: Any) -> Any:
         items = newest_first(follower.reports.values())
         return web.html(render_index_html([_summary(r) for r in items]))
+
+    if broker is not None:
+        metrics.broker_reachable.set(1)
+
+        @app.timer(interval=PROBE_SECONDS)
+        async def probe_broker() -> None:
+            await broker.check()
+            metrics.broker_reachable.set(0 if broker.unreachable() else 1)
 
     @app.task
     async def follow_reports() -> None:

@@ -87,6 +87,7 @@ class Cleaner:
         self.templates = template_miner or TemplateMiner()
         self._names: dict[str, tuple[str, dict[str, int]]] = {}
         self.metrics = metrics
+        self._lane_keys: dict[bytes, bytes] = {}
 
     @classmethod
     def from_settings(cls, settings: Settings, metrics: Metrics | None = None) -> Cleaner:
@@ -102,6 +103,7 @@ class Cleaner:
             deadletter_sample_bytes=c.deadletter_sample_bytes,
             max_message_bytes=settings.kafka.max_message_bytes,
             envelopes=c.envelope_overrides,
+            redactor=Redactor.from_settings(settings),
         )
 
     def clean(
@@ -150,10 +152,12 @@ class Cleaner:
         try:
             parsed = self.parser.parse(text, source=source)
         except Exception as exc:  # a parser bug must not stop the stream
-            logger.warning("parser failed on %s: %s", coord.id, exc, exc_info=True)
+            # redacted, without the traceback's locals: the message may quote the record
+            logger.warning("parser failed on %s: %s: %s", coord.id, type(exc).__name__,
+                           self.redact_text(str(exc)))
             detail = (
                 f"the {type(exc).__name__} parser error was: {exc}. This is a parser bug: "
-                "report the record (raw_base64) so its format can be supported"
+                "report the record (at its raw coordinate) so its format can be supported"
             )
             return self._dead(raw, coord, source, "parse_error", detail)
         if repaired:
@@ -164,10 +168,11 @@ class Cleaner:
                 parsed.timestamp_rule = "ingest-time"
             return self._finish(parsed, text, coord, source)
         except Exception as exc:  # redactor, miner or model validation: same rule
-            logger.warning("cleaning failed on %s: %s", coord.id, exc, exc_info=True)
+            logger.warning("cleaning failed on %s: %s: %s", coord.id, type(exc).__name__,
+                           self.redact_text(str(exc)))
             detail = (
                 f"cleaning failed after parsing ({type(exc).__name__}: {exc}); this is a "
-                "bug in the clean stage: report the record (raw_base64)"
+                "bug in the clean stage: report the record (at its raw coordinate)"
             )
             return self._dead(raw, coord, source, "clean_error", detail)
 
@@ -329,13 +334,15 @@ class Cleaner:
     def _dead(
         self, raw: bytes, coord: RawCoord, source: str, reason: str, detail: str
     ) -> DeadLetter:
-        if self.metrics is not None:
-            self.metrics.deadletters.labels(stage="clean", reason=reason).inc()
+        # retro_deadletter_total is counted where the letter is delivered, not here: a
+        # record cleaned again after a failed delivery would be counted twice
         source, _ = self.redactor.redact(source)
+        detail, _ = self.redactor.redact(detail)  # parser messages may quote the record
         logger.info("dead letter %s from %s: %s", coord.id, source, reason)
         return DeadLetter.of(
             raw,
             sample_bytes=self.deadletter_sample_bytes,
+            redact=self.redact_text,
             id=coord.id,
             raw=coord,
             source=source,
@@ -343,3 +350,18 @@ class Cleaner:
             reason=reason,
             detail=detail,
         )
+
+    def lane_key(self, key: bytes) -> bytes:
+        """The raw message key with secrets replaced, for the lane topics: one source
+        still maps to one key (``--spread`` suffix kept), without a DSN's password."""
+        cached = self._lane_keys.get(key)
+        if cached is None:
+            if len(self._lane_keys) >= 4096:  # keys are few (sources); bound them anyway
+                self._lane_keys.clear()
+            cached = self.redact_text(key.decode("utf-8", errors="replace")).encode()
+            self._lane_keys[key] = cached
+        return cached
+
+    def redact_text(self, text: str) -> str:
+        """``text`` with secrets replaced (the counts are not needed here)."""
+        return self.redactor.redact(text)[0]

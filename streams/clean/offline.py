@@ -94,6 +94,9 @@ def run_clean(
                 for cleaned in cleaner.clean(raw, coord, source):  # an envelope holds many
                     if isinstance(cleaned, DeadLetter):
                         result.deadletters += 1
+                        if metrics is not None:
+                            metrics.deadletters.labels(stage="clean",
+                                                       reason=cleaned.reason).inc()
                         _bump(result.by_reason, cleaned.reason)
                         if deadletter is not None:
                             deadletter.write(cleaned.model_dump_json() + "\n")

@@ -4,6 +4,13 @@ Why typed placeholders (``[REDACTED:email]``): the model and the person reading 
 fragment still see *what* stood there without its value, and the counts per kind
 go into ``NormalizedRecord.redactions`` for the audit.
 
+Tokens with no key name before them ("new secret Zk3v...") are found by their shape
+(:func:`looks_random`): 20+ characters of the base64/base64url alphabet, upper and
+lower case mixed, near-random entropy and case changes, not word-like. Hex strings
+(hashes, git SHAs, trace ids), UUIDs and paths are ids, not secrets: they stay, like
+anything matching a regex of ``RETRO_CLEAN__REDACT_ALLOW``. Hex secrets with no key
+name (some vendors' API keys) are therefore NOT caught.
+
 Deliberately NOT redacted: IPv4 addresses, UUIDs, HDFS block ids, timestamps and
 other long numbers. They are the evidence a post-mortem needs, so card numbers are
 only redacted when they pass Luhn *and* start with a card issuer prefix (Luhn alone
@@ -16,9 +23,16 @@ match at all.
 
 from __future__ import annotations
 
+import math
 import re
+from collections import Counter
+from collections.abc import Sequence
 from functools import lru_cache
-from typing import Any, Literal
+from itertools import pairwise
+from typing import TYPE_CHECKING, Any, Literal
+
+if TYPE_CHECKING:
+    from streams.settings import Settings
 
 RedactionKind = Literal[
     "private_key",
@@ -29,6 +43,7 @@ RedactionKind = Literal[
     "secret",
     "email",
     "card_number",
+    "opaque_token",
 ]
 
 _PREFIX = "[REDACTED:"
@@ -115,6 +130,51 @@ _SENSITIVE_KEY = re.compile(
 )
 _CAMEL = re.compile(r"(?<=[a-z0-9])(?=[A-Z])")
 
+# Opaque tokens: 20+ characters of the base64 / base64url alphabets, padding allowed.
+_OPAQUE = re.compile(r"(?<![A-Za-z0-9+/_=-])[A-Za-z0-9+/_-]{20,}={0,2}(?![A-Za-z0-9+/_=-])")
+_HEX_ID = re.compile(r"[0-9A-Fa-f-]+")  # hashes, git SHAs, UUIDs, trace ids
+_WORD_RUN = re.compile(r"[a-z]{4,}")
+OPAQUE_MIN_LENGTH = 20
+# Measured on 4,000 random base64 tokens of 20-64 characters: about 97% are caught
+# (the misses start with "/" or happen to read like words); in the 33,011 long
+# tokens of the third-party logs used for tests, only JWT parts and three random
+# session values matched.
+_ENTROPY_SHARE = 0.8  # of the most a token of its length could have (log2 of it, up to 64)
+_MIN_CLASS_CHANGES = 0.3  # share of neighbours of different classes (upper/lower/digit/other)
+_MAX_WORDY = 0.45  # share of characters in lowercase runs of 4+, as in CamelCaseWords
+
+
+def _entropy(text: str) -> float:
+    n = len(text)
+    return -sum(c / n * math.log2(c / n) for c in Counter(text).values())
+
+
+def _char_class(ch: str) -> int:
+    return 0 if ch.isupper() else 1 if ch.islower() else 2 if ch.isdigit() else 3
+
+
+@lru_cache(maxsize=8192)  # logs repeat their ids: each is judged once
+def looks_random(token: str) -> bool:
+    """Whether a base64-alphabet token looks like a generated secret, not an id or a word.
+
+    Ids stay: hex (hashes, git SHAs, UUIDs), single-case text, paths, CamelCase names,
+    identifiers such as ``DFSClient_NONMAPREDUCE_1537864556_1``.
+    """
+    core = token.rstrip("=")
+    n = len(core)
+    if n < OPAQUE_MIN_LENGTH or _HEX_ID.fullmatch(core) or core.startswith("/") or "//" in core:
+        return False
+    if core.lower() == core or core.upper() == core:
+        return False
+    if n < 32 and not any(ch.isdigit() or ch in "+/" for ch in core):
+        return False
+    if sum(len(r) for r in _WORD_RUN.findall(core)) / n > _MAX_WORDY:
+        return False
+    if _entropy(core) < _ENTROPY_SHARE * math.log2(min(n, 64)):
+        return False
+    classes = [_char_class(ch) for ch in core]
+    return sum(a != b for a, b in pairwise(classes)) / (n - 1) >= _MIN_CLASS_CHANGES
+
 
 def luhn_ok(digits: str) -> bool:
     """The Luhn checksum every payment card number satisfies."""
@@ -180,7 +240,20 @@ class Redactor:
     patterns are module-level, so many instances cost nothing extra.
     """
 
-    __slots__ = ()
+    __slots__ = ("_allow", "_opaque")
+
+    def __init__(self, *, allow: Sequence[str] = (), opaque_tokens: bool = True) -> None:
+        """``allow``: regexes of tokens that are ids, not secrets, though they look
+        random (a whole token must match); ``opaque_tokens`` False turns the shape
+        rule off (named keys, known formats and the rest still apply)."""
+        self._allow = re.compile("|".join(f"(?:{a})" for a in allow)) if allow else None
+        self._opaque = opaque_tokens
+
+    @classmethod
+    def from_settings(cls, settings: Settings) -> Redactor:
+        """The redactor the settings describe (RETRO_CLEAN__REDACT_*)."""
+        c = settings.clean
+        return cls(allow=c.redact_allow, opaque_tokens=c.redact_opaque_tokens)
 
     def redact(self, text: str) -> tuple[str, dict[str, int]]:
         """Return ``text`` with every finding replaced, and the number of findings per kind."""
@@ -204,7 +277,25 @@ class Redactor:
             text = _sub(_EMAIL, text, counts, "email")
         if _CARD_HINT.search(text):
             text = _CARD.sub(lambda m: _replace_card(m, counts), text)
+        if self._opaque and _OPAQUE.search(text) is not None:
+            text = self._redact_opaque(text, counts)
         return text, counts
+
+    def _redact_opaque(self, text: str, counts: dict[str, int]) -> str:
+        """Replace the random-looking tokens; the text is rebuilt only when one is found."""
+        parts: list[str] = []
+        done = 0
+        for m in _OPAQUE.finditer(text):
+            token = m.group(0)
+            if not looks_random(token) or (
+                    self._allow is not None and self._allow.fullmatch(token)):
+                continue
+            parts += (text[done:m.start()], placeholder("opaque_token"))
+            done = m.end()
+        if not parts:
+            return text
+        counts["opaque_token"] = counts.get("opaque_token", 0) + len(parts) // 2
+        return "".join(parts) + text[done:]
 
     def redact_mapping(self, attrs: dict[str, Any]) -> tuple[dict[str, Any], dict[str, int]]:
         """Redact a (nested) mapping: values under sensitive keys are replaced whole.

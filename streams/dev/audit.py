@@ -201,6 +201,8 @@ async def collect_claims(settings: Settings) -> tuple[dict[str, list[Coverage]],
     dead: dict[str, Coverage] = {}
     async for _key, value in read_topic(settings, settings.topics.deadletter):
         letter = DeadLetter.model_validate_json(value)
+        if letter.stage == "produce":  # never reached the raw topic: no raw offset to claim
+            continue
         dead[letter.id] = Coverage.from_entries([letter.raw.ledger_entry()])
     return {
         "reports": [Coverage.from_json(r.covered) for r in reports.values()],

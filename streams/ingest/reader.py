@@ -11,14 +11,16 @@ the cleaner's job, so nothing is lost here.
 from __future__ import annotations
 
 import gzip
+import hashlib
 import io
 import logging
 import os
 import re
 import sys
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
+from dataclasses import dataclass
 from pathlib import Path
-from typing import BinaryIO
+from typing import Any, BinaryIO
 
 from streams.errors import InputError
 
@@ -111,33 +113,86 @@ def is_record_start(line: bytes) -> bool:
     return _START.match(line) is not None
 
 
-def _lines(stream: BinaryIO, cap: int | None) -> Iterator[tuple[int, bytes]]:
-    """(1-based line number, line without EOL); lines longer than ``cap`` are cut at it."""
+@dataclass(frozen=True)
+class RawRecord:
+    """One logical record as read: its first line, bytes, whole size and (when cut) hash.
+
+    ``data`` is the whole record unless ``size`` is larger: then it holds the first
+    ``max_record_bytes + 1`` bytes and ``sha256`` is the hash of the whole record, so
+    an oversized record can be reported (size, hash, first bytes) without holding it.
+    """
+
+    line: int
+    data: bytes
+    size: int
+    sha256: str | None = None
+
+    @property
+    def cut(self) -> bool:
+        return self.size > len(self.data)
+
+
+class _Accumulator:
+    """The bytes of one record: all of them up to ``cap + 1``, past that size and hash."""
+
+    __slots__ = ("hasher", "keep", "kept", "parts", "size")
+
+    def __init__(self, cap: int | None) -> None:
+        self.keep = None if cap is None else cap + 1
+        self.parts: list[bytes] = []
+        self.kept = 0
+        self.size = 0
+        self.hasher: Any = None
+
+    def add(self, data: bytes) -> None:
+        self.size += len(data)
+        if self.hasher is None and (self.keep is None or self.size <= self.keep):
+            self.parts.append(data)
+            self.kept += len(data)
+            return
+        if self.hasher is None:  # everything so far was kept: hash it, then go on
+            self.hasher = hashlib.sha256(b"".join(self.parts))
+        self.hasher.update(data)
+        room = (self.keep or 0) - self.kept
+        if room > 0:
+            self.parts.append(data[:room])
+            self.kept += min(room, len(data))
+
+    def record(self, line: int) -> RawRecord:
+        return RawRecord(line=line, data=b"".join(self.parts), size=self.size,
+                         sha256=self.hasher.hexdigest() if self.hasher is not None else None)
+
+
+def _lines(stream: BinaryIO) -> Iterator[tuple[int, bytes, bool]]:
+    """(1-based line number, line or its first READ_CHUNK bytes, whether more follows).
+
+    When more follows, the caller reads the rest with :func:`_rest_of_line` before it
+    asks for the next line; a line is never held whole in memory here.
+    """
     line_no = 0
     while True:
         piece = stream.readline(READ_CHUNK)
         if not piece:
             return
         line_no += 1
-        if not piece.endswith(b"\n"):
-            parts = [piece]
-            size = len(piece)
-            while True:  # a very long line: keep at most cap + 1 bytes of it
-                more = stream.readline(READ_CHUNK)
-                if not more:
-                    break
-                if cap is None or size <= cap:
-                    parts.append(more)
-                size += len(more)
-                if more.endswith(b"\n"):
-                    break
-            piece = b"".join(parts)
-            if cap is not None and size > cap + 1:
-                logger.debug("line %s is %s bytes; kept the first %s", line_no, size, cap + 1)
-                piece = piece[: cap + 1]
         if line_no == 1 and piece.startswith(UTF8_BOM):
-            piece = piece[len(UTF8_BOM) :]  # an encoding mark, not part of the first record
-        yield line_no, piece.rstrip(b"\r\n")
+            piece = piece[len(UTF8_BOM):]  # an encoding mark, not part of the first record
+        if piece.endswith(b"\n"):
+            yield line_no, piece.rstrip(b"\r\n"), False
+        else:
+            yield line_no, piece, True
+
+
+def _rest_of_line(stream: BinaryIO, add: Callable[[bytes], None]) -> None:
+    """Feed the rest of a long line (without its end of line) to ``add``, piece by piece."""
+    while True:
+        more = stream.readline(READ_CHUNK)
+        if not more:
+            return
+        if more.endswith(b"\n"):
+            add(more.rstrip(b"\r\n"))
+            return
+        add(more)
 
 
 def iter_records(
@@ -149,16 +204,23 @@ def iter_records(
     ``max_record_bytes``, a record keeps at most that many bytes plus one: enough for
     the cleaner to dead-letter it as too large without holding gigabytes in memory.
     """
+    for record in iter_raw_records(stream, max_record_bytes=max_record_bytes):
+        yield record.line, record.data
+
+
+def iter_raw_records(
+    stream: BinaryIO, *, max_record_bytes: int | None = None
+) -> Iterator[RawRecord]:
+    """:func:`iter_records` with each record's whole size and, when cut, its SHA-256."""
     starts = 0
     weak_joined = 0
-    record: list[bytes] = []
-    size = 0
+    current: _Accumulator | None = None
     first_line = 0
-    for line_no, line in _lines(stream, max_record_bytes):
-        if not line.strip():
+    for line_no, line, more in _lines(stream):
+        if not more and not line.strip():
             continue
         joins = False
-        if record and starts:
+        if current is not None and starts:
             if _STRONG_CONTINUATION.match(line):
                 joins = True
             elif (
@@ -167,20 +229,16 @@ def iter_records(
             ):
                 joins = True
                 weak_joined += 1
-        if joins:
-            if max_record_bytes is None or size <= max_record_bytes:
-                record.append(line)
-                size += len(line) + 1
-            continue
-        if record:
-            yield first_line, _join(record, max_record_bytes)
-        if _START.match(line) is not None:
-            starts += 1
-        record, size, first_line = [line], len(line), line_no
-    if record:
-        yield first_line, _join(record, max_record_bytes)
-
-
-def _join(lines: list[bytes], cap: int | None) -> bytes:
-    data = b"\n".join(lines)
-    return data if cap is None or len(data) <= cap + 1 else data[: cap + 1]
+        if joins and current is not None:
+            current.add(b"\n")
+        else:
+            if current is not None:
+                yield current.record(first_line)
+            if _START.match(line) is not None:
+                starts += 1
+            current, first_line = _Accumulator(max_record_bytes), line_no
+        current.add(line)
+        if more:
+            _rest_of_line(stream, current.add)
+    if current is not None:
+        yield current.record(first_line)

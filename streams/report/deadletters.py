@@ -19,6 +19,7 @@ from pydantic import ValidationError
 
 from streams.records import DeadLetter
 from streams.report.store import read_messages
+from streams.report.view import printable
 from streams.settings import Settings
 
 
@@ -48,6 +49,7 @@ class Entry:
         if self.letter.raw_sha256:
             out["raw_sha256"] = self.letter.raw_sha256
         if raw:
+            out["sample"] = self.letter.sample  # redacted text
             out["raw_base64"] = self.letter.raw_base64
             out["raw_sampled"] = self.letter.raw_sampled
         return out
@@ -91,9 +93,10 @@ def render_text(summary: DeadLetterSummary) -> str:
         lines.append(f"  ({summary.unreadable} messages on the topic were not dead letters)")
     lines += ["", f"latest {len(summary.latest)} (newest first):"]
     for e in summary.latest:
-        lines.append(f"  {e.when}  {e.letter.raw.id}  {e.letter.stage}/{e.letter.reason}  "
-                     f"source={e.letter.source}")
-        lines.append(f"      {_one_line(e.letter.detail)}")
+        # ids, sources and reasons come from Kafka keys and file names: no raw controls
+        lines.append(printable(f"  {e.when}  {e.letter.raw.id}  {e.letter.stage}/"
+                               f"{e.letter.reason}  source={e.letter.source}"))
+        lines.append(f"      {printable(_one_line(e.letter.detail))}")
     return "\n".join(lines)
 
 

@@ -58,7 +58,10 @@ POSTMORTEM_SECTIONS = (  # in this order when present; Summary, Timeline, the la
 
 
 def render_json(report: Report) -> str:
-    return json.dumps(report.model_dump(mode="json"), indent=2, ensure_ascii=False)
+    """The report as JSON; controls JSON would pass raw (DEL, C1 such as the 8-bit CSI
+    0x9b) are written as \\u escapes, so the text is the same and a terminal is safe."""
+    text = json.dumps(report.model_dump(mode="json"), indent=2, ensure_ascii=False)
+    return _C1.sub(lambda m: f"\\u{ord(m[0]):04x}", text)
 
 
 def render_markdown(
@@ -442,6 +445,10 @@ _CONTROL = re.compile(r"[\x00-\x08\x0b\x0c\x0e-\x1f\x7f-\x9f]")
 
 def _printable(text: str) -> str:
     return _CONTROL.sub("\ufffd", text)
+
+
+printable = _printable  # for the other terminal renderers (retro deadletter)
+_C1 = re.compile(r"[\x7f-\x9f]")  # controls that json.dumps leaves unescaped
 
 
 def _h(value: object) -> str:

@@ -384,3 +384,84 @@ def test_pathological_64kb_records_stay_fast(r: Redactor, text: str) -> None:
     start = time.perf_counter()
     r.redact(text)
     assert time.perf_counter() - start < 1.0  # measured: under 20 ms each
+
+
+# --- secrets with no key name: found by their shape ------------------------------------
+AWS_SECRET = "Zk3vQ9xLm2Pq8Rt5Wy7Bn4Cd6Fg1Hj0KsTu2Ve/"  # 40 chars, base64 alphabet
+
+
+@pytest.mark.parametrize("line", [
+    f"new secret {AWS_SECRET} rotated",
+    f"rotated to {AWS_SECRET}",
+    "webhook signing value sk_live_4eC39HqLyjWDarjtT1zdp7dc accepted",
+    "session cPNj8KZHiezDsMckWU4AFGG-F1IE8RGSQaG8yoUwXOU opened",
+    "blob 3q2+7wAAAAFkZXZpY2VJZDpBQkMxMjM0NTY3ODk= attached",
+])
+def test_random_looking_tokens_without_a_key_name_are_redacted(r: Redactor, line: str) -> None:
+    out, counts = r.redact(line)
+    assert "[REDACTED:opaque_token]" in out, out
+    assert counts == {"opaque_token": 1}
+    assert out.split()[0] == line.split()[0]  # the words around it stay
+
+
+@pytest.mark.parametrize("token", [
+    "e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855",  # sha256
+    "9fceb02d0ae598e95dc970b74767f19372d61af8",  # git SHA
+    str(uuid.UUID(int=0x1234567890ABCDEF1234567890ABCDEF)),
+    "DFSClient_NONMAPREDUCE_1537864556_1",
+    "AbstractHttp11Processor2Handler",
+    "getRequestDispatcherForwardIncludeAttributes",
+    "retro-stream-clean-7d9f8b6c5d-x2x4z",
+    "/home/spelce1/HPCC_IBM/Urgent/VNM/64K/vnm",
+    "blk_-6952295868487656571",
+    "ORG_APACHE_HADOOP_HDFS_SERVER_DATANODE",
+])
+def test_ids_hashes_paths_and_names_are_not_secrets(r: Redactor, token: str) -> None:
+    line = f"INFO processed {token} in 12 ms"
+    assert r.redact(line) == (line, {})
+
+
+def test_most_random_tokens_are_caught_whatever_their_length() -> None:
+    import random
+    import string
+
+    from streams.clean.redact import looks_random
+
+    rng = random.Random(11)
+    alphabet = string.ascii_letters + string.digits + "+/"
+    for n in (20, 40, 64):
+        tokens = ["".join(rng.choice(alphabet) for _ in range(n)) for _ in range(500)]
+        caught = sum(looks_random(t) for t in tokens) / len(tokens)
+        assert caught >= 0.93, (n, caught)
+
+
+def test_the_allow_list_keeps_tokens_the_user_names_as_ids() -> None:
+    request_id = "req_2Nf8aQx9Lm3Kp7ZtW4"
+    line = f"request {request_id} used {AWS_SECRET}"
+    out, _ = Redactor().redact(line)
+    assert request_id not in out and AWS_SECRET not in out
+    out, counts = Redactor(allow=[r"req_[A-Za-z0-9]{16,}"]).redact(line)
+    assert request_id in out and AWS_SECRET not in out and counts == {"opaque_token": 1}
+    assert Redactor(opaque_tokens=False).redact(line) == (line, {})
+
+
+def test_the_allow_list_setting_is_checked_and_reaches_the_cleaner() -> None:
+    from pydantic import ValidationError
+
+    from streams.clean.cleaner import Cleaner
+    from streams.records import NormalizedRecord, RawCoord
+    from streams.settings import CleanSettings, Settings
+
+    with pytest.raises(ValidationError, match="not a regular expression"):
+        CleanSettings(redact_allow=("req_[",))
+    # the variable takes one regex as it is, or a JSON list
+    assert CleanSettings(redact_allow=r"req_\w+").redact_allow == (r"req_\w+",)
+    assert CleanSettings(redact_allow='["a+", "b{2}"]').redact_allow == ("a+", "b{2}")
+    with pytest.raises(ValidationError, match="JSON list"):
+        CleanSettings(redact_allow='["req_\\w+"')
+    settings = Settings(clean=CleanSettings(redact_allow=(r"req_\w+",)))
+    [out] = Cleaner.from_settings(settings).clean(
+        f"2026-11-28T10:00:00Z INFO req_2Nf8aQx9Lm3Kp7ZtW4 key {AWS_SECRET}".encode(),
+        RawCoord(topic="raw", partition=0, offset=1), "app")
+    assert isinstance(out, NormalizedRecord)
+    assert "req_2Nf8aQx9Lm3Kp7ZtW4" in out.message and AWS_SECRET not in out.message

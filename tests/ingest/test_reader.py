@@ -234,3 +234,49 @@ def test_check_inputs_rejects_an_unreadable_file(tmp_path: Path) -> None:
     secret.chmod(0)
     with pytest.raises(InputError, match="not readable"):
         check_inputs([str(secret)])
+
+
+# --- records over the cap: whole size and hash, never silently cut -------------------
+def raw_records(data: bytes, cap: int) -> list:
+    from streams.ingest.reader import iter_raw_records
+
+    return list(iter_raw_records(io.BytesIO(data), max_record_bytes=cap))
+
+
+def test_a_one_megabyte_line_under_the_cap_is_kept_whole() -> None:
+    line = b"2026-11-28T10:00:00Z ERROR " + b"x" * 1_000_000
+    got = raw_records(line + b"\r\n" + b"2026-11-28T10:00:01Z INFO next\n", cap=1_040_000)
+    assert got[0].data == line and got[0].size == len(line) and not got[0].cut
+    assert got[0].sha256 is None
+    assert got[1].data == b"2026-11-28T10:00:01Z INFO next" and got[1].line == 2
+
+
+def test_a_line_over_the_cap_keeps_its_first_bytes_whole_size_and_hash() -> None:
+    import hashlib
+
+    line = b"2026-11-28T10:00:00Z ERROR " + bytes(range(32, 127)) * 30_000  # ~2.8 MB
+    got = raw_records(line + b"\r\n" + b"2026-11-28T10:00:01Z INFO next\n", cap=100_000)
+    big = got[0]
+    assert big.cut and big.size == len(line)
+    assert big.data == line[:100_001]
+    assert big.sha256 == hashlib.sha256(line).hexdigest()
+    assert got[1].data == b"2026-11-28T10:00:01Z INFO next"
+
+
+def test_a_joined_record_over_the_cap_hashes_every_line_of_it() -> None:
+    import hashlib
+
+    head = b"2024-01-02 03:04:06,000 ERROR [main] boom"
+    trace = [b"\tat com.acme.Frame.call(Frame.java:%d)" % i for i in range(3000)]
+    long_cont = b"\t" + b"y" * (3 << 20)  # a continuation line longer than READ_CHUNK
+    whole = b"\n".join([head, *trace, long_cont, b"\t... 2 more"])
+    got = raw_records(whole + b"\n2024-01-02 03:04:07,000 INFO ok\n", cap=50_000)
+    assert len(got) == 2
+    assert got[0].size == len(whole) and got[0].data == whole[:50_001]
+    assert got[0].sha256 == hashlib.sha256(whole).hexdigest()
+    assert got[1].line == len(trace) + 4
+
+
+def test_iter_records_still_caps_at_one_byte_over_the_limit() -> None:
+    got = records(b"INFO " + b"z" * 5000 + b"\nINFO short\n", max_record_bytes=100)
+    assert [len(r) for _, r in got] == [101, 10]

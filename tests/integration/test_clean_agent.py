@@ -68,4 +68,4 @@ def test_every_raw_offset_routed_exactly_once(pipeline_factory, wait_until,
     reasons = {d.reason for d in routed["deadletter"]}
     assert reasons & {"undecodable", "binary", "too_large"}, reasons
     for d in routed["deadletter"]:
-        assert d.detail and d.raw_base64
+        assert d.detail and d.sample is not None and d.raw_sha256  # redacted, no raw bytes

@@ -74,3 +74,20 @@ def test_json_has_the_same_facts_and_raw_bytes_only_on_request() -> None:
         "detail": "send text logs only", "raw_bytes": 5}]
     with_raw = json.loads(render_json(s, raw=True))["latest"][0]
     assert base64.b64decode(with_raw["raw_base64"]) == b"\x00\x01bad"
+
+
+def test_text_never_passes_terminal_controls_from_keys_file_names_or_details() -> None:
+    nasty = "\x1b[2J\x1b]0;owned\x07\x9b31m"
+    coord = RawCoord(topic=f"logs/{nasty}.log", partition=0, offset=3)
+    letter = DeadLetter(id=coord.id, raw=coord, source=f"src{nasty}", stage="produce",
+                        reason="too_large", detail=f"line {nasty} too long",
+                        raw_base64=base64.b64encode(b"x").decode())
+    text = render_text(summarize([Entry(letter, T)], topic="retro.deadletter", latest=5))
+    assert not re_controls(text)
+    assert "[2J" in text and "too long" in text  # the visible rest stays
+
+
+def re_controls(text: str) -> list[str]:
+    import re
+
+    return re.findall(r"[\x00-\x08\x0b\x0c\x0e-\x1f\x7f-\x9f]", text)

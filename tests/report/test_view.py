@@ -218,3 +218,16 @@ def test_coverage_folds_messages_of_many_records_into_their_partition() -> None:
     assert "<code>otlp/2</code>: 3 records from 1 message(s) carrying many" in page
     assert "Total: 808 records in 2 partition(s)" in page
     assert "Records analysed: 808" in render_markdown(report, review_count=0)
+
+
+def test_json_output_escapes_the_controls_json_would_leave_raw() -> None:
+    """`retro report --format json` prints to a terminal too: DEL and C1 controls
+    (0x9b is an 8-bit CSI) are written as \\u escapes; the parsed text is unchanged."""
+    import json
+
+    nasty = "disk \x1b[10A full\x7f\x9b31m"
+    report, _ = merge(None, _frag("a", {"raw/0": [[0, 2]]}, event=nasty),
+                      report_id="2026-11-29/all", now="t1")
+    text = render_json(report)
+    assert not re.search(r"[\x00-\x08\x0b\x0c\x0e-\x1f\x7f-\x9f]", text)
+    assert json.loads(text)["incidents"][0]["event"] == nasty

@@ -55,6 +55,11 @@ class LocalBroker:
         return self.root / "state.json"
 
     @property
+    def ports_file(self) -> Path:
+        """The ports of the last start: a restart listens there again (state.json goes on stop)."""
+        return self.root / "ports.json"
+
+    @property
     def log_file(self) -> Path:
         return self.root / "logs" / "broker.log"
 
@@ -104,7 +109,7 @@ class LocalBroker:
             self._wait_ready(running, timeout)
             return running
         lib = self.ensure_jars()
-        port, controller_port = _free_port(), _free_port()
+        port, controller_port = self._ports()
         self.root.mkdir(parents=True, exist_ok=True)
         self.log_file.parent.mkdir(parents=True, exist_ok=True)
         config = self._write_config(port, controller_port)
@@ -124,6 +129,7 @@ class LocalBroker:
                             bootstrap=f"127.0.0.1:{port}", version=self.version,
                             directory=str(self.root), log_file=str(self.log_file))
         self.state_file.write_text(json.dumps(asdict(state), indent=2))
+        self.ports_file.write_text(json.dumps({"port": port, "controller_port": controller_port}))
         try:
             self._wait_ready(state, timeout)
         except BrokerError:
@@ -149,6 +155,23 @@ class LocalBroker:
         return stopped
 
     # -- internals -----------------------------------------------------------------------
+    def _ports(self) -> tuple[int, int]:
+        """The ports of the previous start on this state dir when both are free, so that
+        workers and producers started before a restart find the broker again; new free
+        ports otherwise (said in a warning: those clients then need a restart)."""
+        try:
+            previous = json.loads(self.ports_file.read_text())
+            port, controller_port = int(previous["port"]), int(previous["controller_port"])
+        except (OSError, ValueError, KeyError, TypeError):
+            return _free_port(), _free_port()
+        if _bindable(port) and _bindable(controller_port):
+            return port, controller_port
+        fresh = _free_port(), _free_port()
+        logger.warning("port %s or %s of the previous start is taken; the broker now listens "
+                       "on 127.0.0.1:%s: restart clients that were started before",
+                       port, controller_port, fresh[0])
+        return fresh
+
     def _java_cmd(self, lib: Path) -> list[str]:
         log4j = self.root / "log4j2.properties"
         log4j.write_text(
@@ -239,3 +262,13 @@ def _free_port() -> int:
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
         s.bind(("127.0.0.1", 0))
         return int(s.getsockname()[1])
+
+
+def _bindable(port: int) -> bool:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            s.bind(("127.0.0.1", port))
+        except OSError:
+            return False
+    return True

@@ -46,3 +46,19 @@ def test_missing_java_or_maven_is_an_actionable_error(tmp_path: Path,
     monkeypatch.setattr(launcher.shutil, "which", lambda tool: None)
     with pytest.raises(BrokerError, match="RETRO_KAFKA__BOOTSTRAP"):
         LocalBroker(tmp_path).ensure_jars()
+
+
+def test_a_restart_listens_on_the_ports_of_the_previous_start(tmp_path: Path) -> None:
+    from helpers import busy_port
+
+    broker = LocalBroker(tmp_path)
+    assert broker._ports()  # no previous start: fresh ports
+    broker.root.mkdir(parents=True)
+    with busy_port() as taken:
+        pass  # a port that was free a moment ago
+    broker.ports_file.write_text(json.dumps({"port": taken, "controller_port": taken}))
+    assert broker._ports() == (taken, taken)
+    with busy_port() as taken:  # someone else took it meanwhile: new ports, not a failure
+        broker.ports_file.write_text(json.dumps({"port": taken, "controller_port": taken}))
+        port, controller = broker._ports()
+        assert taken not in (port, controller)
