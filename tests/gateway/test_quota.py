@@ -92,7 +92,8 @@ def test_no_partitions_takes_the_floor_and_bad_shares_are_refused() -> None:
 
 def test_gateway_set_follows_the_assignment_and_publishes_the_limits() -> None:
     metrics = Metrics()
-    settings = Settings(model={"rpm": 1200, "tpm": 2_000_000})
+    settings = Settings(model={"rpm": 1200, "tpm": 2_000_000,
+                               "base_url": "http://127.0.0.1:9/v1"})  # a provider
     gateways = build_gateways(settings, metrics=metrics)
     assert gateways.fast.rpm is gateways.slow.rpm  # one account, one bucket per pod
     share = gateways.follow_assignment(_split(4)[0], LANES)
@@ -104,3 +105,16 @@ def test_gateway_set_follows_the_assignment_and_publishes_the_limits() -> None:
     assert metrics.quota_limit.labels("tokens")._value.get() == 500_000
     gateways.follow_assignment([], LANES)  # revoked everything
     assert gateways.fast.rpm.rate_per_minute == 1200 / 8
+
+
+def test_the_offline_rules_backend_is_not_held_to_a_providers_quota() -> None:
+    """RPM/TPM describe a provider's quota; the rules backend runs on this process's
+    CPU, so it is not throttled (the provider's limits apply to the openai backend)."""
+    from streams.gateway.factory import OFFLINE_QUOTA, build_gateways
+    from streams.settings import ModelSettings, Settings
+
+    rules = build_gateways(Settings(model=ModelSettings(rpm=60, tpm=1000)))
+    assert rules.quota.rpm_quota == rules.quota.tpm_quota == OFFLINE_QUOTA
+    remote = build_gateways(Settings(model=ModelSettings(
+        rpm=60, tpm=1000, base_url="http://127.0.0.1:9/v1")))
+    assert (remote.quota.rpm_quota, remote.quota.tpm_quota) == (60, 1000)
