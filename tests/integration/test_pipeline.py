@@ -9,6 +9,7 @@ worker joining and leaving the consumer group mid-stream.
 from __future__ import annotations
 
 import json
+import os
 import signal
 import subprocess
 import time
@@ -255,6 +256,36 @@ def test_faulty_provider_loses_nothing(pipeline_factory, tmp_path: Path) -> None
         assert "[REDACTED:" in prompts  # the sample's secrets were there, as placeholders
         for secret in SECRETS:
             assert secret not in prompts, f"{secret!r} reached the model"
+    finally:
+        fake.kill()
+
+
+def test_sigterm_with_batches_in_flight_drains_within_the_grace_and_loses_nothing(
+        pipeline_factory, tmp_path: Path, wait_until) -> None:
+    """SIGTERM while batches wait on a slow model (4 s a call): the batch loop stops
+    fetching, gives its batches RETRO_SHUTDOWN_SECONDS, commits what is done and
+    leaves, so the worker exits well inside a pod's grace period (60 s in deploy/);
+    the next worker reads the rest again and the audit is exact."""
+    port = _free_port()
+    fake = _start_fake_llm(tmp_path, port, "--base-latency", "4", "--seed", "5")
+    try:
+        p = pipeline_factory(RETRO_MODEL__BASE_URL=f"http://127.0.0.1:{port}/v1",
+                             RETRO_MODEL__NAME="fake-gpt", RETRO_SHUTDOWN_SECONDS="6")
+        total = _produced(p.retro("produce", "--quiet", *_sample(tmp_path, 1500)))
+        worker = p.start_worker()
+        wait_until(lambda: _fake_stats(port)["requests"] >= 2, timeout=120,
+                   what="batches in flight at the model")
+        asked = time.monotonic()
+        os.killpg(worker.pid, signal.SIGTERM)
+        code = worker.wait(timeout=60)
+        took = time.monotonic() - asked
+        assert took < 6 + 20, (took, p.worker_logs())  # the drain plus faust's own stop
+        assert code == 0, (code, p.worker_logs())
+        p.start_worker()
+        result = _audit(p, wait=300)
+        assert result["ok"], (result, p.worker_logs())
+        assert result["raw_records"] == total
+        _commits_catch_up(p)
     finally:
         fake.kill()
 
