@@ -313,9 +313,17 @@ def test_deployment_env_comes_from_the_configmap_and_secret(role: str) -> None:
     c = container(deployments()[role])
     configmap, secret = one("ConfigMap"), one("Secret")
     assert {e["configMapRef"]["name"] for e in c["envFrom"]} == {configmap["metadata"]["name"]}
+    users = {u["metadata"]["name"] for u in load_docs("kafkausers.yaml")
+             if u["kind"] == "KafkaUser"}
     for env in c.get("env", []):
         assert not unknown_settings({env["name"]}), env["name"]
+        if env["name"] == "RETRO_KAFKA__SASL_USERNAME":  # the role's own KafkaUser
+            assert env["value"] == f"retro-stream-{role}" and env["value"] in users
+            continue
         ref = env["valueFrom"]["secretKeyRef"]
+        if env["name"] == "RETRO_KAFKA__SASL_PASSWORD":  # Strimzi writes it for the user
+            assert ref == {"name": f"retro-stream-{role}", "key": "password"}
+            continue
         assert ref["name"] == secret["metadata"]["name"]
         assert ref["key"] in secret["stringData"]
     names = {e["name"] for e in c.get("env", [])}
