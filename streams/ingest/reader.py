@@ -62,7 +62,8 @@ _START = re.compile(
     + rb"\b"  # INFO ..., [ERROR] ...
     + rb"|[IWEF]\d{4} \d{2}:"  # glog
     + rb"|[A-Za-z_][\w.\-]*=\S"  # logfmt key=value
-    + rb"|\S{1,200} (?:\d{4}-\d{2}-\d{2}[ T]\d{2}:|1\d{9} \d{4}\.\d{2}\.\d{2} )"  # token + stamp
+    # one token (a host, a "-" label), then a date or an epoch-seconds column
+    + rb"|\S{1,200} (?:\d{4}[-/.]\d{2}[-/.]\d{2}[ T]\d{2}:|1\d{9}(?:[.,]\d+)? )"
     + rb")"
 )
 # Lines that continue a record even where a generic line would not (stack traces).
