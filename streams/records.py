@@ -158,6 +158,8 @@ class Evidence(BaseModel):
     count: int
     examples: list[str] = Field(default_factory=list)
     covered: dict[str, list[list[int]]] = Field(default_factory=dict)  # records of this template
+    # addresses, users, hosts, pods over all these records (errors and security events)
+    entities: dict[str, int] = Field(default_factory=dict)
 
 
 class TimeWindow(BaseModel):

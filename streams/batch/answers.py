@@ -26,6 +26,7 @@ import jsonschema
 
 import streams
 from streams.batch.cost import service_of
+from streams.batch.entities import count_entities, top_entities, worth_counting
 from streams.batch.window import Batch, TemplateGroup, epoch_of, time_key
 from streams.errors import MalformedOutput, Truncated, ValidationFailed
 from streams.intervals import Coverage
@@ -185,6 +186,7 @@ def _fragment(
         covered = covered.union(g.coverage)
     covered_json = covered.to_json()
     window = _window(groups)
+    who = worth_counting(item["severity"], item["event"], item["cause"])
     return Fragment(
         id=fragment_id(
             lane=batch.lane, model=model, prompt_version=prompt_version, covered=covered_json
@@ -203,6 +205,8 @@ def _fragment(
                 count=g.count,
                 examples=list(g.examples),
                 covered=g.coverage.to_json(),
+                entities=top_entities(count_entities(r.message for r in g.records))
+                if who else {},
             )
             for g in groups
         ],
@@ -266,8 +270,12 @@ def _part(
         if not part:
             continue
         mine = [ex for ex in ev.examples if any(m.startswith(_stem(ex)) for m in messages)]
+        # counted again over this report's records of the template (its group's records)
+        entities = ev.entities and top_entities(count_entities(
+            r.message for r in records if r.template == ev.template))
         evidence.append(ev.model_copy(update={
-            "count": len(part), "covered": part.to_json(), "examples": mine or ev.examples[:1]}))
+            "count": len(part), "covered": part.to_json(), "examples": mine or ev.examples[:1],
+            "entities": entities or {}}))
     timed = [r for r in records if epoch_of(r.timestamp) is not None]
     window = TimeWindow(
         start=min(timed, key=time_key).timestamp if timed else None,

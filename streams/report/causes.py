@@ -11,11 +11,12 @@ from __future__ import annotations
 
 import math
 import re
-from collections import Counter
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Literal
 
+from streams.batch.entities import count_entities
+from streams.batch.entities import top_entities as top
 from streams.report.keys import parse_time
 from streams.report.merge import normalize_text
 from streams.report.model import SEVERITY_WEIGHT, Incident
@@ -51,12 +52,6 @@ _CHANGES: tuple[tuple[ChangeKind, re.Pattern[str]], ...] = tuple(
 _LEVEL_WORD = re.compile(r"\b(?:TRACE|DEBUG|INFO|NOTICE|WARN|ERROR|FATAL)\b")
 _SECURITY = re.compile(r"auth|login|password|permission|denied|brute|intrusion|forbidden", re.I)
 _SUBJECT = re.compile(r"\s*\(([^()]*)\)\s*$")
-_ENTITY = re.compile(
-    r"(?P<ip>\b(?:\d{1,3}\.){3}\d{1,3}\b)"
-    r"|\b(?:user(?:name)?[=: ]+|for (?:invalid user )?(?=\S+ from ))(?P<user>[A-Za-z_][\w.-]{1,31})"
-    r"|\bhost(?:name)?[=: ]+(?P<host>[\w.-]{2,63})"
-    r"|(?P<pod>\b[a-z][a-z0-9-]*-[a-z0-9]{8,10}-[a-z0-9]{5}\b)"
-)
 
 
 @dataclass(frozen=True, slots=True)
@@ -81,7 +76,8 @@ class Cause:
     cause: str
     subjects: list[str] = field(default_factory=list)
     evidence: list[Evidence] = field(default_factory=list)
-    entities: list[tuple[str, int]] = field(default_factory=list)  # in the evidence examples
+    entities: list[tuple[str, int]] = field(default_factory=list)
+    entities_counted: bool = False  # over all records (else in the evidence examples)
     suggestion: str | None = None
     summary: str | None = None  # the model's roll-up, when there is one
     anomaly: str | None = None  # why an unclassified template was judged an anomaly
@@ -189,22 +185,23 @@ def _cause(members: list[Incident], kind: Literal["failure", "anomaly", "users"]
     )
     if kind == "users" or SEVERITY_WEIGHT.get(severity, 1) >= SEVERITY_WEIGHT["medium"] \
             or _SECURITY.search(title):
-        examples = [x for ev in evidence.values() for x in ev[1]]
-        cause.entities = top_entities(examples)
+        counted: dict[str, int] = {}  # over all records, as the batch stage counted them
+        for inc in members:
+            for ev in inc.evidence:
+                for name, n in ev.entities.items():
+                    counted[name] = counted.get(name, 0) + n
+        if counted:
+            cause.entities = list(top(counted, MAX_ENTITIES).items())
+            cause.entities_counted = True
+        else:  # reports from before entity counts: the evidence examples only
+            examples = [x for ev in evidence.values() for x in ev[1]]
+            cause.entities = top_entities(examples)
     return cause
 
 
 def top_entities(texts: list[str], limit: int = MAX_ENTITIES) -> list[tuple[str, int]]:
     """Addresses, users, hosts and pods named in ``texts``, most frequent first."""
-    counts = Counter[str]()
-    for text in texts:
-        for match in _ENTITY.finditer(text):
-            name = next(k for k, v in match.groupdict().items() if v)
-            value = match.group(name)
-            if "REDACTED" in value or value.startswith(("0.", "127.")):
-                continue
-            counts[f"{name} {value}"] += 1
-    return sorted(counts.items(), key=lambda kv: (-kv[1], kv[0]))[:limit]
+    return list(top(count_entities(texts), limit).items())
 
 
 def judge_unclassified(incidents: list[Incident], span: Span, suggestions: dict[str, str]

@@ -20,6 +20,7 @@ import re
 from datetime import UTC, datetime
 from typing import Any, Literal
 
+from streams.batch.entities import top_entities
 from streams.errors import ValidationFailed
 from streams.intervals import Coverage
 from streams.records import Fragment
@@ -266,23 +267,39 @@ def _absorb(inc: Incident | None, key: str, fragment: Fragment, new: Coverage) -
             continue
         part = _coverage(ev.covered, fragment.id).intersection(new)
         claimed = claimed.union(part)
-        _add_evidence(evidence, ev.template, len(part), ev.examples)
+        _add_evidence(evidence, ev.template, len(part), ev.examples,
+                      _new_share(ev.entities, len(part), ev.count))
     # Evidence without its own coverage (older producers) gets what no template claimed.
     remainder = len(new.difference(claimed))
     for ev in implicit:
-        _add_evidence(evidence, ev.template, remainder, ev.examples)
+        _add_evidence(evidence, ev.template, remainder, ev.examples,
+                      _new_share(ev.entities, remainder, ev.count))
     inc.evidence = _capped(evidence)
     return inc
 
 
 def _add_evidence(
-    evidence: dict[str, TemplateEvidence], template: str, count: int, examples: list[str]
+    evidence: dict[str, TemplateEvidence], template: str, count: int, examples: list[str],
+    entities: dict[str, int] | None = None,
 ) -> None:
     if not count:
         return
     ev = evidence.setdefault(template, TemplateEvidence(template=template))
     ev.count += count
     ev.examples = pick_examples([*ev.examples, *examples])
+    if entities:
+        summed = dict(ev.entities)
+        for name, n in entities.items():
+            summed[name] = summed.get(name, 0) + n
+        ev.entities = top_entities(summed)
+
+
+def _new_share(entities: dict[str, int], new: int, offered: int) -> dict[str, int]:
+    """A fragment's entity counts for the records of it that are new to the report:
+    all of them, or (partly a replay) scaled to the new share, rounded up."""
+    if not entities or new >= offered:
+        return entities
+    return {name: -(-n * new // offered) for name, n in entities.items()}
 
 
 def _capped(evidence: dict[str, TemplateEvidence]) -> list[TemplateEvidence]:

@@ -36,6 +36,8 @@ class TemplateEvidence(BaseModel):
     template: str
     count: int = 0
     examples: list[str] = Field(default_factory=list)
+    # addresses, users, hosts, pods over all its records (the most frequent few)
+    entities: dict[str, int] = Field(default_factory=dict)
 
 
 class Incident(BaseModel):

@@ -112,7 +112,8 @@ def _chain(pm: PostMortem, ep: Episode, f: Markup) -> list[str]:
         if c.subjects:
             line += f"; names {', '.join(f.code(s) for s in c.subjects[:3])}"
         if c.entities:
-            line += "; top entities in evidence: " + ", ".join(
+            line += ("; top entities: " if c.entities_counted
+                     else "; top entities in evidence: ") + ", ".join(
                 f"{f.code(e)} x{k}" for e, k in c.entities)
         example = next((x for ev in c.evidence for x in ev.examples), None)
         if example:

@@ -258,3 +258,16 @@ def test_user_reports_are_impact_but_a_user_login_failure_is_a_failure() -> None
     assert "User login failures" in [c.title for c in pm.causes]
     assert "Users: 4 report(s), e.g. `why was I charged twice?`" in render_markdown(
         report_of(*fragments))
+
+
+def test_entities_counted_over_all_records_win_over_the_examples() -> None:
+    """The batch stage counted the addresses over all 900 records; the few examples
+    would name a different, rarer one first."""
+    fragment = frag("Authentication failures", minute=5, until=50, records=900,
+                    severity="high",
+                    examples=["Failed password for root from 192.168.7.9 port 22 ssh2"])
+    fragment.evidence[0].entities = {"ip 10.1.2.3": 580, "ip 192.168.7.9": 3}
+    report = report_of(routine(), fragment)
+    md = render_markdown(report)
+    assert "top entities: `ip 10.1.2.3` x580" in md, md
+    assert "top entities in evidence" not in md
