@@ -18,10 +18,10 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from streams.agents.common import ack_when_delivered, new_acker, send, track
+from streams.agents.common import new_acker, send, track
 from streams.gateway.gateway import Gateway
 from streams.gateway.rollup_prompt import ROLLUP_KIND, rollup_messages
-from streams.kafka.acks import AckHandle
+from streams.kafka.acks import AckHandle, OrderedAcker
 from streams.metrics import Metrics
 from streams.records import Fragment, Review
 from streams.report.compact import fold
@@ -90,6 +90,14 @@ def wire_compactor(app: Any, settings: Settings, metrics: Metrics,
     lock = asyncio.Lock()
     acker = new_acker()
     fragments_topic = settings.topics.fragments
+    ownership = Ownership()
+
+    @app.on_partitions_revoked.connect
+    async def _revoked(sender: Any, revoked: Any, **kwargs: Any) -> None:
+        mine = {tp for tp in revoked if tp.topic == fragments_topic}
+        ownership.revoke({tp.partition for tp in mine})
+        for tp in mine:
+            acker.forget(tp)
 
     async def flush() -> None:
         """Merge what the buffer holds, publish each changed report once, and ack its
@@ -102,20 +110,23 @@ def wire_compactor(app: Any, settings: Settings, metrics: Metrics,
                 return
             owned = {tp.partition for tp in app.consumer.assignment()
                      if tp.topic == fragments_topic}
+            since = ownership.snapshot(owned)
             futures: list[Any] = []
             for report_id, pending in work.items():
-                if pending.partition not in owned:
+                updated = None
+                if ownership.still(since, pending.partition):
+                    updated = await _fold(report_id, pending, table, parsed, topics, metrics)
+                # checked again after the await: a rebalance may have moved it meanwhile
+                if not ownership.still(since, pending.partition):
                     logger.info("report %s moved to another worker; not written", report_id)
                     continue
-                updated = await _fold(report_id, pending, table, parsed, topics, metrics)
                 if updated is not None:
                     futures += await store(report_id, pending.partition, updated)
             delivered = asyncio.gather(*futures)
             for handle in held:
-                if handle.token.message.partition in owned:
-                    ack_when_delivered(delivered, acker, handle)
-                else:  # an old generation's event: faust drops the ack, the queue moves on
-                    acker.done(handle)
+                if ownership.still(since, handle.token.message.partition):
+                    _ack_if_still_owned(delivered, acker, handle, ownership, since)
+                # else: an old ownership's event, forgotten at revocation, never acked
 
     @app.agent(topics["fragments"], name="compactor", concurrency=1)
     async def compactor_agent(stream: Any) -> None:
@@ -131,6 +142,44 @@ def wire_compactor(app: Any, settings: Settings, metrics: Metrics,
     if gateway is not None and settings.report.rollup_seconds > 0:
         _wire_rollup(app, settings, table, parsed, gateway, topics["fragments"])
     return table
+
+
+class Ownership:
+    """Fragments partitions owned, and how many times each was revoked.
+
+    A flush that started before a rebalance must neither write the reports of a
+    partition that moved nor ack its fragments: Kafka accepts a commit from a member
+    that rejoined without the partition, so a late ack committed past fragments whose
+    report write the new owner's table never saw (a report written twice as version
+    1, records missing in the audit). A flush snapshots the revocation counts and
+    acts on a partition only while its count is unchanged.
+    """
+
+    def __init__(self) -> None:
+        self._revoked: dict[int, int] = {}
+
+    def revoke(self, partitions: set[int]) -> None:
+        for p in partitions:
+            self._revoked[p] = self._revoked.get(p, 0) + 1
+
+    def snapshot(self, owned: set[int]) -> dict[int, int]:
+        return {p: self._revoked.get(p, 0) for p in owned}
+
+    def still(self, since: dict[int, int], partition: int) -> bool:
+        """Owned when ``since`` was taken and not revoked after."""
+        return partition in since and self._revoked.get(partition, 0) == since[partition]
+
+
+def _ack_if_still_owned(delivered: asyncio.Future[Any], acker: OrderedAcker,
+                        handle: AckHandle, ownership: Ownership, since: dict[int, int]) -> None:
+    def done(f: asyncio.Future[Any]) -> None:
+        if f.cancelled() or f.exception() is not None:
+            logger.error("report writes failed; their fragments stay unacked: %r",
+                         None if f.cancelled() else f.exception())
+        elif ownership.still(since, handle.token.message.partition):
+            acker.done(handle)
+
+    delivered.add_done_callback(done)
 
 
 @dataclass

@@ -46,6 +46,12 @@ class OrderedAcker:
         if queue is not None and not queue:
             del self._pending[handle.key]
 
+    def forget(self, key: Hashable) -> None:
+        """Drop every record of ``key`` (a partition that moved to another worker)
+        unacked: none of them is committed here, and records received after the
+        partition comes back queue afresh instead of behind them."""
+        self._pending.pop(key, None)
+
     def waiting(self) -> int:
         """Records received but not yet acked (done or not)."""
         return sum(len(q) for q in self._pending.values())

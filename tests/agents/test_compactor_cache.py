@@ -25,3 +25,33 @@ def test_the_cache_is_bounded() -> None:
     assert len(cache._items) == 2
     assert cache.get("a/all", texts["a/all"]) is not reports["a/all"]  # evicted, re-parsed
     assert cache.get("c/all", texts["c/all"]) is reports["c/all"]
+
+
+def test_a_flush_acts_only_on_partitions_not_revoked_since_it_began() -> None:
+    """A late ack from a flush that began before a rebalance was committed by Kafka
+    after the new owner had recovered its table: that report lost records."""
+    from streams.agents.compactor import Ownership
+
+    ownership = Ownership()
+    since = ownership.snapshot({0, 1})
+    assert ownership.still(since, 0) and ownership.still(since, 1)
+    assert not ownership.still(since, 2)  # never owned by this flush
+    ownership.revoke({1})
+    assert ownership.still(since, 0) and not ownership.still(since, 1)
+    assert ownership.still(ownership.snapshot({1}), 1)  # owned again: a new flush may act
+
+
+def test_forgetting_a_partition_drops_its_unacked_records() -> None:
+    from streams.kafka.acks import OrderedAcker
+
+    acked: list[str] = []
+    acker = OrderedAcker(acked.append)
+    old = [acker.track("p1", f"old{i}") for i in range(3)]
+    acker.done(old[1])
+    acker.forget("p1")  # revoked: none of the old ones may be acked now
+    for handle in old:
+        acker.done(handle)
+    assert acked == []
+    new = acker.track("p1", "new0")  # the partition came back: a fresh queue
+    acker.done(new)
+    assert acked == ["new0"]
