@@ -52,6 +52,7 @@ LANES = ("fast", "slow")
 # (lane partitions owned, lane topic -> partition count) after each rebalance
 OnAssignment = Callable[[list[tuple[str, int]], dict[str, int]], object]
 FETCH_RECORDS = 2000  # records per getmany
+YIELD_EVERY = 100  # records between turns given to the worker's other stages
 RESTART_SECONDS = 5.0  # after a failed publication, before the loop reads its commits again
 
 
@@ -268,9 +269,11 @@ class BatchLoop:
             for tp, messages in fetched.items():
                 lane = self.lane_of[tp.topic]
                 self.records_in[lane].inc(len(messages))
-                for m in messages:
+                for i, m in enumerate(messages, 1):
                     if self._stopping:
                         break
+                    if i % YIELD_EVERY == 0:
+                        await asyncio.sleep(0)  # the compactor and the lanes' batches run
                     handle = self._commits.acker.track(tp, (tp, m.offset))
                     try:
                         record = NormalizedRecord.model_validate_json(m.value or b"")
