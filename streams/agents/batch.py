@@ -29,7 +29,7 @@ from aiokafka import (
     ConsumerRecord,
     TopicPartition,
 )
-from aiokafka.errors import CommitFailedError, ConsumerStoppedError, IllegalStateError
+from aiokafka.errors import ConsumerStoppedError
 from pydantic import ValidationError
 
 from streams.agents.common import ack_when_delivered, new_acker, send, track
@@ -39,7 +39,7 @@ from streams.clean.redact import Redactor
 from streams.clean.tokens import TokenCounter
 from streams.gateway.gateway import Gateway
 from streams.kafka.acks import AckHandle, OrderedAcker
-from streams.kafka.connect import aiokafka_kwargs, stop_consumer
+from streams.kafka.connect import aiokafka_kwargs, commit_owned, stage_producer, stop_consumer
 from streams.metrics import Metrics
 from streams.records import BatchOutcome, DeadLetter, NormalizedRecord, RawCoord
 from streams.report.keys import record_place, report_key
@@ -222,9 +222,7 @@ class BatchLoop:
     async def run(self) -> None:
         s = self.settings
         while not self._stopping:
-            self._producer = AIOKafkaProducer(
-                **aiokafka_kwargs(s), acks="all", linger_ms=10, max_batch_size=256 * 1024,
-                max_request_size=s.kafka.max_message_bytes)
+            self._producer = stage_producer(s)
             self._consumer = AIOKafkaConsumer(
                 **aiokafka_kwargs(s), group_id=self.group,
                 enable_auto_commit=False, auto_offset_reset="earliest",
@@ -317,14 +315,7 @@ class BatchLoop:
         consumer = self._consumer
         if consumer is None:
             return
-        offsets = self._commits.take(set(consumer.assignment()))
-        if not offsets:
-            return
-        try:
-            await consumer.commit(offsets)
-        except (CommitFailedError, IllegalStateError) as exc:
-            logger.warning("commit refused after a rebalance (%s); the partitions' new "
-                           "owner reads those records again", exc)
+        await commit_owned(consumer, self._commits.take(set(consumer.assignment())))
 
     def assigned(self, partitions: set[TopicPartition]) -> None:
         """After a rebalance: tell ``on_assignment`` which lane partitions are ours."""

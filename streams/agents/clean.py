@@ -23,13 +23,13 @@ from datetime import UTC, datetime
 from typing import Any
 
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, ConsumerRecord, TopicPartition
-from aiokafka.errors import CommitFailedError, IllegalStateError, KafkaError
+from aiokafka.errors import KafkaError
 
 from streams.agents.common import ack_when_delivered, new_acker, send, track
 from streams.clean.cleaner import Cleaner
 from streams.ingest.keys import source_of_key
 from streams.kafka.batching import BatchSender
-from streams.kafka.connect import aiokafka_kwargs, stop_consumer
+from streams.kafka.connect import aiokafka_kwargs, commit_owned, stage_producer, stop_consumer
 from streams.kafka.inputs import input_pattern
 from streams.metrics import Metrics
 from streams.records import DeadLetter, RawCoord
@@ -184,9 +184,7 @@ class CleanLoop:
             max_partition_fetch_bytes=max(1024 * 1024, s.clean.max_record_bytes * 4),
             # a topic created later that matches the pattern joins within this long
             metadata_max_age_ms=30_000 if s.topics.raw_pattern else 300_000)
-        producer = AIOKafkaProducer(
-            **aiokafka_kwargs(s), acks="all", linger_ms=10, max_batch_size=256 * 1024,
-            max_request_size=s.kafka.max_message_bytes)
+        producer = stage_producer(s)
         await producer.start()
         try:
             await consumer.start()
@@ -227,13 +225,5 @@ class CleanLoop:
                     consumer.seek(tp, messages[0].offset)
             return
         self.counters.delivered_all(sent)
-        owned = consumer.assignment()
-        offsets = {tp: messages[-1].offset + 1 for tp, messages in fetched.items()
-                   if tp in owned}
-        if not offsets:
-            return
-        try:
-            await consumer.commit(offsets)
-        except (CommitFailedError, IllegalStateError) as exc:
-            logger.warning("commit refused after a rebalance (%s); the partitions' new "
-                           "owner reads those records again", exc)
+        await commit_owned(consumer, {tp: messages[-1].offset + 1
+                                      for tp, messages in fetched.items()})

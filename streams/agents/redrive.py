@@ -23,13 +23,13 @@ from collections.abc import Iterable
 from typing import Any
 
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, ConsumerRecord, TopicPartition
-from aiokafka.errors import CommitFailedError, IllegalStateError, KafkaError
+from aiokafka.errors import KafkaError
 
 from streams.agents.clean import route
 from streams.clean.cleaner import Cleaner
 from streams.gateway.redrive import RedriveGate, backend_probe, redrive_fetch
 from streams.intervals import Coverage, split_message_key
-from streams.kafka.connect import aiokafka_kwargs, stop_consumer
+from streams.kafka.connect import aiokafka_kwargs, commit_owned, stage_producer, stop_consumer
 from streams.metrics import Metrics
 from streams.records import NormalizedRecord, Review
 from streams.settings import Settings
@@ -138,7 +138,7 @@ async def redrive_coverage(settings: Settings, covered: Coverage, *,
     """Send the raw records at ``covered`` to the lanes again; the records sent."""
     cleaner = cleaner or Cleaner.from_settings(settings)
     consumer = raw_consumer(settings)
-    producer = _producer(settings)
+    producer = stage_producer(settings)
     try:
         await consumer.start()
         await producer.start()
@@ -150,12 +150,6 @@ async def redrive_coverage(settings: Settings, covered: Coverage, *,
     finally:
         await stop_consumer(consumer)
         await producer.stop()
-
-
-def _producer(settings: Settings) -> AIOKafkaProducer:
-    return AIOKafkaProducer(**aiokafka_kwargs(settings), acks="all", linger_ms=10,
-                            max_batch_size=256 * 1024,
-                            max_request_size=settings.kafka.max_message_bytes)
 
 
 class RedriveLoop:
@@ -180,7 +174,7 @@ class RedriveLoop:
             heartbeat_interval_ms=int(max(1.0, s.kafka.session_timeout_seconds / 10) * 1000),
             max_poll_interval_ms=max(300_000, poll_ms))
         raw = raw_consumer(s)
-        producer = _producer(s)
+        producer = stage_producer(s)
         try:
             await producer.start()
             await raw.start()
@@ -224,14 +218,7 @@ class RedriveLoop:
                 if tp in reviews.assignment():
                     reviews.seek(tp, messages[0].offset)
             return
-        owned = reviews.assignment()
-        offsets = {tp: offset for tp, offset in done.items() if tp in owned}
-        if offsets:
-            try:
-                await reviews.commit(offsets)
-            except (CommitFailedError, IllegalStateError) as exc:
-                logger.warning("re-drive commit refused after a rebalance (%s); the new owner "
-                               "re-drives those reviews again", exc)
+        await commit_owned(reviews, done)
 
     async def _redrive(self, review: Review, raw: AIOKafkaConsumer,
                        producer: AIOKafkaProducer, futures: list[Any]) -> int:

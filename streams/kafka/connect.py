@@ -17,6 +17,8 @@ from streams.errors import ConfigError, KafkaUnreachable
 from streams.kafka.local import local_broker_state
 from streams.settings import Settings
 
+logger = logging.getLogger(__name__)
+
 
 def resolve_bootstrap(settings: Settings) -> str:
     """The bootstrap servers to use, or a ConfigError that says how to get one."""
@@ -202,3 +204,29 @@ async def partitions_of(consumer: Any, topic: str) -> list[int]:
         cluster = await consumer._client.fetch_all_metadata()
         known = cluster.partitions_for_topic(topic)
     return sorted(known or [])
+
+
+def stage_producer(settings: Settings) -> Any:
+    """The producer of a stage loop: acks from all replicas, 10 ms linger and 256 KiB
+    batches (many small produce requests cost a worker more than the wait)."""
+    from aiokafka import AIOKafkaProducer
+
+    return AIOKafkaProducer(**aiokafka_kwargs(settings), acks="all", linger_ms=10,
+                            max_batch_size=256 * 1024,
+                            max_request_size=settings.kafka.max_message_bytes)
+
+
+async def commit_owned(consumer: Any, offsets: dict[Any, int]) -> None:
+    """Commit ``offsets`` of the partitions ``consumer`` still owns. A commit refused by a
+    rebalance is logged, not raised: the partitions' new owner reads those records again."""
+    from aiokafka.errors import CommitFailedError, IllegalStateError
+
+    owned = consumer.assignment()
+    offsets = {tp: offset for tp, offset in offsets.items() if tp in owned}
+    if not offsets:
+        return
+    try:
+        await consumer.commit(offsets)
+    except (CommitFailedError, IllegalStateError) as exc:
+        logger.warning("commit refused after a rebalance (%s); the partitions' new owner "
+                       "reads those records again", exc)
