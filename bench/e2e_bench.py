@@ -66,6 +66,9 @@ from streams.dev.broker.launcher import LocalBroker
 from streams.dev.sample import count_logical_records, write_multiday, write_sample
 from streams.kafka.connect import stop_consumer
 
+# seconds between audits once the lag says the run may be done: the done time is known
+# to within this (an audit reads the ledger in about a second)
+AUDIT_EVERY = 3.0
 # Topics a pipeline run owns (raw is shared by every run and the baseline).
 PIPELINE_TOPICS = ("fast", "slow", "deadletter", "fragments", "review", "reports")
 STAGE_METRIC = re.compile(r'^retro_records_consumed_total\{stage="([^"]+)"\}\s+([0-9.eE+]+)',
@@ -740,10 +743,10 @@ async def run_pipeline(args: argparse.Namespace, ctx: dict[str, Any], workers: i
                         f"stages {({k: int(v) for k, v in s.stages.items()})}, lag {s.lag:,}")
                 # done = nothing left to read anywhere and the audit agrees; the lag
                 # check is cheap, the audit reads every report version, so it runs
-                # only when the lag says we may be done (and at most every 10 s)
+                # only when the lag says we may be done (and at most every AUDIT_EVERY s)
                 caught_up = s.raw_committed >= run.records and (
                     s.lag == 0 or s.accounted >= run.records)
-                if caught_up and s.t - last_audit >= 10:
+                if caught_up and s.t - last_audit >= AUDIT_EVERY:
                     result = await timed_audit(env)
                     last_audit = time.monotonic() - launched
                     if result.get("ok"):

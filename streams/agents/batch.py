@@ -32,7 +32,7 @@ from aiokafka import (
 from aiokafka.errors import ConsumerStoppedError
 from pydantic import ValidationError
 
-from streams.agents.common import ack_when_delivered, new_acker, send, track
+from streams.agents.common import Turns, ack_when_delivered, new_acker, send, track
 from streams.batch.lane import LaneProcessor
 from streams.batch.window import TokenWindow
 from streams.clean.redact import Redactor
@@ -52,7 +52,6 @@ LANES = ("fast", "slow")
 # (lane partitions owned, lane topic -> partition count) after each rebalance
 OnAssignment = Callable[[list[tuple[str, int]], dict[str, int]], object]
 FETCH_RECORDS = 2000  # records per getmany
-YIELD_EVERY = 100  # records between turns given to the worker's other stages
 RESTART_SECONDS = 5.0  # after a failed publication, before the loop reads its commits again
 
 
@@ -214,6 +213,7 @@ class BatchLoop:
         self._producer: AIOKafkaProducer | None = None
         self._commits = _Commits()
         self._stopping = False
+        self.turns = Turns()
 
     def assignment(self) -> set[TopicPartition]:
         """Lane partitions this worker owns now (for stall detection and quota share)."""
@@ -267,11 +267,10 @@ class BatchLoop:
             for tp, messages in fetched.items():
                 lane = self.lane_of[tp.topic]
                 self.records_in[lane].inc(len(messages))
-                for i, m in enumerate(messages, 1):
+                for m in messages:
                     if self._stopping:
                         break
-                    if i % YIELD_EVERY == 0:
-                        await asyncio.sleep(0)  # the compactor and the lanes' batches run
+                    await self.turns.give()  # the compactor and the lanes' batches run
                     handle = self._commits.acker.track(tp, (tp, m.offset))
                     try:
                         record = NormalizedRecord.model_validate_json(m.value or b"")

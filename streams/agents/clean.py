@@ -25,7 +25,7 @@ from typing import Any
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, ConsumerRecord, TopicPartition
 from aiokafka.errors import KafkaError
 
-from streams.agents.common import ack_when_delivered, new_acker, send, track
+from streams.agents.common import Turns, ack_when_delivered, new_acker, send, track
 from streams.clean.cleaner import Cleaner
 from streams.ingest.keys import source_of_key
 from streams.kafka.batching import BatchSender
@@ -38,9 +38,6 @@ from streams.settings import Settings
 logger = logging.getLogger(__name__)
 
 FETCH_RECORDS = 2000  # records per getmany: one commit per fetch
-# let the worker's other stages run between this many records: a whole fetch cleaned
-# in one go held the event loop ~300 ms, and the compactor fell behind until the end
-YIELD_EVERY = 100
 RETRY_SECONDS = 5.0  # after a failed delivery, before the fetch is read again
 
 
@@ -173,6 +170,7 @@ class CleanLoop:
         self.targets = {"fast": t.fast, "slow": t.slow, "deadletter": t.deadletter}
         self.records_in = metrics.records_in.labels("clean")
         self.counters = RouteCounters(metrics, self.targets)
+        self.turns = Turns()
 
     async def run(self) -> None:
         s = self.settings
@@ -207,11 +205,10 @@ class CleanLoop:
         sent: list[Routed] = []
         for messages in fetched.values():
             self.records_in.inc(len(messages))
-            for i, m in enumerate(messages, 1):
+            for m in messages:
                 sent += route(self.cleaner, value=m.value, key=m.key, topic=m.topic,
                               partition=m.partition, offset=m.offset, timestamp_ms=m.timestamp)
-                if i % YIELD_EVERY == 0:
-                    await asyncio.sleep(0)
+                await self.turns.give()
         try:
             # KafkaError also when queueing: no metadata while the broker is away
             await asyncio.gather(*await BatchSender(producer).send(
