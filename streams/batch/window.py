@@ -247,9 +247,10 @@ class _GroupCost:
         return self.base + sum(cost for cost, _ in self.top)
 
     def with_message(self, cost: int, message: str, k: int) -> list[tuple[int, str]]:
-        if any(m == message for _, m in self.top):
-            return self.top
+        # the cheap test first: most messages cost no more than the k-th costliest
         if len(self.top) >= k and cost <= self.top[-1][0]:
+            return self.top
+        if any(m == message for _, m in self.top):
             return self.top
         return sorted([*self.top, (cost, message)], key=lambda cm: -cm[0])[:k]
 

@@ -18,6 +18,7 @@ from aiokafka import AIOKafkaProducer
 from aiokafka.partitioner import DefaultPartitioner
 
 Message = tuple[str, bytes | None, bytes]  # (topic, key, value)
+KNOWN_KEYS = 10_000  # partitions remembered per key: murmur2 is pure Python in aiokafka
 
 
 class BatchSender:
@@ -27,6 +28,7 @@ class BatchSender:
         self.producer = producer
         self._partitioner = DefaultPartitioner()
         self._partitions: dict[str, list[int]] = {}
+        self._known: dict[tuple[str, bytes], int] = {}
 
     async def _partitions_of(self, topic: str) -> list[int]:
         known = self._partitions.get(topic)
@@ -37,13 +39,27 @@ class BatchSender:
     def forget_partitions(self) -> None:
         """Read partition counts again (after a topic was given more partitions)."""
         self._partitions.clear()
+        self._known.clear()
+
+    def _partition(self, topic: str, key: bytes | None, partitions: list[int]) -> int:
+        """``send``'s partition for ``key``; a keyed record's is remembered (a fetch's
+        lane keys are a few sources), a record without a key gets a random one each time.
+        A sender lives for one fetch, so partitions added to a topic are seen at the next."""
+        if key is None:
+            return self._partitioner(key, partitions, partitions)
+        known = self._known.get((topic, key))
+        if known is None:
+            if len(self._known) >= KNOWN_KEYS:
+                self._known.clear()
+            known = self._known[(topic, key)] = self._partitioner(key, partitions, partitions)
+        return known
 
     async def send(self, messages: Iterable[Message]) -> list[asyncio.Future[Any]]:
         """Queue ``messages`` (in order per partition); the delivery futures."""
         runs: dict[tuple[str, int], list[tuple[bytes | None, bytes]]] = {}
         for topic, key, value in messages:
             partitions = await self._partitions_of(topic)
-            partition = self._partitioner(key, partitions, partitions)
+            partition = self._partition(topic, key, partitions)
             runs.setdefault((topic, partition), []).append((key, value))
         futures: list[asyncio.Future[Any]] = []
         for (topic, partition), run in runs.items():

@@ -72,3 +72,8 @@ def test_lane_threshold_is_inclusive() -> None:
     assert choose_lane(0.0, 0.0) == "slow"
     assert choose_lane(1.0) == "fast"  # default threshold: the reference design's 5.0
     assert DEFAULT_SLOW_THRESHOLD == 5.0
+
+
+@given(st.text(max_size=200))
+def test_special_chars_counts_what_the_regex_counts_for_any_text(text: str) -> None:
+    assert special_chars(text) == len(re.findall(r"[^\w\s]", text))
