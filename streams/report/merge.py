@@ -36,7 +36,6 @@ from streams.report.model import (
     ReportChanges,
     Suggestion,
     TemplateEvidence,
-    TimelineEntry,
     pick_examples,
 )
 
@@ -128,7 +127,6 @@ def merge_all(
     out.covered = seen.union(added).to_json()
     out.incidents = sorted(incidents.values(), key=_incident_rank)
     out.suggestions = _rank_suggestions(suggestions, own, incidents, touched)
-    out.timeline = _timeline(out.incidents)
     out.services = sorted({s for i in out.incidents for s in i.services})
     out.models = sorted(models)
     out.first_seen = _earliest([i.first_seen for i in out.incidents])
@@ -169,7 +167,6 @@ def compose(report_id: str, shards: list[Report]) -> Report:
     out.incidents = sorted(incidents.values(), key=_incident_rank)
     out.suggestions = _rank_suggestions(suggestions, {("s", k) for k in suggestions},
                                         incidents, set(incidents))
-    out.timeline = _timeline(out.incidents)
     out.services = sorted({s for i in out.incidents for s in i.services})
     out.models = sorted({m for r in ordered for m in r.models})
     out.first_seen = _earliest([r.first_seen for r in ordered])
@@ -353,28 +350,6 @@ def _rank_suggestions(
     # lines must not outrank the fix for a high-severity incident
     return sorted(suggestions.values(),
                   key=lambda s: (-SEVERITY_WEIGHT[s.severity], -s.score, s.key))
-
-
-def _timeline(incidents: list[Incident]) -> list[TimelineEntry]:
-    entries = []
-    for inc in incidents:
-        marks: list[tuple[Literal["first_seen", "last_seen"], str | None]] = [
-            ("first_seen", inc.first_seen)
-        ]
-        if inc.last_seen is not None and inc.last_seen != inc.first_seen:
-            marks.append(("last_seen", inc.last_seen))
-        for kind, time in marks:
-            entries.append(
-                TimelineEntry(
-                    time=time,
-                    kind=kind,
-                    incident=inc.key,
-                    event=inc.event,
-                    severity=inc.severity,
-                    services=inc.services,
-                )
-            )
-    return sorted(entries, key=lambda e: (e.time is None, e.time or "", e.kind, e.incident))
 
 
 def _incident_rank(inc: Incident) -> tuple[int, int, str]:

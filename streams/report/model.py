@@ -58,9 +58,10 @@ class Incident(BaseModel):
     summary: str | None = None
     summary_count: int = 0
 
-    @computed_field  # type: ignore[prop-decorator]
     @property
     def examples(self) -> list[str]:
+        """A few examples over all templates, for readers. Derived from ``evidence`` on
+        read, never serialized: stored, it repeated up to MAX_EXAMPLES of its texts."""
         return pick_examples(ex for ev in self.evidence for ex in ev.examples)
 
 
@@ -82,6 +83,29 @@ class TimelineEntry(BaseModel):
     event: str
     severity: Severity
     services: list[str] = Field(default_factory=list)
+
+
+def timeline_of(incidents: list[Incident]) -> list[TimelineEntry]:
+    """Each incident's first sighting, and its last when it differs; undated ones last."""
+    entries = []
+    for inc in incidents:
+        marks: list[tuple[Literal["first_seen", "last_seen"], str | None]] = [
+            ("first_seen", inc.first_seen)
+        ]
+        if inc.last_seen is not None and inc.last_seen != inc.first_seen:
+            marks.append(("last_seen", inc.last_seen))
+        for kind, time in marks:
+            entries.append(
+                TimelineEntry(
+                    time=time,
+                    kind=kind,
+                    incident=inc.key,
+                    event=inc.event,
+                    severity=inc.severity,
+                    services=inc.services,
+                )
+            )
+    return sorted(entries, key=lambda e: (e.time is None, e.time or "", e.kind, e.incident))
 
 
 class IncidentChange(BaseModel):
@@ -116,7 +140,6 @@ class Report(BaseModel):
     covered: CoverageJSON = Field(default_factory=dict)
     incidents: list[Incident] = Field(default_factory=list)  # most significant first
     suggestions: list[Suggestion] = Field(default_factory=list)  # highest score first
-    timeline: list[TimelineEntry] = Field(default_factory=list)
     changes: ReportChanges = Field(default_factory=ReportChanges)
     fragments_applied: int = 0
     fragment_ids: list[str] = Field(default_factory=list)  # most recent last, bounded
@@ -125,6 +148,12 @@ class Report(BaseModel):
     @property
     def record_count(self) -> int:
         return len(Coverage.from_json(self.covered))
+
+    @property
+    def timeline(self) -> list[TimelineEntry]:
+        """First and last sightings of the incidents, oldest first. Computed on read from
+        ``incidents`` (a stored copy only repeated them; one in an older report is ignored)."""
+        return timeline_of(self.incidents)
 
     def to_json(self) -> str:
         return self.model_dump_json()
