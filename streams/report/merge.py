@@ -43,7 +43,7 @@ logger = logging.getLogger(__name__)
 
 MergeResult = Literal["applied", "duplicate", "partial"]
 
-MAX_FRAGMENT_IDS = 50  # recent fragment ids, for display and debugging only
+MAX_FRAGMENT_IDS = 10  # recent fragment ids, for debugging only: every report carries them
 # Fields that depend on arrival order or wall clock; report_body leaves them out.
 _VOLATILE = {"version", "updated_at", "changes", "fragment_ids", "fragments_applied"}
 # Incident fields written by the roll-up timer (streams/report/rollup.py): they depend on when
@@ -216,9 +216,8 @@ def diff_reports(before: Report | None, after: Report) -> ReportChanges:
     growing: list[IncidentChange] = []
     for inc in after.incidents:
         count = inc.count
-        change = IncidentChange(
-            key=inc.key, event=inc.event, cause=inc.cause, before=old.get(inc.key, 0), after=count
-        )
+        change = IncidentChange(key=inc.key, event=inc.event, before=old.get(inc.key, 0),
+                                after=count)
         if inc.key not in old:
             new_incidents.append(change)
         elif count > old[inc.key]:

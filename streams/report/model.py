@@ -10,7 +10,13 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
-from pydantic import BaseModel, Field, computed_field
+from pydantic import (
+    BaseModel,
+    Field,
+    SerializerFunctionWrapHandler,
+    computed_field,
+    model_serializer,
+)
 
 from streams.intervals import Coverage
 from streams.records import Severity
@@ -57,6 +63,22 @@ class Incident(BaseModel):
     # on; merge keeps both as they are, so a summary lags until the next roll-up.
     summary: str | None = None
     summary_count: int = 0
+
+    # No return annotation: pydantic would take it for the serialized schema.
+    @model_serializer(mode="wrap")
+    def _lean(self, handler: SerializerFunctionWrapHandler):  # type: ignore[no-untyped-def]
+        """Leave out what is still at its empty default: no roll-up yet, no entities. Most
+        incidents and templates have neither, and every report repeated both per entry;
+        a reader (or a model) fills the default back in, so nothing is lost."""
+        data = handler(self)
+        if data.get("summary", 0) is None:
+            del data["summary"]
+        if data.get("summary_count") == 0:
+            del data["summary_count"]
+        for ev in data.get("evidence", ()):
+            if ev.get("entities") == {}:
+                del ev["entities"]
+        return data
 
     @property
     def examples(self) -> list[str]:
@@ -109,9 +131,10 @@ def timeline_of(incidents: list[Incident]) -> list[TimelineEntry]:
 
 
 class IncidentChange(BaseModel):
+    """An incident's growth; its cause is the incident's (``Report.incident(key)``)."""
+
     key: str
     event: str
-    cause: str
     before: int
     after: int
 
