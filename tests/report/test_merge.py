@@ -7,6 +7,7 @@ import hashlib
 import itertools
 import json
 import random
+import re
 from collections import defaultdict
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
@@ -73,7 +74,13 @@ def _canon(minute: int) -> str:
 
 
 def _top(texts: set[str]) -> list[str]:
-    return sorted(texts, key=lambda t: (len(t), t))[:MAX_EXAMPLES]
+    """The examples a fragment carries: its records' shortest, one per shape (digits and hex
+    ids blanked), like the merge keeps them; picked by another rule, which examples a
+    report keeps would depend on which overlapping re-run of a batch came first."""
+    best: dict[str, str] = {}
+    for t in sorted(texts, key=lambda t: (len(t), t), reverse=True):
+        best[re.sub(r"-?[0-9a-f]*[0-9][0-9a-f]*", "#", " ".join(t.lower().split()))] = t
+    return sorted(best.values(), key=lambda t: (len(t), t))[:MAX_EXAMPLES]
 
 
 def make_fragment(part: str, offsets: list[int], recs: dict[tuple[str, int], Rec]) -> Fragment:

@@ -7,10 +7,19 @@ from pathlib import Path
 from typing import Any
 
 import jsonschema
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from streams.records import Evidence
 from streams.report.merge import MAX_FRAGMENT_IDS, merge_all
-from streams.report.model import Report, pick_examples, timeline_of
+from streams.report.model import (
+    MAX_EXAMPLE_CHARS,
+    MAX_EXAMPLES,
+    Report,
+    example_shape,
+    pick_examples,
+    timeline_of,
+)
 
 from helpers import make_fragment
 
@@ -25,7 +34,8 @@ def report_of(incidents: int, templates: int = 3) -> Report:
         covered = {"t/0": [[i * 100, i * 100 + templates - 1]]}
         evidence = [
             Evidence(template=f"event {i} step {t} <*>", count=1,
-                     examples=[f"event {i} step {t} at host-{i}-{t}-{n}" for n in range(3)],
+                     examples=[f"event {i} step {t} at host-{i}-{t} {word}"
+                               for word in ("up", "down", "gone")],
                      covered={"t/0": [[i * 100 + t, i * 100 + t]]})
             for t in range(templates)
         ]
@@ -127,3 +137,40 @@ def test_leaving_out_the_derived_fields_shrinks_a_report_by_their_size() -> None
         {"timeline": as_stored_before(report)["timeline"],
          "examples": [i.examples for i in report.incidents]}, separators=(",", ":"))
     assert len(old) - len(new) >= len(derived)
+
+
+def test_examples_keep_one_text_per_shape_and_are_cut() -> None:
+    trace = "java.io.IOException: fetch failed\n" + "\tat kafka.Fetcher.run(Fetcher.scala:1)\n" * 40
+    texts = [
+        "ask 10.0.0.7:50010 to delete blk_-5471189807977280544",
+        "ask 10.0.0.12:50010 to delete blk_6708643067868168687",
+        "Error in fetch FetchRequest@4e3f58bf",
+        "Error in fetch FetchRequest@71b25ec9",
+        "ERROR in fetch fetchrequest@0a1b2c3d",  # case and spacing do not make a new shape
+        "disk full on node3", "disk full", "quota exceeded", trace,
+    ]
+    # one text a shape, the shortest (then the first in code point order), shortest first
+    assert pick_examples(texts) == [
+        "disk full",
+        "quota exceeded",
+        "disk full on node3",
+        "ERROR in fetch fetchrequest@0a1b2c3d",
+        "ask 10.0.0.12:50010 to delete blk_6708643067868168687",
+    ]
+    assert pick_examples([trace]) == [trace[:MAX_EXAMPLE_CHARS]]
+    assert pick_examples([trace, trace[:MAX_EXAMPLE_CHARS] + "more"]) == [
+        trace[:MAX_EXAMPLE_CHARS]]
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.sampled_from(
+    ["a", "a1", "a2", "b 10", "b 7", "B 99", "x@ff01", "x@0a", "zz", "long 1 text", "long 22 text",
+     "c", "d3", "e"]), max_size=12), st.randoms())
+def test_picking_examples_in_any_split_and_order_picks_the_same(texts, rnd) -> None:
+    shuffled = texts[:]
+    rnd.shuffle(shuffled)
+    held: list[str] = []
+    for n in range(0, len(shuffled), 3):  # merged a few at a time, like fragments
+        held = pick_examples([*held, *shuffled[n:n + 3]])
+    assert held == pick_examples(texts)
+    assert len({example_shape(x) for x in held}) == len(held) <= MAX_EXAMPLES
