@@ -216,8 +216,7 @@ def diff_reports(before: Report | None, after: Report) -> ReportChanges:
     growing: list[IncidentChange] = []
     for inc in after.incidents:
         count = inc.count
-        change = IncidentChange(key=inc.key, event=inc.event, before=old.get(inc.key, 0),
-                                after=count)
+        change = IncidentChange(key=inc.key, before=old.get(inc.key, 0), after=count)
         if inc.key not in old:
             new_incidents.append(change)
         elif count > old[inc.key]:

@@ -157,10 +157,9 @@ def timeline_of(incidents: list[Incident]) -> list[TimelineEntry]:
 
 
 class IncidentChange(BaseModel):
-    """An incident's growth; its cause is the incident's (``Report.incident(key)``)."""
+    """An incident's growth; its event and cause are the incident's (``Report.incident``)."""
 
     key: str
-    event: str
     before: int
     after: int
 

@@ -273,7 +273,7 @@ def test_new_incident_is_listed_in_changes_and_signature_is_normalized() -> None
     assert same.incidents[0].severity == "critical"
     assert same.incidents[0].event == "Disk full on node 3"  # shortest spelling wins
     other, _ = merge(same, one_fragment("c", {"t/1": [[0, 0]]}, event="Broker down"), report_id="r")
-    assert [c.event for c in other.changes.new_incidents] == ["Broker down"]
+    assert [other.incident(c.key).event for c in other.changes.new_incidents] == ["Broker down"]
     assert other.changes.records_before == 4 and other.changes.records_after == 5
 
 

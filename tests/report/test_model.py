@@ -49,7 +49,7 @@ def report_of(incidents: int, templates: int = 3) -> Report:
 def as_stored_before(report: Report) -> dict[str, Any]:
     """The report as it was stored before it kept only what cannot be derived: the timeline
     and the incidents' examples written out beside the fields they repeat, each change's
-    cause, and the empty defaults (no summary, no entities) on every entry."""
+    event and cause, and the empty defaults (no summary, no entities) on every entry."""
     doc = json.loads(report.to_json())
     doc["timeline"] = [e.model_dump(mode="json") for e in report.timeline]
     for stored, inc in zip(doc["incidents"], report.incidents, strict=True):
@@ -60,7 +60,9 @@ def as_stored_before(report: Report) -> dict[str, Any]:
             ev.setdefault("entities", {})
     changes = doc["changes"]
     for change in [*changes["new_incidents"], *changes["growing"]]:
-        change["cause"] = report.incident(change["key"]).cause  # type: ignore[union-attr]
+        inc = report.incident(change["key"])
+        assert inc is not None
+        change.update(event=inc.event, cause=inc.cause)
     return doc
 
 
@@ -74,7 +76,7 @@ def test_a_report_stores_each_example_once_and_no_derived_field() -> None:
     assert all("summary" not in inc and "summary_count" not in inc for inc in doc["incidents"])
     assert all("entities" not in ev for inc in doc["incidents"] for ev in inc["evidence"])
     changed = doc["changes"]["new_incidents"]
-    assert len(changed) == 6 and all("cause" not in c for c in changed)
+    assert len(changed) == 6 and all(set(c) == {"key", "before", "after"} for c in changed)
     examples = [x for inc in report.incidents for ev in inc.evidence for x in ev.examples]
     assert len(examples) == 6 * 3 * 3
     assert all(text.count(json.dumps(x)) == 1 for x in examples)
