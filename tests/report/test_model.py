@@ -3,28 +3,20 @@
 from __future__ import annotations
 
 import json
-from pathlib import Path
 from typing import Any
 
-import jsonschema
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from streams.records import Evidence
+from streams.report import model
 from streams.report.merge import MAX_FRAGMENT_IDS, merge_all
-from streams.report.model import (
-    MAX_EXAMPLE_CHARS,
-    MAX_EXAMPLES,
-    Report,
-    example_shape,
-    pick_examples,
-    timeline_of,
-)
+from streams.report.model import Report, example_shape, pick_examples, timeline_of
+from streams.schemas import validator
 
 from helpers import make_fragment
 
-ROOT = Path(__file__).resolve().parents[2]
-SCHEMA = json.loads((ROOT / "schemas" / "report.schema.json").read_text())
+SCHEMA = validator("report")
 
 
 def report_of(incidents: int, templates: int = 3) -> Report:
@@ -70,7 +62,7 @@ def test_a_report_stores_each_example_once_and_no_derived_field() -> None:
     report = report_of(6)
     text = report.to_json()
     doc = json.loads(text)
-    jsonschema.validate(doc, SCHEMA)
+    SCHEMA.validate(doc)
     assert "timeline" not in doc
     assert all("examples" not in inc for inc in doc["incidents"])
     assert all("summary" not in inc and "summary_count" not in inc for inc in doc["incidents"])
@@ -105,7 +97,7 @@ def test_a_report_stored_with_timeline_and_examples_loads_and_derives_them_anew(
     assert loaded.timeline == report.timeline
     assert "stale" not in loaded.incidents[0].examples
     assert json.loads(loaded.to_json()) == json.loads(report.to_json())
-    jsonschema.validate(json.loads(loaded.to_json()), SCHEMA)
+    SCHEMA.validate(json.loads(loaded.to_json()))
 
 
 def test_set_entities_and_summaries_are_stored() -> None:
@@ -114,7 +106,7 @@ def test_set_entities_and_summaries_are_stored() -> None:
     inc.summary, inc.summary_count = "Step 0 failed on every host.", 3
     inc.evidence[0].entities = {"host-0": 2}
     doc = json.loads(report.to_json())
-    jsonschema.validate(doc, SCHEMA)
+    SCHEMA.validate(doc)
     stored = doc["incidents"][0]
     assert (stored["summary"], stored["summary_count"]) == (inc.summary, 3)
     assert stored["evidence"][0]["entities"] == {"host-0": 2}
@@ -159,9 +151,9 @@ def test_examples_keep_one_text_per_shape_and_are_cut() -> None:
         "ERROR in fetch fetchrequest@0a1b2c3d",
         "ask 10.0.0.12:50010 to delete blk_6708643067868168687",
     ]
-    assert pick_examples([trace]) == [trace[:MAX_EXAMPLE_CHARS]]
-    assert pick_examples([trace, trace[:MAX_EXAMPLE_CHARS] + "more"]) == [
-        trace[:MAX_EXAMPLE_CHARS]]
+    assert pick_examples([trace]) == [trace[:model.MAX_EXAMPLE_CHARS]]
+    assert pick_examples([trace, trace[:model.MAX_EXAMPLE_CHARS] + "more"]) == [
+        trace[:model.MAX_EXAMPLE_CHARS]]
 
 
 @settings(max_examples=200, deadline=None)
@@ -175,4 +167,4 @@ def test_picking_examples_in_any_split_and_order_picks_the_same(texts, rnd) -> N
     for n in range(0, len(shuffled), 3):  # merged a few at a time, like fragments
         held = pick_examples([*held, *shuffled[n:n + 3]])
     assert held == pick_examples(texts)
-    assert len({example_shape(x) for x in held}) == len(held) <= MAX_EXAMPLES
+    assert len({example_shape(x) for x in held}) == len(held) <= model.MAX_EXAMPLES
