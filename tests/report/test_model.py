@@ -12,6 +12,7 @@ from streams.records import Evidence
 from streams.report import model
 from streams.report.merge import MAX_FRAGMENT_IDS, merge_all
 from streams.report.model import Report, example_shape, pick_examples, timeline_of
+from streams.report.view import render_html
 from streams.schemas import validator
 
 from helpers import make_fragment
@@ -168,3 +169,13 @@ def test_picking_examples_in_any_split_and_order_picks_the_same(texts, rnd) -> N
         held = pick_examples([*held, *shuffled[n:n + 3]])
     assert held == pick_examples(texts)
     assert len({example_shape(x) for x in held}) == len(held) <= model.MAX_EXAMPLES
+
+
+def test_the_page_timeline_comes_from_the_incidents_of_a_report_stored_before() -> None:
+    report = report_of(3)
+    old = as_stored_before(report)
+    old["timeline"] = []  # a stale stored copy: the page must not show it
+    page = render_html(Report.from_json(old))
+    timeline = page.split('<details id="timeline">', 1)[1].split("</details>", 1)[0]
+    assert all(f"first seen: <strong>{inc.event}</strong>" in timeline
+               for inc in report.incidents)
