@@ -46,9 +46,14 @@ NOW = "2026-11-29T00:00:00Z"  # a fixed updated_at: sizes do not depend on the c
 
 
 def cleaned_sample(records: int, tmp: Path, settings: Settings) -> list[NormalizedRecord]:
+    return cleaned_files(write_sample(tmp / "sample", records=records), settings)
+
+
+def cleaned_files(paths: list[Path], settings: Settings) -> list[NormalizedRecord]:
+    """The records of log files as the clean stage emits them, one raw topic per file."""
     cleaner = Cleaner.from_settings(settings)
     out: list[NormalizedRecord] = []
-    for path in write_sample(tmp / "sample", records=records):
+    for path in paths:
         with open_source(str(path)) as stream:
             chunks = iter_records(stream, max_record_bytes=settings.clean.max_record_bytes)
             for offset, (_line, raw) in enumerate(chunks):

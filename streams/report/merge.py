@@ -36,7 +36,6 @@ from streams.report.model import (
     ReportChanges,
     Suggestion,
     TemplateEvidence,
-    TimelineEntry,
     pick_examples,
 )
 
@@ -44,7 +43,7 @@ logger = logging.getLogger(__name__)
 
 MergeResult = Literal["applied", "duplicate", "partial"]
 
-MAX_FRAGMENT_IDS = 50  # recent fragment ids, for display and debugging only
+MAX_FRAGMENT_IDS = 10  # recent fragment ids, for debugging only: every report carries them
 # Fields that depend on arrival order or wall clock; report_body leaves them out.
 _VOLATILE = {"version", "updated_at", "changes", "fragment_ids", "fragments_applied"}
 # Incident fields written by the roll-up timer (streams/report/rollup.py): they depend on when
@@ -128,7 +127,6 @@ def merge_all(
     out.covered = seen.union(added).to_json()
     out.incidents = sorted(incidents.values(), key=_incident_rank)
     out.suggestions = _rank_suggestions(suggestions, own, incidents, touched)
-    out.timeline = _timeline(out.incidents)
     out.services = sorted({s for i in out.incidents for s in i.services})
     out.models = sorted(models)
     out.first_seen = _earliest([i.first_seen for i in out.incidents])
@@ -169,7 +167,6 @@ def compose(report_id: str, shards: list[Report]) -> Report:
     out.incidents = sorted(incidents.values(), key=_incident_rank)
     out.suggestions = _rank_suggestions(suggestions, {("s", k) for k in suggestions},
                                         incidents, set(incidents))
-    out.timeline = _timeline(out.incidents)
     out.services = sorted({s for i in out.incidents for s in i.services})
     out.models = sorted({m for r in ordered for m in r.models})
     out.first_seen = _earliest([r.first_seen for r in ordered])
@@ -219,9 +216,7 @@ def diff_reports(before: Report | None, after: Report) -> ReportChanges:
     growing: list[IncidentChange] = []
     for inc in after.incidents:
         count = inc.count
-        change = IncidentChange(
-            key=inc.key, event=inc.event, cause=inc.cause, before=old.get(inc.key, 0), after=count
-        )
+        change = IncidentChange(key=inc.key, before=old.get(inc.key, 0), after=count)
         if inc.key not in old:
             new_incidents.append(change)
         elif count > old[inc.key]:
@@ -353,28 +348,6 @@ def _rank_suggestions(
     # lines must not outrank the fix for a high-severity incident
     return sorted(suggestions.values(),
                   key=lambda s: (-SEVERITY_WEIGHT[s.severity], -s.score, s.key))
-
-
-def _timeline(incidents: list[Incident]) -> list[TimelineEntry]:
-    entries = []
-    for inc in incidents:
-        marks: list[tuple[Literal["first_seen", "last_seen"], str | None]] = [
-            ("first_seen", inc.first_seen)
-        ]
-        if inc.last_seen is not None and inc.last_seen != inc.first_seen:
-            marks.append(("last_seen", inc.last_seen))
-        for kind, time in marks:
-            entries.append(
-                TimelineEntry(
-                    time=time,
-                    kind=kind,
-                    incident=inc.key,
-                    event=inc.event,
-                    severity=inc.severity,
-                    services=inc.services,
-                )
-            )
-    return sorted(entries, key=lambda e: (e.time is None, e.time or "", e.kind, e.incident))
 
 
 def _incident_rank(inc: Incident) -> tuple[int, int, str]:

@@ -8,9 +8,16 @@ them (which grew with every incident and every interleaving of templates).
 
 from __future__ import annotations
 
+import re
 from typing import Any, Literal
 
-from pydantic import BaseModel, Field, computed_field
+from pydantic import (
+    BaseModel,
+    Field,
+    SerializerFunctionWrapHandler,
+    computed_field,
+    model_serializer,
+)
 
 from streams.intervals import Coverage
 from streams.records import Severity
@@ -21,13 +28,38 @@ SEVERITY_WEIGHT: dict[str, int] = {"info": 1, "low": 2, "medium": 4, "high": 8, 
 MAX_EXAMPLES = 5  # per template evidence
 MAX_TEMPLATES = 20  # evidence templates per incident; the rest are counted as one
 OTHER_TEMPLATES = "(other templates)"
-MAX_EXAMPLE_CHARS = 1000  # longer examples are cut, so one stack trace cannot bloat a report
+# Longer examples are cut, so one stack trace cannot bloat a report; 500 characters keep
+# a Java trace's message and first frames (the cut was 1000: bench/report_bytes_bench.py).
+MAX_EXAMPLE_CHARS = 500
+# Runs of digits and hex digits with a digit in them, signed or not: numbers, ids,
+# addresses, hashes.
+_VARIABLE = re.compile(r"-?[0-9a-f]*[0-9][0-9a-f]*")
+
+
+def example_shape(text: str) -> str:
+    """An example with its numbers and hex ids blanked out: two examples of one shape
+    repeat each other (one line for another block id, one trace at another address)."""
+    return " ".join(_VARIABLE.sub("#", text.lower()).split())
 
 
 def pick_examples(texts: Any) -> list[str]:
-    """Up to MAX_EXAMPLES distinct examples, shortest first, so arrival order never matters."""
-    cleaned = {t[:MAX_EXAMPLE_CHARS] for t in texts if isinstance(t, str) and t.strip()}
-    return sorted(cleaned, key=lambda t: (len(t), t))[:MAX_EXAMPLES]
+    """Up to MAX_EXAMPLES examples of distinct shapes, shortest first.
+
+    Each shape is shown by its shortest text and the shortest of those are kept, so
+    picking from a pick plus more texts equals picking from all of them: arrival order
+    never matters. One text a shape: near copies that differed only in ids filled the
+    slots (7% of a report's bytes), and the entities already count those values.
+    """
+    best: dict[str, str] = {}
+    for text in texts:
+        if not isinstance(text, str) or not text.strip():
+            continue
+        text = text[:MAX_EXAMPLE_CHARS]
+        shape = example_shape(text)
+        held = best.get(shape)
+        if held is None or (len(text), text) < (len(held), held):
+            best[shape] = text
+    return sorted(best.values(), key=lambda t: (len(t), t))[:MAX_EXAMPLES]
 
 
 class TemplateEvidence(BaseModel):
@@ -58,9 +90,26 @@ class Incident(BaseModel):
     summary: str | None = None
     summary_count: int = 0
 
-    @computed_field  # type: ignore[prop-decorator]
+    # No return annotation: pydantic would take it for the serialized schema.
+    @model_serializer(mode="wrap")
+    def _lean(self, handler: SerializerFunctionWrapHandler):  # type: ignore[no-untyped-def]
+        """Leave out what is still at its empty default: no roll-up yet, no entities. Most
+        incidents and templates have neither, and every report repeated both per entry;
+        a reader (or a model) fills the default back in, so nothing is lost."""
+        data = handler(self)
+        if data.get("summary", 0) is None:
+            del data["summary"]
+        if data.get("summary_count") == 0:
+            del data["summary_count"]
+        for ev in data.get("evidence", ()):
+            if ev.get("entities") == {}:
+                del ev["entities"]
+        return data
+
     @property
     def examples(self) -> list[str]:
+        """A few examples over all templates, for readers. Derived from ``evidence`` on
+        read, never serialized: stored, it repeated up to MAX_EXAMPLES of its texts."""
         return pick_examples(ex for ev in self.evidence for ex in ev.examples)
 
 
@@ -84,10 +133,33 @@ class TimelineEntry(BaseModel):
     services: list[str] = Field(default_factory=list)
 
 
+def timeline_of(incidents: list[Incident]) -> list[TimelineEntry]:
+    """Each incident's first sighting, and its last when it differs; undated ones last."""
+    entries = []
+    for inc in incidents:
+        marks: list[tuple[Literal["first_seen", "last_seen"], str | None]] = [
+            ("first_seen", inc.first_seen)
+        ]
+        if inc.last_seen is not None and inc.last_seen != inc.first_seen:
+            marks.append(("last_seen", inc.last_seen))
+        for kind, time in marks:
+            entries.append(
+                TimelineEntry(
+                    time=time,
+                    kind=kind,
+                    incident=inc.key,
+                    event=inc.event,
+                    severity=inc.severity,
+                    services=inc.services,
+                )
+            )
+    return sorted(entries, key=lambda e: (e.time is None, e.time or "", e.kind, e.incident))
+
+
 class IncidentChange(BaseModel):
+    """An incident's growth; its event and cause are the incident's (``Report.incident``)."""
+
     key: str
-    event: str
-    cause: str
     before: int
     after: int
 
@@ -116,7 +188,6 @@ class Report(BaseModel):
     covered: CoverageJSON = Field(default_factory=dict)
     incidents: list[Incident] = Field(default_factory=list)  # most significant first
     suggestions: list[Suggestion] = Field(default_factory=list)  # highest score first
-    timeline: list[TimelineEntry] = Field(default_factory=list)
     changes: ReportChanges = Field(default_factory=ReportChanges)
     fragments_applied: int = 0
     fragment_ids: list[str] = Field(default_factory=list)  # most recent last, bounded
@@ -125,6 +196,12 @@ class Report(BaseModel):
     @property
     def record_count(self) -> int:
         return len(Coverage.from_json(self.covered))
+
+    @property
+    def timeline(self) -> list[TimelineEntry]:
+        """First and last sightings of the incidents, oldest first. Computed on read from
+        ``incidents`` (a stored copy only repeated them; one in an older report is ignored)."""
+        return timeline_of(self.incidents)
 
     def to_json(self) -> str:
         return self.model_dump_json()

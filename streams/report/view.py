@@ -401,9 +401,10 @@ def _changes(report: Report, f: Markup) -> list[str]:
     ch = report.changes
     if ch.from_version == 0:
         return f.para("This is the first version of the report.")
-    items = [f"New: {f.strong(c.event)} ({_num(c.after)} records)" for c in ch.new_incidents]
+    items = [f"New: {f.strong(_event(report, c.key))} ({_num(c.after)} records)"
+             for c in ch.new_incidents]
     items += [
-        f"Growing: {f.strong(c.event)}: {_num(c.before)} -> {_num(c.after)} records"
+        f"Growing: {f.strong(_event(report, c.key))}: {_num(c.before)} -> {_num(c.after)} records"
         for c in ch.growing
     ]
     items.append(f"Records: {_num(ch.records_before)} -> {_num(ch.records_after)}")
@@ -411,6 +412,12 @@ def _changes(report: Report, f: Markup) -> list[str]:
 
 
 # ---------------------------------------------------------------- helpers
+
+
+def _event(report: Report, key: str) -> str:
+    """A changed incident's event: changes name incidents by key only."""
+    inc = report.incident(key)
+    return inc.event if inc is not None else key
 
 
 def _version_line(report: Report) -> str:

@@ -55,7 +55,8 @@ def _many_templates() -> list[Evidence]:
     out, offset = [], 0
     for n in range(1, 8):
         covered = {f"{TOPIC}/3": [[offset, offset + n - 1]]}
-        examples = [f"t{n} example {k} at offset {offset + k}" for k in range(4)]
+        examples = [f"t{n} example {word} at offset {offset + k}"
+                    for k, word in enumerate(("one", "two", "three", "four"))]
         out.append(Evidence(template=f"tpl {n} <*>", count=n, examples=examples, covered=covered))
         offset += n
     return out
