@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import platform
 from importlib import metadata
+from typing import Any
 
 from prometheus_client import (
     CollectorRegistry,
@@ -239,6 +240,21 @@ class Metrics:
             self.bucket_available.labels(kind)
         for result in ("applied", "duplicate", "partial"):
             self.report_updates.labels(result)
+
+
+class Series:
+    """A labelled metric's children, each looked up once: ``labels()`` validates and
+    locks on every call, which per record cost a worker 2-3% of its CPU."""
+
+    def __init__(self, metric: Any) -> None:
+        self._metric = metric
+        self._children: dict[tuple[str, ...], Any] = {}
+
+    def __call__(self, *values: str) -> Any:
+        child = self._children.get(values)
+        if child is None:
+            child = self._children[values] = self._metric.labels(*values)
+        return child
 
 
 def _version() -> str:

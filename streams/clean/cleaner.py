@@ -25,6 +25,7 @@ from streams.clean.templates import TemplateMiner
 from streams.clean.timestamps import from_number, iso_utc, match_leading
 from streams.clean.tokens import TokenCounter
 from streams.errors import DecodeError, RecordError, RecordTooLarge
+from streams.metrics import Series
 from streams.records import DeadLetter, NormalizedRecord, RawCoord
 
 if TYPE_CHECKING:
@@ -87,6 +88,9 @@ class Cleaner:
         self.templates = template_miner or TemplateMiner()
         self._names: dict[str, tuple[str, dict[str, int]]] = {}
         self.metrics = metrics
+        self._by_format = Series(metrics.records_by_format) if metrics else None
+        self._by_envelope = Series(metrics.records_by_envelope) if metrics else None
+        self._redactions = Series(metrics.redactions) if metrics else None
         self._lane_keys: dict[bytes, bytes] = {}
 
     @classmethod
@@ -196,8 +200,8 @@ class Cleaner:
             self._apply_envelope(parsed, entry, received_at)
             parsed.attributes = {"envelope": kind, **entry.attributes, **parsed.attributes}
             record = self._finish(parsed, text, coord, source)
-            if self.metrics is not None:
-                self.metrics.records_by_envelope.labels(envelope=kind).inc()
+            if self._by_envelope is not None:
+                self._by_envelope(kind).inc()
             return record
         except Exception as exc:  # same rule as for a line: a bug must not stop the stream
             logger.warning("cleaning failed on %s: %s", coord.id, exc, exc_info=True)
@@ -325,10 +329,10 @@ class Cleaner:
             lane=choose_lane(score, self.slow_cost_threshold),
             redactions=counts,
         )
-        if self.metrics is not None:
-            self.metrics.records_by_format.labels(format=record.format).inc()
+        if self._by_format is not None and self._redactions is not None:
+            self._by_format(record.format).inc()
             for kind, n in counts.items():
-                self.metrics.redactions.labels(kind=kind).inc(n)
+                self._redactions(kind).inc(n)
         return record
 
     def _dead(
