@@ -16,7 +16,7 @@ import faust
 
 from streams.agents.batch import BatchLoop, lanes_group, wire_batch
 from streams.agents.clean import clean_group, wire_clean
-from streams.agents.compactor import wire_compactor
+from streams.agents.compactor import CompactLoop, fragments_group, wire_compactor
 from streams.agents.redrive import wire_redrive
 from streams.agents.web import wire_web
 from streams.agents.web_auth import web_token
@@ -47,6 +47,7 @@ class Worker:
     gateways: GatewaySet | None = None
     processors: dict[str, LaneProcessor] = field(default_factory=dict)  # faust engine
     batch_loop: BatchLoop | None = None  # aiokafka engine
+    compact_loop: CompactLoop | None = None  # aiokafka engine
     follower: ReportFollower | None = None
 
 
@@ -64,6 +65,8 @@ def input_topics(settings: Settings, roles: tuple[str, ...]) -> list[str]:
         inputs["clean"] = []  # the clean loop consumes raw in a group of its own
     if settings.batch.engine == "aiokafka":
         inputs["batch"] = []  # so does the batch loop, the lanes
+    if settings.report.engine == "aiokafka":
+        inputs["compactor"] = []  # and the compactor loop, the fragments
     return [name for r in ROLES if r in roles for name in inputs[r]]
 
 
@@ -77,6 +80,8 @@ def consumer_groups(settings: Settings, roles: tuple[str, ...]) -> dict[str, lis
         groups[clean_group(gid)] = settings.topics.raw_topics
     if "batch" in roles and settings.batch.engine == "aiokafka":
         groups[lanes_group(gid)] = [settings.topics.fast, settings.topics.slow]
+    if "compactor" in roles and settings.report.engine == "aiokafka":
+        groups[fragments_group(gid)] = [settings.topics.fragments]
     return {g: topics for g, topics in groups.items() if topics}
 
 
@@ -150,13 +155,15 @@ def build_app(settings: Settings, *, roles: tuple[str, ...] = ROLES,
         if settings.report.rollup_seconds > 0:
             worker.gateways = worker.gateways or build_gateways(settings, metrics=metrics)
             rollup = worker.gateways.fast
-        wire_compactor(app, settings, metrics, topics, gateway=rollup)
+        wired_compactor = wire_compactor(app, settings, metrics, topics, gateway=rollup)
+        if isinstance(wired_compactor, CompactLoop):
+            worker.compact_loop = wired_compactor
     health = StallDetector(stall_seconds=settings.stall_seconds)
     if web:
         worker.follower = ReportFollower(settings)
         wire_web(app, metrics, worker.follower, health, broker=BrokerProbe(
             bootstrap_addresses(resolve_bootstrap(settings))), token=web_token(settings))
-    _wire_lag(app, settings, metrics, roles, health, worker.batch_loop)
+    _wire_lag(app, settings, metrics, roles, health, worker.batch_loop, worker.compact_loop)
     _wire_reread(app, settings, metrics)
     return worker
 
@@ -190,10 +197,12 @@ def _wire_reread(app: Any, settings: Settings, metrics: Metrics) -> None:
 
 
 def _wire_lag(app: Any, settings: Settings, metrics: Metrics, roles: tuple[str, ...],
-              health: StallDetector, batch_loop: BatchLoop | None) -> None:
+              health: StallDetector, batch_loop: BatchLoop | None,
+              compact_loop: CompactLoop | None) -> None:
     """Publish consumer lag and the oldest uncommitted record's age per input topic,
     and feed the stall detector with the partitions this worker's faust consumer and
-    batch loop own (one long-lived LagMonitor; see ``streams/kafka/lag.py``)."""
+    its batch and compactor loops own (one long-lived LagMonitor; see
+    ``streams/kafka/lag.py``)."""
     groups = consumer_groups(settings, roles)
     monitor = LagMonitor(settings)
     for topic in input_topics(settings, roles):  # re-reads start at 0, not "No data"
@@ -209,8 +218,9 @@ def _wire_lag(app: Any, settings: Settings, metrics: Metrics, roles: tuple[str, 
             await monitor.close()  # reconnect from scratch next time
             return
         owned = {(tp.topic, tp.partition) for tp in app.consumer.assignment()}
-        if batch_loop is not None:
-            owned |= {(tp.topic, tp.partition) for tp in batch_loop.assignment()}
+        for loop in (batch_loop, compact_loop):
+            if loop is not None:
+                owned |= {(tp.topic, tp.partition) for tp in loop.assignment()}
         mine = {k: v for k, v in offsets.items() if k in owned}
         health.observe({k: c for k, (c, _) in mine.items()},
                        {k: lag for k, (_, lag) in mine.items()})

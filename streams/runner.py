@@ -42,6 +42,9 @@ def run_worker(settings: Settings, *, roles: tuple[str, ...]) -> int:
         if worker.batch_loop is not None:
             # a bounded drain: flush windows, finish batches, commit, leave the group
             await worker.batch_loop.drain(timeout=settings.shutdown_seconds)
+        if worker.compact_loop is not None:
+            # after the batch loop: publish what its last fragments changed, commit
+            await worker.compact_loop.drain(timeout=settings.shutdown_seconds)
         if worker.gateways is not None:
             for processor in worker.processors.values():
                 # unflushed window records stay unacked and are re-read after restart

@@ -209,6 +209,9 @@ class ModelSettings(BaseModel):
 class ReportSettings(BaseModel):
     model_config = ConfigDict(frozen=True)
 
+    # aiokafka: a plain loop (its own group, <group>-fragments) whose state is the
+    # compacted reports topic; faust: the agent with a changelogged table
+    engine: Literal["faust", "aiokafka"] = "aiokafka"
     window: Literal["hour", "day", "week"] = "day"
     group_by: Literal["service", "source", "all"] = "all"
     # every N seconds, one model call rewrites the summary of each incident that grew;

@@ -24,7 +24,6 @@ from typing import Any
 
 from aiokafka import (
     AIOKafkaConsumer,
-    AIOKafkaProducer,
     ConsumerRebalanceListener,
     ConsumerRecord,
     TopicPartition,
@@ -32,14 +31,17 @@ from aiokafka import (
 from aiokafka.errors import ConsumerStoppedError
 from pydantic import ValidationError
 
-from streams.agents.common import Turns, ack_when_delivered, new_acker, send, track
+from streams.agents.common import RejoiningLoop, Turns, ack_when_delivered, new_acker, send, track
 from streams.batch.lane import LaneProcessor
 from streams.batch.window import TokenWindow
 from streams.clean.redact import Redactor
 from streams.clean.tokens import TokenCounter
 from streams.gateway.gateway import Gateway
-from streams.kafka.acks import AckHandle, OrderedAcker
-from streams.kafka.connect import aiokafka_kwargs, commit_owned, stage_producer, stop_consumer
+from streams.kafka.acks import AckHandle, Commits
+from streams.kafka.connect import (
+    commit_owned,
+    stage_consumer,
+)
 from streams.metrics import Metrics
 from streams.records import BatchOutcome, DeadLetter, NormalizedRecord, RawCoord
 from streams.report.keys import record_place, report_key
@@ -52,7 +54,6 @@ LANES = ("fast", "slow")
 # (lane partitions owned, lane topic -> partition count) after each rebalance
 OnAssignment = Callable[[list[tuple[str, int]], dict[str, int]], object]
 FETCH_RECORDS = 2000  # records per getmany
-RESTART_SECONDS = 5.0  # after a failed publication, before the loop reads its commits again
 
 
 def wire_batch(
@@ -155,23 +156,6 @@ def _wire_lane(app: Any, settings: Settings, metrics: Metrics, topics: dict[str,
     return processor
 
 
-class _Commits:
-    """The next offset to commit per partition: each partition's contiguous prefix of
-    records whose output is delivered (:class:`OrderedAcker` keeps the order)."""
-
-    def __init__(self) -> None:
-        self.ready: dict[TopicPartition, int] = {}
-        self.acker = OrderedAcker(self._acked)
-
-    def _acked(self, token: tuple[TopicPartition, int]) -> None:
-        tp, offset = token
-        self.ready[tp] = offset + 1
-
-    def take(self, owned: set[TopicPartition]) -> dict[TopicPartition, int]:
-        ready, self.ready = self.ready, {}
-        return {tp: offset for tp, offset in ready.items() if tp in owned}
-
-
 class _Rebalance(ConsumerRebalanceListener):
     """Commit what is done before partitions leave; report what arrived."""
 
@@ -185,7 +169,7 @@ class _Rebalance(ConsumerRebalanceListener):
         self.loop.assigned(set(assigned))
 
 
-class BatchLoop:
+class BatchLoop(RejoiningLoop):
     """The batch stage on aiokafka: both lanes in one consumer, committed on delivery.
 
     A failed publication restarts the loop: the consumer leaves the group and joins
@@ -195,63 +179,40 @@ class BatchLoop:
     deadline, then commits what is done; the rest is read again by the next owner.
     """
 
+    name = "batch loop"
+
     def __init__(self, settings: Settings, metrics: Metrics, gateways: dict[str, Gateway],
                  counter: TokenCounter, *, group: str,
                  on_assignment: OnAssignment | None = None) -> None:
-        self.settings = settings
+        super().__init__(settings, group)
         self.on_assignment = on_assignment
         self.redactor = Redactor.from_settings(settings)
         self.metrics = metrics
         self.gateways = gateways
         self.counter = counter
-        self.group = group
         t = settings.topics
         self.lane_of = {t.fast: "fast", t.slow: "slow"}
         self.records_in = {lane: metrics.records_in.labels(f"batch-{lane}") for lane in LANES}
         self.processors: dict[str, LaneProcessor] = {}
-        self._consumer: AIOKafkaConsumer | None = None
-        self._producer: AIOKafkaProducer | None = None
-        self._commits = _Commits()
-        self._stopping = False
+        self._commits = Commits()
         self.turns = Turns()
 
-    def assignment(self) -> set[TopicPartition]:
-        """Lane partitions this worker owns now (for stall detection and quota share)."""
-        return set(self._consumer.assignment()) if self._consumer is not None else set()
-
-    async def run(self) -> None:
+    def _new_consumer(self) -> AIOKafkaConsumer:
         s = self.settings
-        while not self._stopping:
-            self._producer = stage_producer(s)
-            self._consumer = AIOKafkaConsumer(
-                **aiokafka_kwargs(s), group_id=self.group,
-                enable_auto_commit=False, auto_offset_reset="earliest",
-                session_timeout_ms=int(s.kafka.session_timeout_seconds * 1000),
-                heartbeat_interval_ms=int(max(1.0, s.kafka.session_timeout_seconds / 10) * 1000),
-                # records wait in windows and on the model between fetches
-                max_poll_interval_ms=int(max(300.0, 4 * s.slow.timeout_seconds) * 1000))
-            self._consumer.subscribe([s.topics.fast, s.topics.slow], listener=_Rebalance(self))
-            self._commits = _Commits()
-            self.processors = {lane: new_processor(
-                s, lane, self.gateways[lane], self.counter, self.metrics,
-                publish=self._publish, ack=self._commits.acker.done) for lane in LANES}
-            timers = [asyncio.create_task(p.run_timer()) for p in self.processors.values()]
-            failed = False
-            try:
-                await self._producer.start()
-                await self._consumer.start()
-                logger.info("batch loop consuming %s, %s as group %s", s.topics.fast,
-                            s.topics.slow, self.group)
-                failed = not await self._consume()
-            finally:
-                for timer in timers:
-                    timer.cancel()
-                if not self._stopping:
-                    await self._close()
-            if failed and not self._stopping:
-                logger.error("publishing a batch failed; rejoining from the committed "
-                             "offsets in %.0fs", RESTART_SECONDS)
-                await asyncio.sleep(RESTART_SECONDS)
+        consumer = stage_consumer(
+            s, self.group,
+            # records wait in windows and on the model between fetches
+            max_poll_interval_ms=int(max(300.0, 4 * s.slow.timeout_seconds) * 1000))
+        consumer.subscribe([s.topics.fast, s.topics.slow], listener=_Rebalance(self))
+        return consumer
+
+    def _begin(self) -> list[asyncio.Task[None]]:
+        s = self.settings
+        self._commits = Commits()
+        self.processors = {lane: new_processor(
+            s, lane, self.gateways[lane], self.counter, self.metrics,
+            publish=self._publish, ack=self._commits.acker.done) for lane in LANES}
+        return [asyncio.create_task(p.run_timer()) for p in self.processors.values()]
 
     async def _consume(self) -> bool:
         """Fetch and hand over until stopped (True) or a publication failed (False)."""
@@ -344,12 +305,6 @@ class BatchLoop:
             logger.warning("shutdown: draining the lanes failed: %r", exc)
         await self._commit()
         await self._close()
-
-    async def _close(self) -> None:
-        if self._consumer is not None:
-            await stop_consumer(self._consumer)
-        if self._producer is not None:
-            await self._producer.stop()
 
 
 def _bad_record(topic: str, partition: int, offset: int, value: bytes | None,

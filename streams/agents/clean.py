@@ -29,7 +29,12 @@ from streams.agents.common import Turns, ack_when_delivered, new_acker, send, tr
 from streams.clean.cleaner import Cleaner
 from streams.ingest.keys import source_of_key
 from streams.kafka.batching import BatchSender
-from streams.kafka.connect import aiokafka_kwargs, commit_owned, stage_producer, stop_consumer
+from streams.kafka.connect import (
+    commit_owned,
+    stage_consumer,
+    stage_producer,
+    stop_consumer,
+)
 from streams.kafka.inputs import input_pattern
 from streams.metrics import Metrics
 from streams.records import DeadLetter, RawCoord
@@ -174,11 +179,8 @@ class CleanLoop:
 
     async def run(self) -> None:
         s = self.settings
-        consumer = AIOKafkaConsumer(
-            **aiokafka_kwargs(s), group_id=self.group,
-            enable_auto_commit=False, auto_offset_reset="earliest",
-            session_timeout_ms=int(s.kafka.session_timeout_seconds * 1000),
-            heartbeat_interval_ms=int(max(1.0, s.kafka.session_timeout_seconds / 10) * 1000),
+        consumer = stage_consumer(
+            s, self.group,
             max_partition_fetch_bytes=max(1024 * 1024, s.clean.max_record_bytes * 4),
             # a topic created later that matches the pattern joins within this long
             metadata_max_age_ms=30_000 if s.topics.raw_pattern else 300_000)

@@ -9,6 +9,8 @@ from typing import Any
 
 from streams.clock import Clock
 from streams.kafka.acks import AckHandle, OrderedAcker
+from streams.kafka.connect import stage_producer, stop_consumer
+from streams.settings import Settings
 
 logger = logging.getLogger(__name__)
 
@@ -69,3 +71,67 @@ class Turns:
 
 def new_acker() -> OrderedAcker:
     return OrderedAcker(lambda event: event.ack())
+
+
+RESTART_SECONDS = 5.0  # after a failed publication, before a loop reads its commits again
+
+
+class RejoiningLoop:
+    """A stage loop with a consumer group of its own that, when what it produced could
+    not be delivered, leaves the group and joins again from its committed offsets, so
+    the records whose output never reached the broker are read again.
+
+    A subclass builds its consumer (``_new_consumer``), resets its state and starts its
+    helper tasks (``_begin``), and consumes until stopped (True) or failed (False).
+    """
+
+    name = "loop"
+
+    def __init__(self, settings: Settings, group: str) -> None:
+        self.settings = settings
+        self.group = group
+        self._consumer: Any = None
+        self._producer: Any = None
+        self._stopping = False
+
+    def assignment(self) -> set[Any]:
+        """Partitions this loop owns now (for stall detection)."""
+        return set(self._consumer.assignment()) if self._consumer is not None else set()
+
+    def _new_consumer(self) -> Any:
+        raise NotImplementedError
+
+    def _begin(self) -> list[asyncio.Task[Any]]:
+        """Reset per-membership state; the helper tasks to cancel when it ends."""
+        return []
+
+    async def _consume(self) -> bool:
+        raise NotImplementedError
+
+    async def run(self) -> None:
+        while not self._stopping:
+            self._producer = stage_producer(self.settings)
+            self._consumer = self._new_consumer()
+            tasks = self._begin()
+            failed = False
+            try:
+                await self._producer.start()
+                await self._consumer.start()
+                logger.info("%s consuming %s as group %s", self.name,
+                            ", ".join(sorted(self._consumer.subscription())), self.group)
+                failed = not await self._consume()
+            finally:
+                for task in tasks:
+                    task.cancel()
+                if not self._stopping:
+                    await self._close()
+            if failed and not self._stopping:
+                logger.error("%s: an output was not delivered; rejoining from the committed "
+                             "offsets in %.0fs", self.name, RESTART_SECONDS)
+                await asyncio.sleep(RESTART_SECONDS)
+
+    async def _close(self) -> None:
+        if self._consumer is not None:
+            await stop_consumer(self._consumer)
+        if self._producer is not None:
+            await self._producer.stop()

@@ -1,27 +1,40 @@
-"""The compactor agent: fragments merged into reports held in a changelogged table.
+"""The compactor: fragments merged into reports, published to the compacted reports topic.
 
 Fragments are keyed by report id, so a report's fragments share one partition and
-the faust table (partitioned like the fragments topic) is local to the worker that
-owns it. Fragments are buffered for ``RETRO_REPORT__PUBLISH_SECONDS``: each report
-is merged once per buffer and published once to the changelog and to the compacted
-``retro.reports`` topic, which is what every reader uses; the buffered events are
-acked only after those writes are delivered.
+its state is local to the worker that owns that partition. Fragments are buffered
+for ``RETRO_REPORT__PUBLISH_SECONDS``: each report is merged once per buffer and
+published once to the compacted ``retro.reports`` topic, which is what every reader
+uses; the buffered fragments are committed only after those writes are delivered.
+
+Two engines (``RETRO_REPORT__ENGINE``): ``aiokafka`` (default), a plain loop whose
+state is the reports topic itself (``CompactLoop``); ``faust``, an agent with a
+changelogged table (``wire_compactor``).
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
+from aiokafka import AIOKafkaConsumer, ConsumerRebalanceListener, TopicPartition
+from aiokafka.errors import ConsumerStoppedError, KafkaError
+from aiokafka.partitioner import DefaultPartitioner
 from pydantic import ValidationError
 
-from streams.agents.common import new_acker, send, track
+from streams.agents.common import RejoiningLoop, Turns, new_acker, send, track
 from streams.gateway.gateway import Gateway
 from streams.gateway.rollup_prompt import ROLLUP_KIND, rollup_messages
-from streams.kafka.acks import AckHandle, OrderedAcker
+from streams.kafka.acks import AckHandle, Commits, OrderedAcker
+from streams.kafka.connect import (
+    aiokafka_kwargs,
+    commit_owned,
+    stage_consumer,
+    stop_consumer,
+)
 from streams.metrics import Metrics
 from streams.records import Fragment, Review
 from streams.report.compact import fold
@@ -37,6 +50,7 @@ from streams.settings import Settings
 logger = logging.getLogger(__name__)
 
 KIND_HEADER = "retro-kind"  # fragments topic messages that are not fragments say what they are
+FETCH_RECORDS = 2000  # fragments per getmany (aiokafka engine)
 
 
 class ParsedReports:
@@ -67,6 +81,17 @@ class ParsedReports:
 
 def wire_compactor(app: Any, settings: Settings, metrics: Metrics,
                    topics: dict[str, Any], gateway: Gateway | None = None) -> Any:
+    """The aiokafka loop (run as a worker task; ``RETRO_REPORT__ENGINE=aiokafka``, the
+    default), or the faust agent with its changelogged table (``faust``)."""
+    if settings.report.engine == "aiokafka":
+        loop = CompactLoop(settings, metrics, group=fragments_group(app.conf.id),
+                           gateway=gateway)
+
+        @app.task
+        async def compactor_loop() -> None:
+            await loop.run()
+
+        return loop
     # values are the report JSON text; faust json-encodes the string in the changelog
     table = app.Table("retro-reports", default=None, partitions=settings.topics.partitions,
                       key_type=str, value_type=str, extra_topic_configs={
@@ -131,7 +156,7 @@ def wire_compactor(app: Any, settings: Settings, metrics: Metrics,
     @app.agent(topics["fragments"], name="compactor", concurrency=1)
     async def compactor_agent(stream: Any) -> None:
         async for event in stream.noack().events():
-            buffer.add(event, track(acker, event), metrics)
+            buffer.add(event.message, event.value, track(acker, event), metrics)
             if buffer.size >= report_settings.publish_max_fragments:
                 await flush()
 
@@ -202,8 +227,10 @@ class _Buffer:
     def size(self) -> int:
         return len(self.handles)
 
-    def add(self, event: Any, handle: AckHandle, metrics: Metrics) -> None:
-        _collect(event, self.work, metrics)
+    def add(self, message: Any, value: bytes | None, handle: AckHandle,
+            metrics: Metrics) -> None:
+        """Buffer one fragments-topic message (a faust message or an aiokafka record)."""
+        _collect(message, value or b"", self.work, metrics)
         self.handles.append(handle)
 
     def take(self) -> tuple[dict[str, _Pending], list[AckHandle]]:
@@ -212,18 +239,18 @@ class _Buffer:
         return work, handles
 
 
-def _collect(event: Any, pending: dict[str, _Pending], metrics: Metrics) -> None:
-    message = event.message
+def _collect(message: Any, value: bytes, pending: dict[str, _Pending],
+             metrics: Metrics) -> None:
     if _kind(message) == ROLLUP_KIND:
         try:
-            update = RollupUpdate.from_json(event.value)
+            update = RollupUpdate.from_json(value)
         except ValueError as exc:
             logger.error("unreadable roll-up skipped: %s", exc)
             return
         pending.setdefault(update.report_id, _Pending(message.partition)).rollups.append(update)
         return
     try:
-        fragment = Fragment.model_validate_json(event.value)
+        fragment = Fragment.model_validate_json(value)
     except ValidationError as exc:
         logger.error("unreadable fragment at %s[%s]@%s skipped: %s", message.topic,
                      message.partition, message.offset, exc)
@@ -245,13 +272,18 @@ async def _fold(report_id: str, work: _Pending, table: Any, parsed: ParsedReport
     for result in folded.results:
         metrics.report_updates.labels(result).inc()
     for fragment, why in folded.rejected:
-        review = Review(id=f"r-{fragment.id}", lane=fragment.lane, reason="bad_fragment",
-                        detail=f"could not merge into report {report_id}: {why}",
-                        covered=fragment.covered, record_ids=[], model=fragment.model,
-                        prompt_version=fragment.prompt_version, output=None)
+        review = rejected_review(fragment, why, report_id)
         await (await send(topics["review"], key=review.id.encode(),
                           value=review.model_dump_json().encode()))
     return folded.report
+
+
+def rejected_review(fragment: Fragment, why: str, report_id: str) -> Review:
+    """A fragment the merge refused, parked so its records stay accounted for."""
+    return Review(id=f"r-{fragment.id}", lane=fragment.lane, reason="bad_fragment",
+                  detail=f"could not merge into report {report_id}: {why}",
+                  covered=fragment.covered, record_ids=[], model=fragment.model,
+                  prompt_version=fragment.prompt_version, output=None)
 
 
 def _kind(message: Any) -> str | None:
@@ -267,26 +299,283 @@ def _wire_rollup(app: Any, settings: Settings, table: Any, parsed: ParsedReports
                  gateway: Gateway, fragments: Any) -> None:
     """On a timer, summarize incidents that grew; the summary goes back through the
     fragments topic (keyed by report) because faust tables are written in-stream only."""
-    model = settings.model
+
+    async def send_update(report_id: str, value: bytes) -> None:
+        await send(fragments, key=report_id.encode(), value=value,
+                   headers=[(KIND_HEADER, ROLLUP_KIND.encode())])
 
     @app.timer(interval=settings.report.rollup_seconds)
     async def rollup_incidents() -> None:
-        for report_id, stored in list(table.items()):
-            report = parsed.get(report_id, stored)
-            if report is None:
+        await rollup_pass(list(table.items()), parsed, gateway, settings, send_update)
+
+
+async def rollup_pass(items: list[tuple[str, str]], parsed: ParsedReports, gateway: Gateway,
+                      settings: Settings, send_update: Any) -> None:
+    """One model call per incident that grew since its summary; each summary is sent
+    with ``send_update(report_id, value)`` to be merged like a fragment."""
+    model = settings.model
+    for report_id, stored in items:
+        report = parsed.get(report_id, stored)
+        if report is None:
+            continue
+        for incident in report.incidents:
+            if not needs_rollup(incident):
                 continue
-            for incident in report.incidents:
-                if not needs_rollup(incident):
-                    continue
-                payload = rollup_payload(report_id, incident, report=report)
-                messages = rollup_messages(payload, prompt_version=model.prompt_version)
-                summary, reason = await gateway.summarize(messages)
-                if summary is None:
-                    logger.warning("no roll-up for incident %s of %s: %s", incident.key,
-                                   report_id, reason)
-                    continue
-                update = RollupUpdate(report_id=report_id, incident_key=incident.key,
-                                      summary=summary, based_on_count=incident.count,
-                                      model=model.name, prompt_version=model.prompt_version)
-                await send(fragments, key=report_id.encode(), value=update.to_json().encode(),
-                           headers=[(KIND_HEADER, ROLLUP_KIND.encode())])
+            payload = rollup_payload(report_id, incident, report=report)
+            messages = rollup_messages(payload, prompt_version=model.prompt_version)
+            summary, reason = await gateway.summarize(messages)
+            if summary is None:
+                logger.warning("no roll-up for incident %s of %s: %s", incident.key,
+                               report_id, reason)
+                continue
+            update = RollupUpdate(report_id=report_id, incident_key=incident.key,
+                                  summary=summary, based_on_count=incident.count,
+                                  model=model.name, prompt_version=model.prompt_version)
+            await send_update(report_id, update.to_json().encode())
+
+
+# --- the aiokafka engine ---------------------------------------------------------------------
+
+
+def fragments_group(worker_group: str) -> str:
+    """The consumer group of the aiokafka compactor loop: its own, beside faust's."""
+    return f"{worker_group}-fragments"
+
+
+class _Handover(ConsumerRebalanceListener):
+    """Publish and commit what was merged before partitions move; load what arrives.
+
+    aiokafka awaits both before the rebalance goes on, so a partition's next owner
+    loads its reports only after this worker's last writes for it are delivered."""
+
+    def __init__(self, loop: CompactLoop) -> None:
+        self.loop = loop
+
+    async def on_partitions_revoked(self, revoked: Any) -> None:
+        try:
+            await self.loop.flush()
+        except KafkaError as exc:  # not committed: the next owner merges them again
+            logger.warning("publishing before a rebalance failed: %r", exc)
+
+    async def on_partitions_assigned(self, assigned: Any) -> None:
+        await self.loop.load({tp.partition for tp in assigned
+                              if tp.topic == self.loop.settings.topics.fragments})
+
+
+class CompactLoop(RejoiningLoop):
+    """The compactor on aiokafka: fragments merged into reports, committed on delivery.
+
+    The compacted reports topic is the state: a report's latest version there is the
+    report, so a worker given a fragments partition loads the latest version of each
+    of its reports from that topic (keys partition alike on both topics) and merges on.
+    Fragments fetched within ``publish_seconds`` (or ``publish_max_fragments`` of them)
+    are merged at once, each changed report is published once, and their offsets are
+    committed when those writes are delivered. A record merged again after a crash is
+    a no-op (the report's ledger already covers it). faust's per-event path gave the
+    compactor one fragment per turn of the event loop; it trailed thousands of
+    fragments behind, and after a rebalance a partition could sit unread until the
+    re-read guard fired (README, "faust or aiokafka on the hot path").
+    """
+
+    name = "compactor loop"
+
+    def __init__(self, settings: Settings, metrics: Metrics, *, group: str,
+                 gateway: Gateway | None = None) -> None:
+        super().__init__(settings, group)
+        self.metrics = metrics
+        self.gateway = gateway
+        self.reports: dict[str, str] = {}  # compaction key -> latest JSON, owned partitions
+        self._partition_of: dict[str, int] = {}
+        self.parsed = ParsedReports()
+        self._buffer = _Buffer()
+        self._commits = Commits()
+        self._owned: set[int] = set()  # fragments partitions assigned and loaded
+        self._lock = asyncio.Lock()
+        self._load_failed = False
+        self._flushed_at = time.monotonic()
+        self.records_in = metrics.records_in.labels("compactor")
+        self.turns = Turns()
+
+    def _new_consumer(self) -> AIOKafkaConsumer:
+        s = self.settings
+        consumer = stage_consumer(
+            s, self.group, max_partition_fetch_bytes=max(1024 * 1024, s.kafka.max_message_bytes))
+        consumer.subscribe([s.topics.fragments], listener=_Handover(self))
+        return consumer
+
+    def _begin(self) -> list[asyncio.Task[None]]:
+        self._commits, self._buffer, self._owned = Commits(), _Buffer(), set()
+        self._load_failed = False
+        self.reports.clear()
+        self._partition_of.clear()
+        if self.gateway is not None and self.settings.report.rollup_seconds > 0:
+            return [asyncio.create_task(self._rollups(self.gateway))]
+        return []
+
+    async def _consume(self) -> bool:
+        """Fetch, buffer, publish on time; until stopped (True) or a write failed (False)."""
+        consumer = self._consumer
+        assert consumer is not None
+        report = self.settings.report
+        while not self._stopping:
+            try:
+                fetched = await consumer.getmany(timeout_ms=500, max_records=FETCH_RECORDS)
+            except ConsumerStoppedError:  # drain() stopped it
+                return True
+            if self._load_failed:
+                return False
+            for tp, messages in fetched.items():
+                self.records_in.inc(len(messages))
+                for m in messages:
+                    handle = self._commits.acker.track(tp, (tp, m.offset))
+                    self._buffer.add(m, m.value, handle, self.metrics)
+                    await self.turns.give()
+            due = time.monotonic() - self._flushed_at >= report.publish_seconds
+            if self._buffer.size >= report.publish_max_fragments or (self._buffer.size and due):
+                try:
+                    await self.flush()
+                except KafkaError as exc:
+                    logger.error("publishing reports failed: %r", exc)
+                    return False
+        return True
+
+    async def flush(self) -> None:
+        """Merge what the buffer holds, publish each changed report once, then commit
+        the fragments once every write is delivered (raises if one failed: nothing of
+        this buffer is committed and the loop rejoins)."""
+        async with self._lock:
+            consumer, producer = self._consumer, self._producer
+            work, held = self._buffer.take()
+            self._flushed_at = time.monotonic()
+            if not held or consumer is None or producer is None:
+                return
+            t = self.settings.topics
+            # assigned and loaded: a partition whose reports did not load is not merged
+            owned = self._owned & {tp.partition for tp in consumer.assignment()
+                                   if tp.topic == t.fragments}
+            now = format_time(datetime.now(UTC))
+            futures = []
+            for key, pending in work.items():
+                if pending.partition not in owned:
+                    continue  # moved: its next owner reads these fragments again
+                folded = fold(self.parsed.get(key, self.reports.get(key)), pending.fragments,
+                              pending.rollups, report_id=key, now=now)
+                for result in folded.results:
+                    self.metrics.report_updates.labels(result).inc()
+                for fragment, why in folded.rejected:
+                    review = rejected_review(fragment, why, key)
+                    futures.append(await producer.send(
+                        t.review, review.model_dump_json().encode(), key=review.id.encode()))
+                if folded.report is not None:
+                    body = folded.report.to_json()
+                    self.reports[key] = body
+                    self._partition_of[key] = pending.partition
+                    self.parsed.put(key, body, folded.report)
+                    futures.append(await producer.send(t.reports, body.encode(),
+                                                       key=key.encode()))
+            await asyncio.gather(*futures)
+            for handle in held:
+                if handle.key.partition in owned:
+                    self._commits.acker.done(handle)
+            await commit_owned(consumer, self._commits.take(set(consumer.assignment())))
+
+    async def load(self, partitions: set[int]) -> None:
+        """After a rebalance: forget the reports of partitions that left, and load the
+        latest version of every report of the partitions that arrived. A partition kept
+        through the rebalance keeps its state: nobody else owned it in between. If
+        loading fails, the new partitions are not merged (an empty state would write
+        reports without their earlier records) and the loop rejoins the group."""
+        for p in self._owned - partitions:
+            self._commits.acker.forget(TopicPartition(self.settings.topics.fragments, p))
+        for key in [k for k, p in self._partition_of.items() if p not in partitions]:
+            self.reports.pop(key, None)
+            del self._partition_of[key]
+        kept = self._owned & partitions
+        gained = partitions - self._owned
+        self._owned = kept
+        if not gained:
+            return
+        try:
+            loaded = await self._read_reports(gained)
+        except Exception as exc:  # a callback's error would only be logged by aiokafka
+            logger.error("loading the reports of fragments partitions %s failed: %r; "
+                         "rejoining", sorted(gained), exc)
+            self._load_failed = True
+            return
+        self._owned = set(partitions)
+        logger.info("loaded %d report(s) of fragments partitions %s", loaded, sorted(gained))
+
+    async def _read_reports(self, partitions: set[int]) -> int:
+        """The latest version of each report whose key belongs to ``partitions`` of the
+        fragments topic, read from the compacted reports topic."""
+        s = self.settings
+        producer = self._producer
+        assert producer is not None
+        # the producer fetches a topic's metadata when asked (a consumer only its own)
+        fragments_partitions = sorted(await producer.partitions_for(s.topics.fragments))
+        count = len(await producer.partitions_for(s.topics.reports))
+        reader = AIOKafkaConsumer(**aiokafka_kwargs(s), group_id=None,
+                                  enable_auto_commit=False,
+                                  max_partition_fetch_bytes=max(1024 * 1024,
+                                                                s.kafka.max_message_bytes))
+        await reader.start()
+        try:
+            # alike partition counts put a key on the same partition of both topics
+            to_read = partitions if count == len(fragments_partitions) else set(range(count))
+            tps = [TopicPartition(s.topics.reports, p) for p in sorted(to_read)]
+            reader.assign(tps)
+            await reader.seek_to_beginning(*tps)
+            ends = await reader.end_offsets(tps)
+            partitioner = DefaultPartitioner()
+            pending = {tp for tp in tps if ends[tp] > 0}
+            while pending:
+                fetched = await reader.getmany(*pending, timeout_ms=1000)
+                for messages in fetched.values():
+                    for m in messages:
+                        if m.key is None:
+                            continue
+                        home = partitioner(m.key, fragments_partitions, fragments_partitions)
+                        if home in partitions:
+                            self._keep(m.key.decode(), m.value, home)
+                for tp in list(pending):
+                    if await reader.position(tp) >= ends[tp]:
+                        pending.discard(tp)
+        finally:
+            await stop_consumer(reader)
+        return sum(1 for p in self._partition_of.values() if p in partitions)
+
+    def _keep(self, key: str, value: bytes | None, partition: int) -> None:
+        """A report version read back; a tombstone deletes the report."""
+        if value is None:
+            self.reports.pop(key, None)
+            self._partition_of.pop(key, None)
+            return
+        self.reports[key] = value.decode()
+        self._partition_of[key] = partition
+
+    async def _rollups(self, gateway: Gateway) -> None:
+        producer = self._producer
+        assert producer is not None
+        topic = self.settings.topics.fragments
+
+        async def send_update(report_id: str, value: bytes) -> None:
+            await producer.send(topic, value, key=report_id.encode(),
+                                headers=[(KIND_HEADER, ROLLUP_KIND.encode())])
+
+        while True:
+            await asyncio.sleep(self.settings.report.rollup_seconds)
+            await rollup_pass(list(self.reports.items()), self.parsed, gateway,
+                              self.settings, send_update)
+
+    async def drain(self, timeout: float) -> None:
+        """On shutdown: stop fetching, publish and commit what is buffered (up to
+        ``timeout`` seconds), leave the group."""
+        self._stopping = True
+        if self._consumer is None:
+            return
+        try:
+            await asyncio.wait_for(self.flush(), timeout=timeout)
+        except (TimeoutError, KafkaError) as exc:
+            logger.warning("shutdown: publishing the last reports failed (%r); not "
+                           "committed, the partitions' next owner merges them again", exc)
+        await self._close()

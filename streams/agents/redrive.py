@@ -29,7 +29,13 @@ from streams.agents.clean import route
 from streams.clean.cleaner import Cleaner
 from streams.gateway.redrive import RedriveGate, backend_probe, redrive_fetch
 from streams.intervals import Coverage, split_message_key
-from streams.kafka.connect import aiokafka_kwargs, commit_owned, stage_producer, stop_consumer
+from streams.kafka.connect import (
+    aiokafka_kwargs,
+    commit_owned,
+    stage_consumer,
+    stage_producer,
+    stop_consumer,
+)
 from streams.metrics import Metrics
 from streams.records import NormalizedRecord, Review
 from streams.settings import Settings
@@ -167,11 +173,8 @@ class RedriveLoop:
         s = self.settings
         # a backoff wait happens between two getmany calls: keep the group membership
         poll_ms = int((s.review.backoff_max_seconds + 120) * 1000)
-        reviews = AIOKafkaConsumer(
-            s.topics.review, **aiokafka_kwargs(s), group_id=self.group,
-            enable_auto_commit=False, auto_offset_reset="earliest",
-            session_timeout_ms=int(s.kafka.session_timeout_seconds * 1000),
-            heartbeat_interval_ms=int(max(1.0, s.kafka.session_timeout_seconds / 10) * 1000),
+        reviews = stage_consumer(
+            s, self.group, s.topics.review,
             max_poll_interval_ms=max(300_000, poll_ms))
         raw = raw_consumer(s)
         producer = stage_producer(s)

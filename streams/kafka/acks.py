@@ -55,3 +55,21 @@ class OrderedAcker:
     def waiting(self) -> int:
         """Records received but not yet acked (done or not)."""
         return sum(len(q) for q in self._pending.values())
+
+
+class Commits:
+    """The next offset to commit per partition of an aiokafka loop: each partition's
+    contiguous prefix of records whose output is delivered (``acker`` keeps the order;
+    its tokens are ``(partition, offset)``)."""
+
+    def __init__(self) -> None:
+        self.ready: dict[Any, int] = {}
+        self.acker = OrderedAcker(self._acked)
+
+    def _acked(self, token: tuple[Any, int]) -> None:
+        tp, offset = token
+        self.ready[tp] = offset + 1
+
+    def take(self, owned: set[Any]) -> dict[Any, int]:
+        ready, self.ready = self.ready, {}
+        return {tp: offset for tp, offset in ready.items() if tp in owned}

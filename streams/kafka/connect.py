@@ -216,6 +216,20 @@ def stage_producer(settings: Settings) -> Any:
                             max_request_size=settings.kafka.max_message_bytes)
 
 
+def stage_consumer(settings: Settings, group: str, *topics: str, **options: Any) -> Any:
+    """The consumer of a stage loop in its own group: commits by hand, starts at the
+    earliest offset, and leaves the group as fast as ``RETRO_KAFKA__SESSION_TIMEOUT_SECONDS``
+    says; ``options`` are the loop's own (fetch sizes, poll interval)."""
+    from aiokafka import AIOKafkaConsumer
+
+    session = settings.kafka.session_timeout_seconds
+    return AIOKafkaConsumer(
+        *topics, **aiokafka_kwargs(settings), group_id=group,
+        enable_auto_commit=False, auto_offset_reset="earliest",
+        session_timeout_ms=int(session * 1000),
+        heartbeat_interval_ms=int(max(1.0, session / 10) * 1000), **options)
+
+
 async def commit_owned(consumer: Any, offsets: dict[Any, int]) -> None:
     """Commit ``offsets`` of the partitions ``consumer`` still owns. A commit refused by a
     rebalance is logged, not raised: the partitions' new owner reads those records again."""

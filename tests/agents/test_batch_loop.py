@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from aiokafka import TopicPartition
 
-from streams.agents.batch import _Commits, lanes_group, outcome_messages
+from streams.agents.batch import lanes_group, outcome_messages
+from streams.kafka.acks import Commits
 from streams.records import BatchOutcome, Review
 from streams.settings import Settings
 
@@ -15,7 +16,7 @@ FAST1 = TopicPartition("retro.records.fast", 1)
 
 
 def test_commits_only_a_contiguous_prefix_of_done_records() -> None:
-    commits = _Commits()
+    commits = Commits()
     handles = [commits.acker.track(FAST0, (FAST0, offset)) for offset in (10, 11, 12)]
     commits.acker.done(handles[2])  # a later batch finished first
     assert commits.take({FAST0}) == {}
@@ -27,7 +28,7 @@ def test_commits_only_a_contiguous_prefix_of_done_records() -> None:
 
 
 def test_commits_skip_partitions_no_longer_owned() -> None:
-    commits = _Commits()
+    commits = Commits()
     for tp in (FAST0, FAST1):
         commits.acker.done(commits.acker.track(tp, (tp, 5)))
     assert commits.take({FAST1}) == {FAST1: 6}

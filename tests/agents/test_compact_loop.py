@@ -1,0 +1,138 @@
+"""The compactor loop merges a buffer at once, publishes each report once, commits on
+delivery, and keeps or forgets report state as partitions move."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+from aiokafka import TopicPartition
+from aiokafka.errors import KafkaTimeoutError
+
+from streams.agents.compactor import CompactLoop, fragments_group
+from streams.metrics import Metrics
+from streams.report.model import Report
+from streams.settings import Settings
+from tests.helpers import make_fragment
+
+SETTINGS = Settings()
+FRAGMENTS = SETTINGS.topics.fragments
+
+
+class Record:
+    """What aiokafka's getmany yields, as far as the loop reads it."""
+
+    def __init__(self, partition: int, offset: int, key: str, value: bytes) -> None:
+        self.topic, self.partition, self.offset = FRAGMENTS, partition, offset
+        self.key, self.value, self.headers = key.encode(), value, ()
+
+
+class Consumer:
+    def __init__(self, partitions: set[int]) -> None:
+        self.partitions = partitions
+        self.commits: list[dict[TopicPartition, int]] = []
+
+    def assignment(self) -> set[TopicPartition]:
+        return {TopicPartition(FRAGMENTS, p) for p in self.partitions}
+
+    async def commit(self, offsets: dict[TopicPartition, int]) -> None:
+        self.commits.append(offsets)
+
+
+class Producer:
+    def __init__(self, *, failing: bool = False) -> None:
+        self.sent: list[tuple[str, str, bytes]] = []
+        self.failing = failing
+
+    async def send(self, topic: str, value: bytes, *, key: bytes) -> asyncio.Future:
+        fut = asyncio.get_running_loop().create_future()
+        if self.failing:
+            fut.set_exception(KafkaTimeoutError())
+        else:
+            self.sent.append((topic, key.decode(), value))
+            fut.set_result(None)
+        return fut
+
+
+def loop_with(consumer: Consumer, producer: Producer) -> CompactLoop:
+    loop = CompactLoop(SETTINGS, Metrics(), group=fragments_group("g"))
+    loop._consumer, loop._producer = consumer, producer  # type: ignore[assignment]
+    loop._owned = set(consumer.partitions)  # as if their reports had loaded
+    return loop
+
+
+def receive(loop: CompactLoop, *records: Record) -> None:
+    for r in records:
+        tp = TopicPartition(r.topic, r.partition)
+        loop._buffer.add(r, r.value, loop._commits.acker.track(tp, (tp, r.offset)), loop.metrics)
+
+
+def fragment(fid: str, offset: int) -> bytes:
+    return make_fragment(fid, {"raw/0": [[offset, offset]]}).model_dump_json().encode()
+
+
+def test_a_buffer_publishes_each_report_once_and_commits_after_delivery() -> None:
+    consumer, producer = Consumer({0, 1}), Producer()
+    loop = loop_with(consumer, producer)
+    receive(loop, Record(0, 0, "day/all#0", fragment("a", 1)),
+            Record(0, 1, "day/all#0", fragment("b", 2)),
+            Record(1, 0, "day/all#1", fragment("c", 3)))
+    asyncio.run(loop.flush())
+    reports = [(key, Report.from_json(value)) for topic, key, value in producer.sent
+               if topic == SETTINGS.topics.reports]
+    assert sorted(key for key, _ in reports) == ["day/all#0", "day/all#1"]
+    assert {key: r.record_count for key, r in reports} == {"day/all#0": 2, "day/all#1": 1}
+    assert consumer.commits == [{TopicPartition(FRAGMENTS, 0): 2,
+                                 TopicPartition(FRAGMENTS, 1): 1}]
+    # the next buffer merges into the state it keeps, not into an empty report
+    receive(loop, Record(0, 2, "day/all#0", fragment("d", 4)))
+    asyncio.run(loop.flush())
+    assert Report.from_json(producer.sent[-1][2]).record_count == 3
+
+
+def test_fragments_of_a_partition_that_moved_are_neither_merged_nor_committed() -> None:
+    consumer, producer = Consumer({0}), Producer()
+    loop = loop_with(consumer, producer)
+    receive(loop, Record(0, 0, "day/all#0", fragment("a", 1)),
+            Record(1, 5, "day/all#1", fragment("b", 2)))
+    asyncio.run(loop.flush())
+    assert [key for _, key, _ in producer.sent] == ["day/all#0"]
+    assert consumer.commits == [{TopicPartition(FRAGMENTS, 0): 1}]
+
+
+def test_a_failed_write_commits_nothing() -> None:
+    consumer = Consumer({0})
+    loop = loop_with(consumer, Producer(failing=True))
+    receive(loop, Record(0, 0, "day/all#0", fragment("a", 1)))
+    with pytest.raises(KafkaTimeoutError):
+        asyncio.run(loop.flush())
+    assert consumer.commits == []
+
+
+def test_a_rebalance_keeps_the_state_of_kept_partitions_and_forgets_the_others() -> None:
+    consumer, producer = Consumer({0, 1}), Producer()
+    loop = loop_with(consumer, producer)
+    receive(loop, Record(0, 0, "day/all#0", fragment("a", 1)),
+            Record(1, 0, "day/all#1", fragment("b", 2)))
+    asyncio.run(loop.flush())
+    asyncio.run(loop.load({0}))  # partition 1 went to another worker; nothing to read
+    assert set(loop.reports) == {"day/all#0"}
+    assert loop._owned == {0}
+
+
+def test_partitions_whose_reports_did_not_load_are_not_merged_and_the_loop_rejoins() -> None:
+    class Unreachable(Producer):
+        async def partitions_for(self, topic: str) -> set[int]:
+            raise KafkaTimeoutError()  # the broker went away while loading
+
+    consumer, producer = Consumer({0, 1}), Unreachable()
+    loop = loop_with(consumer, producer)
+    loop._owned = {0}
+    asyncio.run(loop.load({0, 1}))
+    assert loop._load_failed and loop._owned == {0}
+    receive(loop, Record(0, 0, "day/all#0", fragment("a", 1)),
+            Record(1, 0, "day/all#1", fragment("b", 2)))
+    asyncio.run(loop.flush())
+    # an empty state for partition 1 would have written its report without its past
+    assert [key for _, key, _ in producer.sent] == ["day/all#0"]
+    assert consumer.commits == [{TopicPartition(FRAGMENTS, 0): 1}]
