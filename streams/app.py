@@ -23,7 +23,12 @@ from streams.agents.web_auth import web_token
 from streams.batch.lane import LaneProcessor
 from streams.gateway.factory import GatewaySet, build_gateways
 from streams.kafka import faust_guards
-from streams.kafka.connect import bootstrap_addresses, faust_credentials, resolve_bootstrap
+from streams.kafka.connect import (
+    bootstrap_addresses,
+    faust_credentials,
+    heartbeat_seconds,
+    resolve_bootstrap,
+)
 from streams.kafka.lag import LagMonitor
 from streams.kafka.probe import BrokerProbe
 from streams.kafka.stall import StallDetector
@@ -115,7 +120,7 @@ def build_app(settings: Settings, *, roles: tuple[str, ...] = ROLES,
         producer_linger=0.01,
         producer_max_batch_size=256 * 1024,
         broker_session_timeout=settings.kafka.session_timeout_seconds,
-        broker_heartbeat_interval=max(1.0, settings.kafka.session_timeout_seconds / 10),
+        broker_heartbeat_interval=heartbeat_seconds(settings),
         broker_rebalance_timeout=max(30.0, settings.kafka.session_timeout_seconds * 2),
         broker_commit_interval=1.0,
         # Do not wait for unacked events on shutdown or rebalance: they are simply not

@@ -227,7 +227,14 @@ def stage_consumer(settings: Settings, group: str, *topics: str, **options: Any)
         *topics, **aiokafka_kwargs(settings), group_id=group,
         enable_auto_commit=False, auto_offset_reset="earliest",
         session_timeout_ms=int(session * 1000),
-        heartbeat_interval_ms=int(max(1.0, session / 10) * 1000), **options)
+        heartbeat_interval_ms=int(heartbeat_seconds(settings) * 1000), **options)
+
+
+def heartbeat_seconds(settings: Settings) -> float:
+    """How often a member hears of a rebalance: a member learns of one from its next
+    heartbeat, and the group waits for every member, so each worker joining stalled
+    all loops for up to a heartbeat (3 s at session/10); a third of the session at most."""
+    return min(1.0, settings.kafka.session_timeout_seconds / 3)
 
 
 async def commit_owned(consumer: Any, offsets: dict[Any, int]) -> None:

@@ -91,3 +91,12 @@ def test_an_unreachable_bootstrap_fails_fast_naming_the_address(tmp_path: Path) 
     assert f"127.0.0.1:{refused} (connection refused)" in message
     assert "no-such-host.invalid:9092 (" in message
     assert "RETRO_KAFKA__BOOTSTRAP" in message and "\n" not in message
+
+
+def test_members_hear_of_a_rebalance_within_a_second_and_well_inside_the_session() -> None:
+    from streams.kafka.connect import heartbeat_seconds
+    from streams.settings import KafkaSettings, Settings
+
+    for session in (6.0, 10.0, 30.0, 300.0):
+        beat = heartbeat_seconds(Settings(kafka=KafkaSettings(session_timeout_seconds=session)))
+        assert beat <= 1.0 and beat <= session / 3
