@@ -210,7 +210,8 @@ def _wire_lag(app: Any, settings: Settings, metrics: Metrics, roles: tuple[str, 
     ``streams/kafka/lag.py``)."""
     groups = consumer_groups(settings, roles)
     monitor = LagMonitor(settings)
-    for topic in input_topics(settings, roles):  # re-reads start at 0, not "No data"
+    # re-reads start at 0, not "No data": the faust agents' inputs and the loops'
+    for topic in sorted({t for topics in groups.values() for t in topics}):
         metrics.offset_rereads.labels(topic)
 
     @app.timer(interval=15.0)

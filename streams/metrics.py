@@ -64,8 +64,9 @@ class Metrics:
         )
         self.offset_rereads = Counter(
             "retro_offset_rereads_total",
-            "Partitions re-read from their committed offset because a record never reached "
-            "an agent", ["topic"], registry=r,
+            "Partitions re-read from their committed offset: a record never reached a faust "
+            "agent, or a stage loop rejoined after an output was not delivered", ["topic"],
+            registry=r,
         )
         self.redactions = Counter(
             "retro_redactions_total", "Secrets and PII replaced by placeholders", ["kind"],

@@ -184,10 +184,9 @@ class BatchLoop(RejoiningLoop):
     def __init__(self, settings: Settings, metrics: Metrics, gateways: dict[str, Gateway],
                  counter: TokenCounter, *, group: str,
                  on_assignment: OnAssignment | None = None) -> None:
-        super().__init__(settings, group)
+        super().__init__(settings, group, metrics)
         self.on_assignment = on_assignment
         self.redactor = Redactor.from_settings(settings)
-        self.metrics = metrics
         self.gateways = gateways
         self.counter = counter
         t = settings.topics

@@ -10,6 +10,7 @@ from typing import Any
 from streams.clock import Clock
 from streams.kafka.acks import AckHandle, OrderedAcker
 from streams.kafka.connect import stage_producer, stop_consumer
+from streams.metrics import Metrics
 from streams.settings import Settings
 
 logger = logging.getLogger(__name__)
@@ -87,9 +88,10 @@ class RejoiningLoop:
 
     name = "loop"
 
-    def __init__(self, settings: Settings, group: str) -> None:
+    def __init__(self, settings: Settings, group: str, metrics: Metrics) -> None:
         self.settings = settings
         self.group = group
+        self.metrics = metrics
         self._consumer: Any = None
         self._producer: Any = None
         self._stopping = False
@@ -112,13 +114,14 @@ class RejoiningLoop:
         while not self._stopping:
             self._producer = stage_producer(self.settings)
             self._consumer = self._new_consumer()
+            topics = sorted(self._consumer.subscription())
             tasks = self._begin()
             failed = False
             try:
                 await self._producer.start()
                 await self._consumer.start()
-                logger.info("%s consuming %s as group %s", self.name,
-                            ", ".join(sorted(self._consumer.subscription())), self.group)
+                logger.info("%s consuming %s as group %s", self.name, ", ".join(topics),
+                            self.group)
                 failed = not await self._consume()
             finally:
                 for task in tasks:
@@ -128,6 +131,8 @@ class RejoiningLoop:
             if failed and not self._stopping:
                 logger.error("%s: an output was not delivered; rejoining from the committed "
                              "offsets in %.0fs", self.name, RESTART_SECONDS)
+                for topic in topics:  # its partitions are read again from the commit
+                    self.metrics.offset_rereads.labels(topic).inc()
                 await asyncio.sleep(RESTART_SECONDS)
 
     async def _close(self) -> None:

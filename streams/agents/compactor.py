@@ -381,8 +381,7 @@ class CompactLoop(RejoiningLoop):
 
     def __init__(self, settings: Settings, metrics: Metrics, *, group: str,
                  gateway: Gateway | None = None) -> None:
-        super().__init__(settings, group)
-        self.metrics = metrics
+        super().__init__(settings, group, metrics)
         self.gateway = gateway
         self.reports: dict[str, str] = {}  # compaction key -> latest JSON, owned partitions
         self._partition_of: dict[str, int] = {}
