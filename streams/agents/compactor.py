@@ -356,6 +356,11 @@ class _Handover(ConsumerRebalanceListener):
             await self.loop.flush()
         except KafkaError as exc:  # not committed: the next owner merges them again
             logger.warning("publishing before a rebalance failed: %r", exc)
+        finally:
+            # nothing more is written until load() says which partitions are ours: a
+            # late write for a partition that moved could land after its next owner
+            # loaded it
+            self.loop.between_owners = True
 
     async def on_partitions_assigned(self, assigned: Any) -> None:
         await self.loop.load({tp.partition for tp in assigned
@@ -391,6 +396,7 @@ class CompactLoop(RejoiningLoop):
         self._owned: set[int] = set()  # fragments partitions assigned and loaded
         self._lock = asyncio.Lock()
         self._load_failed = False
+        self.between_owners = False  # revoked, not yet told what is assigned
         self._flushed_at = time.monotonic()
         self.records_in = metrics.records_in.labels("compactor")
         self.turns = Turns()
@@ -404,7 +410,7 @@ class CompactLoop(RejoiningLoop):
 
     def _begin(self) -> list[asyncio.Task[None]]:
         self._commits, self._buffer, self._owned = Commits(), _Buffer(), set()
-        self._load_failed = False
+        self._load_failed = self.between_owners = False
         self.reports.clear()
         self._partition_of.clear()
         if self.gateway is not None and self.settings.report.rollup_seconds > 0:
@@ -443,6 +449,8 @@ class CompactLoop(RejoiningLoop):
         the fragments once every write is delivered (raises if one failed: nothing of
         this buffer is committed and the loop rejoins)."""
         async with self._lock:
+            if self.between_owners:
+                return
             consumer, producer = self._consumer, self._producer
             work, held = self._buffer.take()
             self._flushed_at = time.monotonic()
@@ -492,6 +500,7 @@ class CompactLoop(RejoiningLoop):
         kept = self._owned & partitions
         gained = partitions - self._owned
         self._owned = kept
+        self.between_owners = False
         if not gained:
             return
         try:

@@ -136,3 +136,18 @@ def test_partitions_whose_reports_did_not_load_are_not_merged_and_the_loop_rejoi
     # an empty state for partition 1 would have written its report without its past
     assert [key for _, key, _ in producer.sent] == ["day/all#0"]
     assert consumer.commits == [{TopicPartition(FRAGMENTS, 0): 1}]
+
+
+def test_nothing_is_written_between_a_revocation_and_the_next_assignment() -> None:
+    from streams.agents.compactor import _Handover
+
+    consumer, producer = Consumer({0}), Producer()
+    loop = loop_with(consumer, producer)
+    handover = _Handover(loop)
+    asyncio.run(handover.on_partitions_revoked({TopicPartition(FRAGMENTS, 0)}))
+    receive(loop, Record(0, 0, "day/all#0", fragment("a", 1)))  # left over from a fetch
+    asyncio.run(loop.flush())
+    assert producer.sent == [] and consumer.commits == []
+    asyncio.run(handover.on_partitions_assigned({TopicPartition(FRAGMENTS, 0)}))  # kept
+    asyncio.run(loop.flush())
+    assert [key for _, key, _ in producer.sent] == ["day/all#0"]
