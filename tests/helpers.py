@@ -138,6 +138,41 @@ def busy_port() -> Iterator[int]:
         yield int(s.getsockname()[1])
 
 
+class FakeBatch(list):
+    """aiokafka's ``BatchBuilder`` as ``BatchSender`` uses it: never full."""
+
+    def append(self, *, key: bytes | None, value: bytes, timestamp: None) -> bool:
+        super().append((key, value))
+        return True
+
+
+class BatchApiProducer:
+    """The part of aiokafka's producer ``BatchSender`` uses (its batch API); ``deliver``
+    decides each batch's fate, delivered (None) or an exception to fail it with."""
+
+    def __init__(self, partitions: int = 1) -> None:
+        self.partitions = partitions
+
+    async def partitions_for(self, topic: str) -> set[int]:
+        return set(range(self.partitions))
+
+    def create_batch(self) -> FakeBatch:
+        return FakeBatch()
+
+    def deliver(self, batch: FakeBatch, topic: str, partition: int) -> Exception | None:
+        return None
+
+    async def send_batch(self, batch: FakeBatch, topic: str, *, partition: int
+                         ) -> asyncio.Future[None]:
+        fut = asyncio.get_running_loop().create_future()
+        failure = self.deliver(batch, topic, partition)
+        if failure is None:
+            fut.set_result(None)
+        else:
+            fut.set_exception(failure)
+        return fut
+
+
 def make_fragment(fid: str, covered: dict[str, list[list[int]]], **fields: Any) -> Fragment:
     """A high-severity disk-full fragment on 2026-11-29 covering ``covered``."""
     base: dict[str, Any] = {

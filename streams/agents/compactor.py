@@ -30,10 +30,8 @@ from streams.gateway.gateway import Gateway
 from streams.gateway.rollup_prompt import ROLLUP_KIND, rollup_messages
 from streams.kafka.acks import AckHandle, Commits, OrderedAcker
 from streams.kafka.connect import (
-    aiokafka_kwargs,
     commit_owned,
     stage_consumer,
-    stop_consumer,
 )
 from streams.metrics import Metrics
 from streams.records import Fragment, Review
@@ -45,6 +43,7 @@ from streams.report.rollup import (
     needs_rollup,
     rollup_payload,
 )
+from streams.report.store import read_messages
 from streams.settings import Settings
 
 logger = logging.getLogger(__name__)
@@ -522,34 +521,15 @@ class CompactLoop(RejoiningLoop):
         # the producer fetches a topic's metadata when asked (a consumer only its own)
         fragments_partitions = sorted(await producer.partitions_for(s.topics.fragments))
         count = len(await producer.partitions_for(s.topics.reports))
-        reader = AIOKafkaConsumer(**aiokafka_kwargs(s), group_id=None,
-                                  enable_auto_commit=False,
-                                  max_partition_fetch_bytes=max(1024 * 1024,
-                                                                s.kafka.max_message_bytes))
-        await reader.start()
-        try:
-            # alike partition counts put a key on the same partition of both topics
-            to_read = partitions if count == len(fragments_partitions) else set(range(count))
-            tps = [TopicPartition(s.topics.reports, p) for p in sorted(to_read)]
-            reader.assign(tps)
-            await reader.seek_to_beginning(*tps)
-            ends = await reader.end_offsets(tps)
-            partitioner = DefaultPartitioner()
-            pending = {tp for tp in tps if ends[tp] > 0}
-            while pending:
-                fetched = await reader.getmany(*pending, timeout_ms=1000)
-                for messages in fetched.values():
-                    for m in messages:
-                        if m.key is None:
-                            continue
-                        home = partitioner(m.key, fragments_partitions, fragments_partitions)
-                        if home in partitions:
-                            self._keep(m.key.decode(), m.value, home)
-                for tp in list(pending):
-                    if await reader.position(tp) >= ends[tp]:
-                        pending.discard(tp)
-        finally:
-            await stop_consumer(reader)
+        # alike partition counts put a key on the same partition of both topics
+        to_read = partitions if count == len(fragments_partitions) else None
+        partitioner = DefaultPartitioner()
+        async for m in read_messages(s, s.topics.reports, to_read):
+            if m.key is None:
+                continue
+            home = partitioner(m.key, fragments_partitions, fragments_partitions)
+            if home in partitions:
+                self._keep(m.key.decode(), m.value, home)
         return sum(1 for p in self._partition_of.values() if p in partitions)
 
     def _keep(self, key: str, value: bytes | None, partition: int) -> None:

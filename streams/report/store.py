@@ -85,12 +85,15 @@ class LatestReports:
         return len(self._raw)
 
 
-async def read_messages(settings: Settings, topic: str) -> AsyncIterator[ConsumerRecord]:
-    """Every message of a topic from the beginning up to its current end."""
+async def read_messages(settings: Settings, topic: str, partitions: set[int] | None = None
+                        ) -> AsyncIterator[ConsumerRecord]:
+    """Every message of a topic (or of these ``partitions`` of it) from the beginning up
+    to its current end."""
     consumer = _reader(settings)
     try:  # a failed start() must still stop the consumer, or asyncio warns "Unclosed"
         await consumer.start()
-        tps = [TopicPartition(topic, p) for p in await partitions_of(consumer, topic)]
+        tps = [TopicPartition(topic, p) for p in await partitions_of(consumer, topic)
+               if partitions is None or p in partitions]
         if not tps:
             return
         consumer.assign(tps)

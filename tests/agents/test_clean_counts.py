@@ -15,6 +15,7 @@ from streams.agents.clean import CleanLoop
 from streams.clean.cleaner import Cleaner
 from streams.metrics import Metrics
 from streams.settings import CleanSettings, Settings
+from tests.helpers import BatchApiProducer, FakeBatch
 
 
 class Message:
@@ -23,35 +24,19 @@ class Message:
         self.key, self.value, self.timestamp = b"app", value, 1_764_000_000_000
 
 
-class OneOutageProducer:
-    """Fails every send of the first fetch (a broker restart), delivers afterwards.
-
-    It speaks the part of aiokafka's producer the clean loop uses: the batch API."""
+class OneOutageProducer(BatchApiProducer):
+    """Fails every send of the first fetch (a broker restart), delivers afterwards."""
 
     def __init__(self) -> None:
+        super().__init__()
         self.delivered: list[tuple[str, bytes]] = []
         self.failing = True
 
-    async def partitions_for(self, topic: str) -> set[int]:
-        return {0}
-
-    def create_batch(self) -> list[tuple[bytes | None, bytes]]:
-        return _Batch()
-
-    async def send_batch(self, batch: list, topic: str, *, partition: int):
-        fut = asyncio.get_running_loop().create_future()
+    def deliver(self, batch: FakeBatch, topic: str, partition: int) -> Exception | None:
         if self.failing:
-            fut.set_exception(KafkaTimeoutError())
-        else:
-            self.delivered += [(topic, value) for _, value in batch]
-            fut.set_result(None)
-        return fut
-
-
-class _Batch(list):
-    def append(self, *, key: bytes | None, value: bytes, timestamp: None) -> bool:
-        super().append((key, value))
-        return True
+            return KafkaTimeoutError()
+        self.delivered += [(topic, value) for _, value in batch]
+        return None
 
 
 class Consumer:

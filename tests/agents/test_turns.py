@@ -5,14 +5,7 @@ from __future__ import annotations
 import asyncio
 
 from streams.agents.common import Turns
-
-
-class FakeClock:
-    def __init__(self) -> None:
-        self.now = 0.0
-
-    def __call__(self) -> float:
-        return self.now
+from tests.helpers import FakeClock
 
 
 async def test_other_tasks_run_once_the_quantum_is_used() -> None:

@@ -9,30 +9,16 @@ from aiokafka.partitioner import DefaultPartitioner
 
 import streams.kafka.batching as batching
 from streams.kafka.batching import BatchSender
+from tests.helpers import BatchApiProducer, FakeBatch
 
 
-class RecordingProducer:
+class RecordingProducer(BatchApiProducer):
     def __init__(self, partitions: int) -> None:
-        self.partitions = partitions
+        super().__init__(partitions)
         self.placed: list[tuple[str, int, bytes | None]] = []
 
-    async def partitions_for(self, topic: str) -> set[int]:
-        return set(range(self.partitions))
-
-    def create_batch(self) -> list:
-        return _Batch()
-
-    async def send_batch(self, batch: list, topic: str, *, partition: int) -> asyncio.Future:
+    def deliver(self, batch: FakeBatch, topic: str, partition: int) -> None:
         self.placed += [(topic, partition, key) for key, _ in batch]
-        fut = asyncio.get_running_loop().create_future()
-        fut.set_result(None)
-        return fut
-
-
-class _Batch(list):
-    def append(self, *, key: bytes | None, value: bytes, timestamp: None) -> bool:
-        super().append((key, value))
-        return True
 
 
 def test_keys_land_where_the_default_partitioner_puts_them_past_the_remembered_limit(
