@@ -67,9 +67,12 @@ from streams.dev.broker.launcher import LocalBroker
 from streams.dev.sample import count_logical_records, write_multiday, write_sample
 from streams.kafka.connect import stop_consumer
 
-# seconds between audits once the lag says the run may be done: the done time is known
-# to within this (an audit reads the ledger in about a second)
+# seconds between audits once the lag says the run may be done (an audit reads the
+# ledger in about a second); the first sample with no lag at all is audited at once
 AUDIT_EVERY = 3.0
+# seconds between samples once the raw topic is committed to its end: the done time
+# is known to within this, not within --poll
+TAIL_POLL = 0.25
 # Topics a pipeline run owns (raw is shared by every run and the baseline).
 PIPELINE_TOPICS = ("fast", "slow", "deadletter", "fragments", "review", "reports")
 STAGE_METRIC = re.compile(r'^retro_records_consumed_total\{stage="([^"]+)"\}\s+([0-9.eE+]+)',
@@ -726,7 +729,7 @@ async def run_pipeline(args: argparse.Namespace, ctx: dict[str, Any], workers: i
                     "RETRO_STATE_DIR": str(state / f"w{i}")}  # faust datadir per process
             procs.append(PROCS.start([sys.executable, "-m", "streams", "worker"], env=wenv,
                                      log_path=state / f"worker-{i}.log"))
-        last_audit = -1e9
+        last_audit, lag_at_audit = -1e9, -1
         measured = False  # the loop ran to its end (done or timeout), no error
         try:
             while True:
@@ -744,13 +747,16 @@ async def run_pipeline(args: argparse.Namespace, ctx: dict[str, Any], workers: i
                     log(f"{s.t:.0f}s: {s.accounted:,}/{run.records:,} accounted, "
                         f"stages {({k: int(v) for k, v in s.stages.items()})}, lag {s.lag:,}")
                 # done = nothing left to read anywhere and the audit agrees; the lag
-                # check is cheap, the audit reads every report version, so it runs
-                # only when the lag says we may be done (and at most every AUDIT_EVERY s)
+                # check is cheap, the audit reads the whole ledger, so it runs only
+                # when the lag says we may be done
                 caught_up = s.raw_committed >= run.records and (
                     s.lag == 0 or s.accounted >= run.records)
-                if caught_up and s.t - last_audit >= AUDIT_EVERY:
+                # re-read records make ``accounted`` overshoot, so a failed audit while
+                # some lag is left must not hold back the one when the lag reaches zero
+                if caught_up and (s.t - last_audit >= AUDIT_EVERY
+                                  or (s.lag == 0 and lag_at_audit != 0)):
                     result = await timed_audit(env)
-                    last_audit = time.monotonic() - launched
+                    last_audit, lag_at_audit = time.monotonic() - launched, s.lag
                     if result.get("ok"):
                         run.done_s, run.audit = s.t, result
                         break
@@ -765,7 +771,8 @@ async def run_pipeline(args: argparse.Namespace, ctx: dict[str, Any], workers: i
                     log(f"timeout after {s.t:.0f}s: {s.accounted:,} of {run.records:,} "
                         "records accounted for")
                     break
-                await asyncio.sleep(args.poll)
+                await asyncio.sleep(min(args.poll, TAIL_POLL)
+                                    if s.raw_committed >= run.records else args.poll)
                 check_interrupted()
             measured = True
         finally:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import gc
 import logging
 
 from streams.app import build_app, consumer_groups
@@ -13,6 +14,27 @@ from streams.kafka.topics import ensure_group_offsets, ensure_topics
 from streams.settings import Settings
 
 logger = logging.getLogger(__name__)
+
+# young-generation threshold for the cyclic garbage collector (CPython's default: 700)
+GC_GEN0_THRESHOLD = 20_000
+
+
+def tune_gc(gen0: int = GC_GEN0_THRESHOLD) -> None:
+    """Keep the cyclic garbage collector from costing a tenth of the worker's CPU.
+
+    Measured in a one-worker e2e run (gc callbacks timing each collection): with
+    CPython's defaults the collector took 9.5% of the worker's CPU, two thirds of it
+    in full collections that walk every object, most of them created at start-up
+    (modules, schemas, the app) and alive until exit. Freezing those moves them out
+    of the collector's reach, and a larger young generation lets a fetch's records
+    die before they are ever scanned: 1% of the CPU with both. Garbage without
+    reference cycles (records, messages) is still freed at once by reference counting.
+    """
+    gc.collect()
+    gc.freeze()
+    _, gen1, gen2 = gc.get_threshold()
+    gc.set_threshold(gen0, gen1, gen2)
+
 
 
 def run_worker(settings: Settings, *, roles: tuple[str, ...]) -> int:
@@ -57,5 +79,6 @@ def run_worker(settings: Settings, *, roles: tuple[str, ...]) -> int:
         ExitWhenUnreachable(kafka_addresses).start()
         await _close_gateways()
 
+    tune_gc()  # once the app is built: what exists now lives until exit
     faust_worker.execute_from_commandline()
     return 0

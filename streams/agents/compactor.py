@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
-from aiokafka import AIOKafkaConsumer, ConsumerRebalanceListener, TopicPartition
+from aiokafka import AIOKafkaConsumer, ConsumerRebalanceListener, ConsumerRecord, TopicPartition
 from aiokafka.errors import ConsumerStoppedError, KafkaError
 from aiokafka.partitioner import DefaultPartitioner
 from pydantic import ValidationError
@@ -428,12 +428,7 @@ class CompactLoop(RejoiningLoop):
                 return True
             if self._load_failed:
                 return False
-            for tp, messages in fetched.items():
-                self.records_in.inc(len(messages))
-                for m in messages:
-                    handle = self._commits.acker.track(tp, (tp, m.offset))
-                    self._buffer.add(m, m.value, handle, self.metrics)
-                    await self.turns.give()
+            await self._take(consumer, fetched)
             due = time.monotonic() - self._flushed_at >= report.publish_seconds
             if self._buffer.size >= report.publish_max_fragments or (self._buffer.size and due):
                 try:
@@ -442,6 +437,26 @@ class CompactLoop(RejoiningLoop):
                     logger.error("publishing reports failed: %r", exc)
                     return False
         return True
+
+    async def _take(self, consumer: AIOKafkaConsumer,
+                    fetched: dict[TopicPartition, list[ConsumerRecord]]) -> None:
+        """Buffer a fetch; a partition whose reports are still loading is read again.
+
+        aiokafka fetches a partition as soon as it is assigned, while the assignment
+        callback is still loading its reports. Its fragments cannot be merged yet, and
+        dropping them lost them: the position had moved past them and the commit
+        waited for them forever (a stuck partition in a two-worker run).
+        """
+        for tp, messages in fetched.items():
+            if tp.partition not in self._owned:
+                if tp in consumer.assignment():
+                    consumer.seek(tp, messages[0].offset)
+                continue
+            self.records_in.inc(len(messages))
+            for m in messages:
+                handle = self._commits.acker.track(tp, (tp, m.offset))
+                self._buffer.add(m, m.value, handle, self.metrics)
+                await self.turns.give()
 
     async def flush(self) -> None:
         """Merge what the buffer holds, publish each changed report once, then commit

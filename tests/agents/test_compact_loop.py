@@ -151,3 +151,30 @@ def test_nothing_is_written_between_a_revocation_and_the_next_assignment() -> No
     asyncio.run(handover.on_partitions_assigned({TopicPartition(FRAGMENTS, 0)}))  # kept
     asyncio.run(loop.flush())
     assert [key for _, key, _ in producer.sent] == ["day/all#0"]
+
+
+def test_a_partition_fetched_while_its_reports_load_is_read_again_once_loaded() -> None:
+    class Seeking(Consumer):
+        def __init__(self, partitions: set[int]) -> None:
+            super().__init__(partitions)
+            self.seeks: list[tuple[TopicPartition, int]] = []
+
+        def seek(self, tp: TopicPartition, offset: int) -> None:
+            self.seeks.append((tp, offset))
+
+    consumer, producer = Seeking({0, 1}), Producer()
+    loop = loop_with(consumer, producer)
+    loop._owned = {0}  # partition 1 is assigned; its reports are still loading
+    tp0, tp1 = TopicPartition(FRAGMENTS, 0), TopicPartition(FRAGMENTS, 1)
+    fetched = {tp0: [Record(0, 0, "day/all#0", fragment("a", 1))],
+               tp1: [Record(1, 7, "day/all#1", fragment("b", 2)),
+                     Record(1, 8, "day/all#1", fragment("c", 3))]}
+    asyncio.run(loop._take(consumer, fetched))  # type: ignore[arg-type]
+    asyncio.run(loop.flush())
+    assert consumer.seeks == [(tp1, 7)]  # its fragments are fetched again, not dropped
+    assert consumer.commits == [{tp0: 1}]
+    loop._owned = {0, 1}  # loaded
+    asyncio.run(loop._take(consumer, {tp1: fetched[tp1]}))  # type: ignore[arg-type]
+    asyncio.run(loop.flush())
+    assert consumer.commits[-1] == {tp1: 9}
+    assert Report.from_json(producer.sent[-1][2]).record_count == 2
