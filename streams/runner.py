@@ -36,7 +36,6 @@ def tune_gc(gen0: int = GC_GEN0_THRESHOLD) -> None:
     gc.set_threshold(gen0, gen1, gen2)
 
 
-
 def run_worker(settings: Settings, *, roles: tuple[str, ...]) -> int:
     from faust import Worker
 
