@@ -253,7 +253,9 @@ class KafkaSettings(BaseModel):
     # a crashed worker's partitions move after this long without heartbeats
     session_timeout_seconds: float = Field(30.0, ge=6.0)
     # a partition whose commit has not moved for this long, with lag and nothing in
-    # flight, is re-read from its commit (see streams/kafka/faust_guards.py); 0 turns it off
+    # flight, is re-read from its commit (see streams/kafka/faust_guards.py), and so is a
+    # fragments partition whose oldest fragment the compactor loop held this long
+    # (HeldCommits in streams/kafka/acks.py); 0 turns both off
     reread_held_seconds: float = Field(20.0, ge=0.0)
     # reports are single messages that grow with the day; raise with the topic config
     max_message_bytes: int = 8 * 1024 * 1024

@@ -129,8 +129,10 @@ class RejoiningLoop:
                 if not self._stopping:
                     await self._close()
             if failed and not self._stopping:
-                logger.error("%s: an output was not delivered; rejoining from the committed "
-                             "offsets in %.0fs", self.name, RESTART_SECONDS)
+                # the failure logged its own reason (an undelivered output, reports
+                # that did not load, a commit held back)
+                logger.error("%s: rejoining from the committed offsets in %.0fs", self.name,
+                             RESTART_SECONDS)
                 for topic in topics:  # its partitions are read again from the commit
                     self.metrics.offset_rereads.labels(topic).inc()
                 await asyncio.sleep(RESTART_SECONDS)

@@ -28,7 +28,7 @@ from pydantic import ValidationError
 from streams.agents.common import RejoiningLoop, Turns, new_acker, send, track
 from streams.gateway.gateway import Gateway
 from streams.gateway.rollup_prompt import ROLLUP_KIND, rollup_messages
-from streams.kafka.acks import AckHandle, Commits, OrderedAcker
+from streams.kafka.acks import AckHandle, Commits, HeldCommits, OrderedAcker
 from streams.kafka.connect import (
     commit_owned,
     stage_consumer,
@@ -397,6 +397,7 @@ class CompactLoop(RejoiningLoop):
         self._load_failed = False
         self.between_owners = False  # revoked, not yet told what is assigned
         self._flushed_at = time.monotonic()
+        self._held: HeldCommits | None = None
         self.records_in = metrics.records_in.labels("compactor")
         self.turns = Turns()
 
@@ -409,6 +410,10 @@ class CompactLoop(RejoiningLoop):
 
     def _begin(self) -> list[asyncio.Task[None]]:
         self._commits, self._buffer, self._owned = Commits(), _Buffer(), set()
+        after = self.settings.kafka.reread_held_seconds
+        # a buffer legitimately waits up to publish_seconds before it is published
+        self._held = HeldCommits(max(after, 4 * self.settings.report.publish_seconds)
+                                 ) if after > 0 else None
         self._load_failed = self.between_owners = False
         self.reports.clear()
         self._partition_of.clear()
@@ -436,7 +441,20 @@ class CompactLoop(RejoiningLoop):
                 except KafkaError as exc:
                     logger.error("publishing reports failed: %r", exc)
                     return False
+            if self._held_too_long():
+                return False
         return True
+
+    def _held_too_long(self) -> bool:
+        """True when a fragment has held its partition's commit back for
+        ``RETRO_KAFKA__REREAD_HELD_SECONDS``: the loop rejoins and reads it again."""
+        if self._held is None or self.between_owners:
+            return False
+        held = self._held.observe(self._commits.acker.oldest())
+        for tp in held:
+            logger.warning("%s: a fragment has held the commit back for %.0fs; reading the "
+                           "partition again from its commit", tp, self._held.after)
+        return bool(held)
 
     async def _take(self, consumer: AIOKafkaConsumer,
                     fetched: dict[TopicPartition, list[ConsumerRecord]]) -> None:

@@ -178,3 +178,36 @@ def test_a_partition_fetched_while_its_reports_load_is_read_again_once_loaded() 
     asyncio.run(loop.flush())
     assert consumer.commits[-1] == {tp1: 9}
     assert Report.from_json(producer.sent[-1][2]).record_count == 2
+
+
+def test_a_fragment_that_holds_its_commit_back_too_long_makes_the_loop_read_it_again() -> None:
+    from streams.kafka.acks import HeldCommits
+    from tests.helpers import FakeClock
+
+    consumer, producer = Consumer({0}), Producer()
+    loop = loop_with(consumer, producer)
+    clock = FakeClock()
+    loop._held = HeldCommits(SETTINGS.kafka.reread_held_seconds, clock=clock)
+    tp = TopicPartition(FRAGMENTS, 0)
+    loop._commits.acker.track(tp, (tp, 3))  # fetched, then lost on the way to the buffer
+    receive(loop, Record(0, 4, "day/all#0", fragment("a", 1)))
+    asyncio.run(loop.flush())
+    assert consumer.commits == []  # offset 3 holds the commit back
+    assert not loop._held_too_long()
+    clock.advance(SETTINGS.kafka.reread_held_seconds)
+    assert loop._held_too_long()  # so _consume returns False and the loop rejoins
+    loop.between_owners = True  # no verdict while partitions are between owners
+    assert not loop._held_too_long()
+
+
+def test_a_long_publish_interval_is_not_taken_for_a_held_fragment() -> None:
+    from streams.settings import KafkaSettings, ReportSettings
+
+    def held_after(settings: Settings) -> float | None:
+        loop = CompactLoop(settings, Metrics(), group=fragments_group("g"))
+        loop._begin()
+        return loop._held.after if loop._held is not None else None
+
+    assert held_after(SETTINGS) == SETTINGS.kafka.reread_held_seconds
+    assert held_after(Settings(report=ReportSettings(publish_seconds=30))) == 120
+    assert held_after(Settings(kafka=KafkaSettings(reread_held_seconds=0))) is None

@@ -64,3 +64,24 @@ def test_in_order_acks_never_let_faust_skip_a_record() -> None:
             commit = _faust_new_offset(released, committed=None)
             unfinished = [j for j in range(6) if not handles[j].done]
             assert commit is None or not unfinished or commit <= min(unfinished)
+
+
+def test_a_record_holding_a_commit_back_is_reported_once_it_is_held_long_enough() -> None:
+    from streams.kafka.acks import HeldCommits
+    from tests.helpers import FakeClock
+
+    clock = FakeClock()
+    acker, held = OrderedAcker(lambda token: None), HeldCommits(20.0, clock=clock)
+    stuck = acker.track("p0", 0)
+    moving = acker.track("p1", 0)
+    assert held.observe(acker.oldest()) == []
+    clock.advance(15)
+    acker.done(moving)  # p1's commit moves on: a new head, a new clock
+    acker.track("p1", 1)
+    assert held.observe(acker.oldest()) == []
+    clock.advance(6)
+    assert held.observe(acker.oldest()) == ["p0"]  # the same record for 21 s
+    acker.done(stuck)
+    assert held.observe(acker.oldest()) == []  # p0 has nothing pending; p1 only 6 s
+    clock.advance(20)
+    assert held.observe(acker.oldest()) == ["p1"]
