@@ -255,7 +255,7 @@ class KafkaSettings(BaseModel):
     # a partition whose commit has not moved for this long, with lag and nothing in
     # flight, is re-read from its commit (see streams/kafka/faust_guards.py), and so is a
     # fragments partition whose oldest fragment the compactor loop held this long
-    # (HeldCommits in streams/kafka/acks.py); 0 turns both off
+    # (CompactLoop._held_too_long); 0 turns both off
     reread_held_seconds: float = Field(20.0, ge=0.0)
     # reports are single messages that grow with the day; raise with the topic config
     max_message_bytes: int = 8 * 1024 * 1024

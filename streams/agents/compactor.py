@@ -28,11 +28,12 @@ from pydantic import ValidationError
 from streams.agents.common import RejoiningLoop, Turns, new_acker, send, track
 from streams.gateway.gateway import Gateway
 from streams.gateway.rollup_prompt import ROLLUP_KIND, rollup_messages
-from streams.kafka.acks import AckHandle, Commits, HeldCommits, OrderedAcker
+from streams.kafka.acks import AckHandle, Commits, OrderedAcker
 from streams.kafka.connect import (
     commit_owned,
     stage_consumer,
 )
+from streams.kafka.stall import StallDetector
 from streams.metrics import Metrics
 from streams.records import Fragment, Review
 from streams.report.compact import fold
@@ -397,7 +398,7 @@ class CompactLoop(RejoiningLoop):
         self._load_failed = False
         self.between_owners = False  # revoked, not yet told what is assigned
         self._flushed_at = time.monotonic()
-        self._held: HeldCommits | None = None
+        self._held: StallDetector | None = None  # commits held back by one fragment
         self.records_in = metrics.records_in.labels("compactor")
         self.turns = Turns()
 
@@ -412,8 +413,8 @@ class CompactLoop(RejoiningLoop):
         self._commits, self._buffer, self._owned = Commits(), _Buffer(), set()
         after = self.settings.kafka.reread_held_seconds
         # a buffer legitimately waits up to publish_seconds before it is published
-        self._held = HeldCommits(max(after, 4 * self.settings.report.publish_seconds)
-                                 ) if after > 0 else None
+        self._held = StallDetector(max(after, 4 * self.settings.report.publish_seconds)
+                                   ) if after > 0 else None
         self._load_failed = self.between_owners = False
         self.reports.clear()
         self._partition_of.clear()
@@ -450,10 +451,13 @@ class CompactLoop(RejoiningLoop):
         ``RETRO_KAFKA__REREAD_HELD_SECONDS``: the loop rejoins and reads it again."""
         if self._held is None or self.between_owners:
             return False
-        held = self._held.observe(self._commits.acker.oldest())
+        waiting = self._commits.oldest_pending()
+        # a pending fragment is lag; its offset not moving is the commit held back
+        self._held.observe(waiting, dict.fromkeys(waiting, 1))
+        held = self._held.stalled()
         for tp in held:
             logger.warning("%s: a fragment has held the commit back for %.0fs; reading the "
-                           "partition again from its commit", tp, self._held.after)
+                           "partition again from its commit", tp, self._held.stall_seconds)
         return bool(held)
 
     async def _take(self, consumer: AIOKafkaConsumer,

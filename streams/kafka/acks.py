@@ -11,7 +11,6 @@ contiguous prefix of what was received on each partition.
 
 from __future__ import annotations
 
-import time
 from collections import deque
 from collections.abc import Callable, Hashable
 from dataclasses import dataclass, field
@@ -62,31 +61,6 @@ class OrderedAcker:
         return {key: queue[0] for key, queue in self._pending.items() if queue}
 
 
-class HeldCommits:
-    """Which keys' commits the same record has held back for ``after`` seconds.
-
-    A safety net for a loop whose every record is done within seconds (the compactor
-    publishes each buffer within ``publish_seconds``): a record held far longer was
-    lost between fetch and work by a bug, and the loop reads its partition again from
-    the commit rather than sit on it (a dropped fetch once held a commit for good).
-    """
-
-    def __init__(self, after: float, clock: Callable[[], float] = time.monotonic) -> None:
-        self.after = after
-        self.clock = clock
-        self._since: dict[Hashable, tuple[AckHandle, float]] = {}
-
-    def observe(self, oldest: dict[Hashable, AckHandle]) -> list[Hashable]:
-        """Feed ``OrderedAcker.oldest()``; the keys held for ``after`` seconds."""
-        now = self.clock()
-        since = {}
-        for key, handle in oldest.items():
-            seen = self._since.get(key)
-            since[key] = (handle, seen[1] if seen is not None and seen[0] is handle else now)
-        self._since = since
-        return sorted((key for key, (_, t) in since.items() if now - t >= self.after), key=str)
-
-
 class Commits:
     """The next offset to commit per partition of an aiokafka loop: each partition's
     contiguous prefix of records whose output is delivered (``acker`` keeps the order;
@@ -99,6 +73,11 @@ class Commits:
     def _acked(self, token: tuple[Any, int]) -> None:
         tp, offset = token
         self.ready[tp] = offset + 1
+
+    def oldest_pending(self) -> dict[Any, int]:
+        """Per partition, the offset of the first record not done yet: where its commit
+        waits."""
+        return {tp: handle.token[1] for tp, handle in self.acker.oldest().items()}
 
     def take(self, owned: set[Any]) -> dict[Any, int]:
         ready, self.ready = self.ready, {}

@@ -181,13 +181,13 @@ def test_a_partition_fetched_while_its_reports_load_is_read_again_once_loaded() 
 
 
 def test_a_fragment_that_holds_its_commit_back_too_long_makes_the_loop_read_it_again() -> None:
-    from streams.kafka.acks import HeldCommits
+    from streams.kafka.stall import StallDetector
     from tests.helpers import FakeClock
 
     consumer, producer = Consumer({0}), Producer()
     loop = loop_with(consumer, producer)
     clock = FakeClock()
-    loop._held = HeldCommits(SETTINGS.kafka.reread_held_seconds, clock=clock)
+    loop._held = StallDetector(SETTINGS.kafka.reread_held_seconds, clock=clock)
     tp = TopicPartition(FRAGMENTS, 0)
     loop._commits.acker.track(tp, (tp, 3))  # fetched, then lost on the way to the buffer
     receive(loop, Record(0, 4, "day/all#0", fragment("a", 1)))
@@ -206,7 +206,7 @@ def test_a_long_publish_interval_is_not_taken_for_a_held_fragment() -> None:
     def held_after(settings: Settings) -> float | None:
         loop = CompactLoop(settings, Metrics(), group=fragments_group("g"))
         loop._begin()
-        return loop._held.after if loop._held is not None else None
+        return loop._held.stall_seconds if loop._held is not None else None
 
     assert held_after(SETTINGS) == SETTINGS.kafka.reread_held_seconds
     assert held_after(Settings(report=ReportSettings(publish_seconds=30))) == 120
