@@ -108,7 +108,7 @@ class TemplateMiner:
     Not thread-safe (Drain mutates its tree); use one per worker or partition.
     """
 
-    __slots__ = ("_miner",)
+    __slots__ = ("_ids", "_miner")
 
     def __init__(
         self,
@@ -130,12 +130,17 @@ class TemplateMiner:
         )
         # persistence_handler=None: no snapshots; config given: no drain3.ini lookup.
         self._miner = _DrainMiner(persistence_handler=None, config=config)
+        self._ids: dict[int, str] = {}  # drain3 cluster id -> the id given at its birth
 
     def match(self, message: str) -> tuple[str, str]:
         """Learn from ``message`` and return its current ``(template_id, template)``."""
         result = self._miner.add_log_message(message)
         template: str = result["template_mined"]
-        return template_id(template), template
+        cluster = result["cluster_id"]
+        tid = self._ids.get(cluster)
+        if tid is None:
+            tid = self._ids[cluster] = template_id(template)
+        return tid, template
 
     @property
     def cluster_count(self) -> int:
