@@ -46,7 +46,7 @@ _SYSLOG_TAIL = re.compile(r"(?P<host>\S+) +(?:(?P<tag>[^\s:\[]+)(?:\[(?P<pid>\d+
 # "host tag[pid]: msg" after a full timestamp (rsyslog's RFC 3339 file format): the tag
 # must end in ":" so that "ERROR Foo: msg" or "[main] x: msg" never reads as one
 _SYSLOG_HOST_TAG = re.compile(
-    r"(?P<host>[A-Za-z0-9][\w.-]*) +(?P<tag>[A-Za-z_][\w./-]*)(?:\[(?P<pid>\d+)\])?: ")
+    r"(?P<host>[A-Za-z0-9][\w.-]*) +(?P<tag>/?[A-Za-z_][\w./-]*)(?:\[(?P<pid>\d+)\])?: ")
 # "error: ..." right after a syslog tag: sshd, postfix, the kernel and others put the
 # severity there when the priority is not in the line
 _TAG_LEVEL = re.compile(r"(?P<lvl>[A-Za-z]{3,9}): ")
@@ -208,7 +208,7 @@ class FormatParser:
             tail = _SYSLOG_HOST_TAG.match(message)
             if tail is not None and normalize_level(tail["host"]) is None:
                 parsed.format = "syslog"
-                parsed.service = tail["tag"]
+                parsed.service = program_name(tail["tag"])
                 attrs["host"] = tail["host"]
                 if tail["pid"]:
                     attrs["pid"] = int(tail["pid"])
@@ -301,6 +301,8 @@ class FormatParser:
             else:
                 break
             i += 1
+        if i == 1:
+            return None  # no field after the time: "2016-09-28 04:30:30, Info  CBS  msg"
         parsed.message = delim.join(fields[i:]).strip()
         return parsed
 
@@ -314,7 +316,7 @@ class FormatParser:
         if m is not None:
             parsed.attributes["host"] = m["host"]
             if m["tag"]:
-                parsed.service = m["tag"]
+                parsed.service = program_name(m["tag"])
             if m["pid"]:
                 parsed.attributes["pid"] = int(m["pid"])
             pos = m.end()
@@ -369,6 +371,11 @@ class FormatParser:
         self._apply_stamp(parsed, stamp, line)
         parsed.attributes.update(pid=int(m["pid"]), file=m["file"], line=int(m["line"]))
         return parsed
+
+
+def program_name(tag: str) -> str:
+    """A syslog program given as a path (``/usr/sbin/cron``) is named by its file name."""
+    return tag.rpartition("/")[2] or tag if tag.startswith("/") else tag
 
 
 def _level_after_tag(parsed: Parsed) -> None:

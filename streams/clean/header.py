@@ -46,7 +46,8 @@ _LEVEL_KEY = re.compile(r"(?:level|lvl|severity|loglevel)=\"?(?P<w>[A-Za-z]+)", 
 _BRACKETED = re.compile(r"[\[<(]\s*(?P<w>[A-Za-z]+)\s*[\]>)]:?")
 _LETTER = re.compile(r"(?P<w>[VDIWEFA])(?:/|:|$)")
 _WORD = re.compile(r"(?P<w>[A-Za-z]+)[:,]?")
-TAG = re.compile(  # "sshd[42]:", "Tag( 123):", "cron(pam_unix)[7]:"
+TAG = re.compile(  # "sshd[42]:", "Tag( 123):", "cron(pam_unix)[7]:", "/usr/sbin/gmetad[9]:"
+    r"(?P<path>/(?:[\w.\-]+/)*)?"  # a program named by its path: the file name is the tag
     r"(?P<tag>[A-Za-z_][\w.$/\-()]{0,63}?)(?:\[(?P<pid>\d+)\]|\(\s*(?P<pid2>\d+)\))?:"
 )
 COMPONENT = re.compile(r"(?P<tag>[A-Za-z_][\w.$\-]{0,63})")

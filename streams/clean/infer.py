@@ -13,7 +13,14 @@ key or file name) and looks for what the lines agree on:
 * **where the level is**, counted in tokens after the timestamp: a level word in any
   case, bracketed (``[error]``, ``<W>``), ``level=error``, or a one-letter level when
   a whole column holds nothing else;
-* **where a tag is** (``WindowManager:``, ``sshd[42]:``), used as the service.
+* **where a tag is** (``WindowManager:``, ``sshd[42]:``, ``/usr/sbin/cron[7]:``), used
+  as the service; a ``name:`` deep in the line that never changes and has no pid is
+  a word of the text (``... Component State Change: ...``), not a tag;
+* **fixed columns**: in a space-separated layout with no level and no tag, the
+  numeric columns right after the timestamp (a flag, a count) belong to the header,
+  and a column before the timestamp whose few values are names is the component.
+* **a padded component** right after the level (``Info   CBS    msg``): fixed-width
+  layouts pad their columns, so a name followed by two or more blanks is a field.
 
 A spot is learned when a large enough share of the sample agrees; the source is
 then parsed with it. The learner only completes what per-record detection left
@@ -24,6 +31,7 @@ How a line's fields are read is in :mod:`streams.clean.header`.
 
 from __future__ import annotations
 
+import re
 from collections import Counter, OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -55,7 +63,10 @@ class Structure:
     stamp: StampSpot | None = None
     level: LevelSpot | None = None
     tag: int | None = None  # token index (after the timestamp) of a ``name:`` tag
-    component: int | None = None  # token index of a component name just before the level
+    component: int | None = None  # token index of a component name next to the level
+    dashed: bool = False  # the tag is a name followed by a lone "-" (``chrome.exe - msg``)
+    fields_after: int = 0  # numeric columns right after the timestamp (header, not text)
+    service_before: int | None = None  # token index, before the timestamp, of the component
 
     @property
     def empty(self) -> bool:
@@ -107,15 +118,27 @@ def learn(
     levels: Counter[LevelSpot] = Counter()
     letters: dict[tuple[int, bool], set[str]] = {}
     tags: Counter[int] = Counter()
+    tag_values: dict[int, set[str]] = {}
+    tag_pids: Counter[int] = Counter()
     names: Counter[int] = Counter()
+    dashes: Counter[int] = Counter()
+    after: list[list[tuple[str, int, int]]] = []
     for line, found in zip(lines, found_in, strict=True):
-        start = found.end if stamp is not None and found is not None else 0
-        for i, (token, _, _) in enumerate(header_tokens(line, start)):
+        start = _past_closers(line, found.end) if stamp is not None and found is not None else 0
+        tokens = header_tokens(line, start)
+        after.append(tokens)
+        for i, (token, _, _) in enumerate(tokens):
             if COMPONENT.fullmatch(token):
                 names[i] += 1
+                if i + 1 < len(tokens) and tokens[i + 1][0] == "-":
+                    dashes[i] += 1
             _count_level(token, LevelSpot(i, ""), levels, letters, strict=strict)
-            if TAG.fullmatch(token) and not token[:-1].isdigit():
+            m = TAG.fullmatch(token)
+            if m is not None and not token[:-1].isdigit():
                 tags[i] += 1
+                tag_values.setdefault(i, set()).add(m["tag"])
+                if m["pid"] or m["pid2"]:
+                    tag_pids[i] += 1
         if start and found is not None:  # "<W> 2024-...", "INFO [main] 2024-..."
             for i, (token, _, _) in enumerate(header_tokens(line, 0, found.start)):
                 _count_level(token, LevelSpot(i, "", before=True), levels, letters, strict=strict)
@@ -130,12 +153,16 @@ def learn(
         level = spot
         break
     tag: int | None = None
+    first_free = level.index + 1 if level is not None and not level.before else 0
     for index, count in tags.most_common():
         if _share(count, total) >= min_share and (
             level is None or level.before or index != level.index
-        ):
+        ) and (index <= first_free or tag_pids[index] or len(tag_values[index]) > 1):
             tag = index
             break
+    dashed = False
+    if tag is None and _share(dashes[first_free], total) >= min_share:
+        tag, dashed = first_free, True  # "name - message" (Python logging's "%(name)s - ")
     component: int | None = None  # "... KERNEL INFO msg": a name right before the level
     if (
         level is not None
@@ -146,7 +173,70 @@ def learn(
         and _share(names[level.index - 1], total) >= min_share
     ):
         component = level.index - 1
-    return Structure(stamp, level, tag, component)
+    elif (
+        level is not None and not level.before and level.shape == "word" and tag is None
+        and _share(_padded_names(lines, after, level.index + 1), total) >= min_share
+    ):
+        component = level.index + 1
+    fields_after = 0
+    service_before: int | None = None
+    if stamp is not None and level is None and tag is None:
+        fields_after = _numeric_columns(after, total)
+        service_before = _name_column(lines, found_in, stamp.tokens_before)
+    return Structure(stamp, level, tag, component, dashed, fields_after, service_before)
+
+
+_NUMERIC = re.compile(r"-|[-+]?\d+(?:\.\d+)?")
+FIXED_COLUMN_SHARE = 0.9  # a column is a field when nearly every line agrees on its shape
+
+
+def _numeric_columns(after: list[list[tuple[str, int, int]]], total: int) -> int:
+    """How many columns right after the timestamp hold a number (or ``-``) in nearly
+    every line: a flag or count column of a fixed layout, not the start of the text."""
+    count = 0
+    while count < MAX_FIELDS_AFTER:
+        hits = sum(1 for tokens in after
+                   if len(tokens) > count and _NUMERIC.fullmatch(tokens[count][0]))
+        if _share(hits, total) < FIXED_COLUMN_SHARE:
+            break
+        count += 1
+    return count
+
+
+MAX_FIELDS_AFTER = 3
+
+
+def _name_column(lines: list[str], found_in: list[Found | None], before: int) -> int | None:
+    """The first column before the timestamp whose values are names and few (a
+    component: ``unix.hw``), not ids or hosts, which take a new value on most lines."""
+    if before < 1:
+        return None
+    columns: list[list[str]] = [[] for _ in range(before)]
+    for line, found in zip(lines, found_in, strict=True):
+        if found is None:
+            continue
+        tokens = line[: found.start].split()
+        if len(tokens) != before:
+            return None
+        for i, token in enumerate(tokens):
+            columns[i].append(token)
+    for i, values in enumerate(columns):
+        if len(values) < 2 or not all(COMPONENT.fullmatch(v) for v in values):
+            continue
+        if len(set(values)) <= max(2, len(values) // 4):
+            return i
+    return None
+
+
+def _padded_names(lines: list[str], after: list[list[tuple[str, int, int]]], index: int) -> int:
+    """Lines whose token at ``index`` is a name padded by two or more blanks."""
+    hits = 0
+    for line, tokens in zip(lines, after, strict=True):
+        if index < len(tokens):
+            token, _, end = tokens[index]
+            if COMPONENT.fullmatch(token) and line.startswith("  ", end):
+                hits += 1
+    return hits
 
 
 HeaderParser = Callable[[str, int, "Stamp | None"], "Parsed | None"]
@@ -175,7 +265,7 @@ def apply(
         found = find_stamp(line, structure.stamp, times)
         if found is None:
             return False
-        start = header_end = found.end
+        start = header_end = _past_closers(line, found.end)
         stamp_start = found.start
         if need_time:
             prefix = line[: found.start].strip(" [(<\"',;|=\t")
@@ -184,6 +274,7 @@ def apply(
             if prefix:
                 skipped.append(prefix)
         if not _needs_spots(structure, parsed):
+            _trim_message(parsed, line, header_end, skipped)  # a learned time is header
             return True
     tokens = header_tokens(line, start)
     used: set[int] = set()
@@ -200,6 +291,12 @@ def apply(
             continue
         token, _, end = tokens[index]
         m = TAG.fullmatch(token) if index == structure.tag else COMPONENT.fullmatch(token)
+        if structure.dashed and index == structure.tag:
+            m = COMPONENT.fullmatch(token)
+            if m is None or index + 1 >= len(tokens) or tokens[index + 1][0] != "-":
+                continue
+            used.add(index + 1)
+            end = tokens[index + 1][2]
         if m is None:
             continue
         parsed.service = m["tag"]
@@ -208,14 +305,32 @@ def apply(
             parsed.attributes["pid"] = int(pid)
         used.add(index)
         header_end = max(header_end, end)
+    if structure.fields_after and header_end == start and len(tokens) > structure.fields_after:
+        numbers = tokens[: structure.fields_after]
+        if all(_NUMERIC.fullmatch(t) for t, _, _ in numbers):
+            header_end = numbers[-1][2]
+    if structure.service_before is not None and parsed.service is None:
+        columns = line[:stamp_start].split()
+        if len(columns) > structure.service_before:
+            m = COMPONENT.fullmatch(columns[structure.service_before])
+            if m is not None:
+                parsed.service = m["tag"]
     skipped += [t for i, (t, _, end) in enumerate(tokens) if end <= header_end and i not in used]
     _trim_message(parsed, line, header_end, skipped)
     return True
 
 
+def _past_closers(line: str, pos: int) -> int:
+    """Past the brackets that close a timestamp's field (``[10.30 16:49:06] msg``)."""
+    while line[pos : pos + 1] in ("]", ")", ">"):
+        pos += 1
+    return pos
+
+
 def _needs_spots(structure: Structure, parsed: Parsed) -> bool:
-    return (parsed.level is None and structure.level is not None) or (
-        parsed.service is None and (structure.tag is not None or structure.component is not None)
+    return (parsed.level is None and structure.level is not None) or structure.fields_after > 0 or (
+        parsed.service is None and (structure.tag is not None or structure.component is not None
+                                    or structure.service_before is not None)
     )
 
 

@@ -260,7 +260,7 @@ def test_padded_bracket_levels_after_a_bracketed_time() -> None:
     ]
     parser, results = _learned_source(lines)
     assert parser.learner.structure("s") == Structure(
-        StampSpot(0, "[", "known"), LevelSpot(1, "bracket"), None, None
+        StampSpot(0, "[", "known"), LevelSpot(0, "bracket"), None, None
     )
     assert [p.level for p in results] == [
         {"INFO": "INFO", "WARN": "WARN", "ERROR": "ERROR", "DEBUG": "DEBUG"}[words[i % 4]]
