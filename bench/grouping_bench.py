@@ -17,21 +17,30 @@ when it is exactly one labelled event's lines.
 Also times the clean stage (records/s, best of ``--repeat`` passes) over the same
 lines, so a grouping gain is not bought with speed.
 
-Run: ``.venv/bin/python bench/grouping_bench.py [--data ../shared/data] [--repeat 3]``
+With ``--ref REV`` the same systems are also run on that commit's ``streams`` package
+(``git archive``, a child process with the same interpreter and libraries), and the
+table shows GA and records/s before and after, measured in the same run.
+
+Run: ``.venv/bin/python bench/grouping_bench.py [--data ../shared/data] [--repeat 3] [--ref REV]``
 """
 
 from __future__ import annotations
 
 import argparse
 import csv
+import json
+import os
+import subprocess
 import sys
+import sysconfig
+import tempfile
 import time
 from collections import defaultdict
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from _common import SHARED_DATA, add_tag_argument, table, write_result
+from _common import REPO, SHARED_DATA, add_tag_argument, table, write_result
 
 from streams.clean.cleaner import Cleaner
 from streams.records import DeadLetter, RawCoord
@@ -124,19 +133,10 @@ def clean_rate(name: str, raw: list[bytes], settings: Settings, repeat: int) -> 
     return len(raw) / best
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n", 1)[0])
-    parser.add_argument("--data", type=Path, default=SHARED_DATA)
-    parser.add_argument("--repeat", type=int, default=3)
-    add_tag_argument(parser)
-    args = parser.parse_args(argv)
-    loghub = args.data / "loghub"
-    if not loghub.is_dir():
-        print(f"no loghub samples under {args.data}; nothing to measure")
-        return 0
+def measure(loghub: Path, repeat: int, with_drain3: bool = True) -> dict[str, dict[str, Any]]:
+    """Per system: GA, F1-GA and clean records/s of this ``streams`` (plain drain3 too)."""
     settings = Settings()
-    rows: list[list[Any]] = []
-    results: dict[str, Any] = {}
+    results: dict[str, dict[str, Any]] = {}
     for folder in sorted(p for p in loghub.iterdir() if p.is_dir()):
         loaded = load_system(folder)
         if loaded is None:
@@ -144,40 +144,97 @@ def main(argv: list[str] | None = None) -> int:
         raw, truth, contents = loaded
         ids, dead = retro_groups(folder.name, raw, settings)
         ga, f1 = grouping_accuracy(truth, ids)
-        dga, df1 = grouping_accuracy(truth, drain3_groups(contents))
-        rate = clean_rate(folder.name, raw, settings, args.repeat)
-        published = PUBLISHED_DRAIN.get(folder.name)
+        dga, df1 = grouping_accuracy(truth, drain3_groups(contents)) if with_drain3 else (0, 0)
         results[folder.name] = {
             "lines": len(raw), "events": len(set(truth)), "retro_groups": len(set(ids)),
             "ga": ga, "f1_ga": f1, "drain3_ga": dga, "drain3_f1_ga": df1,
-            "published_drain_ga": published, "dead_letters": dead, "clean_rec_s": rate,
+            "published_drain_ga": PUBLISHED_DRAIN.get(folder.name), "dead_letters": dead,
+            "clean_rec_s": clean_rate(folder.name, raw, settings, repeat),
         }
-        rows.append([folder.name, len(set(truth)), len(set(ids)), f"{ga:.3f}", f"{f1:.3f}",
-                     f"{dga:.3f}", f"{df1:.3f}", published if published else "-",
-                     f"{rate:,.0f}"])
-    if not rows:
+    return results
+
+
+def measure_ref(ref: str, data: Path, repeat: int) -> dict[str, dict[str, Any]]:
+    """The same measurement on commit ``ref``'s ``streams`` package, in a child process.
+
+    ``-S`` keeps the editable install of this tree off the path; the libraries come
+    from this interpreter's site-packages.
+    """
+    with tempfile.TemporaryDirectory() as tmp:
+        archive = subprocess.run(["git", "archive", ref, "streams"], cwd=REPO, check=True,
+                                 capture_output=True).stdout
+        subprocess.run(["tar", "-x", "-C", tmp], input=archive, check=True)
+        site = sysconfig.get_paths()["purelib"]
+        env = {**os.environ, "PYTHONPATH": os.pathsep.join([tmp, site])}
+        out = subprocess.run(
+            [sys.executable, "-S", __file__, "--data", str(data), "--repeat", str(repeat),
+             "--child"], env=env, check=True, capture_output=True, text=True).stdout
+    return json.loads(out)
+
+
+def _mean(results: dict[str, dict[str, Any]], key: str) -> float:
+    return sum(r[key] for r in results.values()) / len(results)
+
+
+def _rate_all(results: dict[str, dict[str, Any]]) -> float:
+    lines = sum(r["lines"] for r in results.values())
+    return lines / sum(r["lines"] / r["clean_rec_s"] for r in results.values())
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n", 1)[0])
+    parser.add_argument("--data", type=Path, default=SHARED_DATA)
+    parser.add_argument("--repeat", type=int, default=3)
+    parser.add_argument("--ref", help="also measure this commit's streams (e.g. main~3)")
+    parser.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
+    add_tag_argument(parser)
+    args = parser.parse_args(argv)
+    loghub = args.data / "loghub"
+    if not loghub.is_dir():
+        print(f"no loghub samples under {args.data}; nothing to measure")
+        return 0
+    if args.child:
+        print(json.dumps(measure(loghub, args.repeat, with_drain3=False)))
+        return 0
+    before = measure_ref(args.ref, args.data, args.repeat) if args.ref else None
+    results = measure(loghub, args.repeat)
+    if not results:
         print("no labelled samples found")
         return 0
-    n = len(results)
-
-    def mean(key: str) -> float:
-        return sum(r[key] for r in results.values()) / n
-
+    rows: list[list[Any]] = []
+    for name, r in results.items():
+        old = before.get(name) if before else None
+        rows.append([
+            name, r["events"], r["retro_groups"], *([f"{old['ga']:.3f}"] if before else []),
+            f"{r['ga']:.3f}", f"{r['f1_ga']:.3f}", f"{r['drain3_ga']:.3f}",
+            f"{r['drain3_f1_ga']:.3f}", r["published_drain_ga"] or "-",
+            *([f"{old['clean_rec_s']:,.0f}"] if before and old else []),
+            f"{r['clean_rec_s']:,.0f}"])
     pub = [r["published_drain_ga"] for r in results.values() if r["published_drain_ga"]]
-    total_lines = sum(r["lines"] for r in results.values())
-    total_time = sum(r["lines"] / r["clean_rec_s"] for r in results.values())
-    rows.append(["mean", "", "", f"{mean('ga'):.3f}", f"{mean('f1_ga'):.3f}",
-                 f"{mean('drain3_ga'):.3f}", f"{mean('drain3_f1_ga'):.3f}",
+    rows.append(["mean", "", "", *([f"{_mean(before, 'ga'):.3f}"] if before else []),
+                 f"{_mean(results, 'ga'):.3f}", f"{_mean(results, 'f1_ga'):.3f}",
+                 f"{_mean(results, 'drain3_ga'):.3f}", f"{_mean(results, 'drain3_f1_ga'):.3f}",
                  f"{sum(pub) / len(pub):.3f}" if pub else "-",
-                 f"{total_lines / total_time:,.0f}"])
-    print(table(["system", "events", "groups", "GA", "F1-GA", "drain3 GA", "drain3 F1",
-                 "published", "clean rec/s"], rows))
-    summary = {"mean_ga": mean("ga"), "min_ga": min(r["ga"] for r in results.values()),
-               "mean_f1_ga": mean("f1_ga"), "mean_drain3_ga": mean("drain3_ga"),
-               "clean_rec_s_all": total_lines / total_time}
-    path = write_result("grouping_bench", {"systems": results, "summary": summary}, args.tag)
+                 *([f"{_rate_all(before):,.0f}"] if before else []),
+                 f"{_rate_all(results):,.0f}"])
+    headers = ["system", "events", "groups", *(["GA before"] if before else []), "GA", "F1-GA",
+               "drain3 GA", "drain3 F1", "published",
+               *(["rec/s before"] if before else []), "clean rec/s"]
+    print(table(headers, rows))
+    summary = {"mean_ga": _mean(results, "ga"), "min_ga": min(r["ga"] for r in results.values()),
+               "mean_f1_ga": _mean(results, "f1_ga"),
+               "mean_drain3_ga": _mean(results, "drain3_ga"),
+               "clean_rec_s_all": _rate_all(results)}
+    if before:
+        summary["ref"] = args.ref
+        summary["ref_mean_ga"] = _mean(before, "ga")
+        summary["speed_ratio"] = _rate_all(results) / _rate_all(before)
+    path = write_result("grouping_bench", {"systems": results, "ref_systems": before,
+                                           "summary": summary}, args.tag)
     print(f"\nmean GA {summary['mean_ga']:.3f} (min {summary['min_ga']:.3f}); "
-          f"clean {summary['clean_rec_s_all']:,.0f} rec/s over all; written to {path}")
+          f"clean {summary['clean_rec_s_all']:,.0f} rec/s over all"
+          + (f", {summary['speed_ratio']:.2f}x of {args.ref}" if before else "")
+          + f"; written to {path}")
     return 0
 
 
