@@ -270,12 +270,16 @@ def _part(
         if not part:
             continue
         mine = [ex for ex in ev.examples if any(m.startswith(_stem(ex)) for m in messages)]
-        # counted again over this report's records of the template (its group's records)
-        entities = ev.entities and top_entities(count_entities(
-            r.message for r in records if r.template == ev.template))
+        entities: dict[str, int] = {}
+        if ev.entities:
+            # counted again over this report's records of the template, found by coordinates:
+            # a group's records may carry older texts than the template it shows
+            at = set(_coords(part.to_json()))
+            entities = top_entities(count_entities(
+                r.message for r in records if r.raw.ledger_entry() in at))
         evidence.append(ev.model_copy(update={
             "count": len(part), "covered": part.to_json(), "examples": mine or ev.examples[:1],
-            "entities": entities or {}}))
+            "entities": entities}))
     timed = [r for r in records if epoch_of(r.timestamp) is not None]
     window = TimeWindow(
         start=min(timed, key=time_key).timestamp if timed else None,

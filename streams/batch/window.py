@@ -37,6 +37,7 @@ from streams.batch.cost import (
     time_key,
 )
 from streams.batch.prompt import prompt_overhead_tokens
+from streams.batch.templates import most_general
 from streams.intervals import Coverage
 from streams.records import Lane, NormalizedRecord
 
@@ -162,8 +163,9 @@ def build_batch(
 ) -> Batch:
     """Group records by (service, template) in service/time order.
 
-    Examples are the first ``max_examples`` distinct messages in time order; an
-    example (or template) over its cap is cut and marked `` …[cut: N tokens]``.
+    A group shows its most general template text (``group_template``). Examples are
+    the first ``max_examples`` distinct messages in time order; an example (or
+    template) over its cap is cut and marked `` …[cut: N tokens]``.
     ``max_template_tokens`` defaults to ``max_example_tokens``; None means no cap.
     """
     ordered = sorted(records, key=record_key)
@@ -186,7 +188,7 @@ def build_batch(
     estimate = overhead
     for n, ((service, template_id), members) in enumerate(sorted(buckets.items(), key=order), 1):
         truncated = False
-        template = members[0].template
+        template = group_template(members)
         if template_cap is not None:
             template, cut = cut_to_cap(counter, template, template_cap)
             truncated |= cut
@@ -232,6 +234,24 @@ def build_batch(
     )
 
 
+def group_template(members: list[NormalizedRecord]) -> str:
+    """The template text a group of one template id shows: the one covering all the
+    others, else the latest record's by offset.
+
+    A template id is given at a drain3 cluster's birth and kept while its template
+    generalises, so a group can hold older, narrower texts ("for root") beside the
+    newer one ("for <*>"); the general one names every record of the group.
+    """
+    texts = {r.template for r in members}
+    if len(texts) == 1:
+        return members[0].template
+    general = most_general(texts)
+    if general is not None:
+        return general
+    latest = max(members, key=lambda r: (r.raw.offset, -1 if r.raw.index is None else r.raw.index))
+    return latest.template
+
+
 # --- the window ---------------------------------------------------------------------
 
 
@@ -239,7 +259,8 @@ def build_batch(
 class _GroupCost:
     """Running cost of one group: the k costliest distinct messages bound any k examples."""
 
-    base: int  # overhead + service + template
+    base: int  # overhead + service + the costliest template text seen in the group
+    templates: set[str] = field(default_factory=set)
     top: list[tuple[int, str]] = field(default_factory=list)  # (cost, message), costliest first
 
     @property
@@ -340,13 +361,18 @@ class TokenWindow:
         message_cost = message_tokens(self._counter, record) + EXAMPLE_SEPARATOR_TOKENS
         group = self._groups.get(key)
         if group is None:
-            group = _GroupCost(base=self._group_base(key[0], record.template))
+            group = _GroupCost(base=self._group_base(key[0], record.template),
+                               templates={record.template})
+        base = group.base
+        if record.template not in group.templates:
+            # the batch shows one of the group's texts (group_template): the costliest bounds it
+            base = max(base, self._group_base(key[0], record.template))
         new_top = group.with_message(message_cost, record.message, self.max_examples)
-        grown = group.base + sum(c for c, _ in new_top)
+        grown = base + sum(c for c, _ in new_top)
         marginal = grown - (group.total if key in self._groups else 0)
 
         if self._estimate + marginal > self.effective_budget:
-            alone = self.overhead_tokens + group.base + message_cost
+            alone = self.overhead_tokens + self._group_base(key[0], record.template) + message_cost
             if self._records:
                 out.append(self._flush("budget"))
             if alone > self.effective_budget:
@@ -356,6 +382,8 @@ class TokenWindow:
 
         if key not in self._groups:
             self._groups[key] = group
+        group.base = base
+        group.templates.add(record.template)
         group.top = new_top
         self._estimate += marginal
         self._records.append(record)

@@ -10,6 +10,11 @@ Everything else merges with order-free operations (union, min, max, the first
 few examples by a fixed order), so fragments carrying the same analysis give the
 same report in any order. A record claimed by one incident stays there: if a
 re-run attributes it differently, the first attribution wins.
+
+An incident's evidence is keyed by template text, and the clean stage's template
+ids hold only inside one process: after every merge, a template that another one
+covers is folded into it (``streams.report.templates``), so an event mined by two
+workers, or before and after a restart, ends as one entry whatever the order.
 """
 
 from __future__ import annotations
@@ -38,6 +43,7 @@ from streams.report.model import (
     TemplateEvidence,
     pick_examples,
 )
+from streams.report.templates import fold_evidence
 
 logger = logging.getLogger(__name__)
 
@@ -202,10 +208,8 @@ def _combine(held: Incident | None, inc: Incident) -> Incident:
     held.count += inc.count
     evidence = {ev.template: ev for ev in held.evidence}
     for ev in inc.evidence:
-        mine = evidence.setdefault(ev.template, TemplateEvidence(template=ev.template))
-        mine.count += ev.count
-        mine.examples = pick_examples([*mine.examples, *ev.examples])
-    held.evidence = _capped(evidence)
+        _add_evidence(evidence, ev.template, ev.count, ev.examples, ev.entities)
+    held.evidence = _capped(fold_evidence(evidence))
     return held
 
 
@@ -269,7 +273,7 @@ def _absorb(inc: Incident | None, key: str, fragment: Fragment, new: Coverage) -
     for ev in implicit:
         _add_evidence(evidence, ev.template, remainder, ev.examples,
                       _new_share(ev.entities, remainder, ev.count))
-    inc.evidence = _capped(evidence)
+    inc.evidence = _capped(fold_evidence(evidence))
     return inc
 
 
