@@ -1,13 +1,21 @@
-"""Log template mining (Drain, via drain3) with template ids that survive restarts.
+"""Log template mining (Drain, on drain3's tree) with template ids that survive restarts.
 
 Why templates: a batch sends one entry per (service, template) with a count, so
 thousands of "Receiving block <BLK> src: <IP> dest: <IP>" lines cost one line of
 prompt. Why our own ids: drain3's cluster ids are per-process counters, so two
 workers (or one worker after a restart) would give the same template different
-ids. The id here is a hash of the template text instead: the same text gets the
-same id in every process. A cluster's template can still generalize as it sees
-more lines; the masks below make that rare by replacing the usual variables
-(block ids, IPs, paths, hex, numbers) before Drain sees the line.
+ids. The id here is a hash of the template text a cluster was born with: the same
+text gets the same id in every process, and the id stays while the template
+generalises. The masks below replace the usual variables (dates, block ids, IPs,
+paths, hex, numbers) before Drain sees the line.
+
+Drain merges two lines whose tokens mostly agree. Plain Drain merges "VM Started"
+with "VM Paused" and "GET" with "POST": in short messages one differing word is a
+different event far more often than a variable. So a line does not join a cluster
+whose template holds another word (letters, no digits) where the line has one,
+unless the word already stands in two templates (a user or host name, which turns up
+in many events) or that template position has already refused ``WORD_ESCAPE``
+distinct words (a free-text variable).
 
 Nothing is persisted and no ``drain3.ini`` is read from the working directory:
 the configuration is built in code.
@@ -18,10 +26,10 @@ from __future__ import annotations
 import hashlib
 import logging
 import re
+from collections.abc import Callable, Sequence
+from typing import Any
 
-from drain3 import TemplateMiner as _DrainMiner
-from drain3.masking import MaskingInstruction
-from drain3.template_miner_config import TemplateMinerConfig
+from drain3.drain import Drain, LogCluster, LogClusterCache
 
 logger = logging.getLogger(__name__)
 
@@ -31,16 +39,40 @@ DEFAULT_MAX_CLUSTERS = 5000
 DEFAULT_MAX_CHILDREN = 100
 ID_PREFIX = "t"
 ID_HEX_CHARS = 10
+PARAM = "<*>"
+# distinct words a template position refuses before it is taken for a variable
+WORD_ESCAPE = 8
+# a word born into this many templates names a thing (user, host), not an event
+ENTITY_TEMPLATES = 2
+# words whose template counts are remembered; past it the counts start again
+MAX_WORDS = 100_000
 
 _B = r"(?<![A-Za-z0-9_])"  # not inside a word
 _E = r"(?![A-Za-z0-9_])"
 
 _DIGIT = "digit"  # a hint: the text holds a digit (every mask below but PATH needs one)
 
+_MON = (r"(?:Jan(?:uary)?|Feb(?:ruary)?|Mar(?:ch)?|Apr(?:il)?|May|June?|July?|Aug(?:ust)?"
+        r"|Sep(?:t(?:ember)?)?|Oct(?:ober)?|Nov(?:ember)?|Dec(?:ember)?)")
+_WDAY = r"(?:Mon|Tue(?:s)?|Wed(?:nes)?|Thu(?:rs)?|Fri|Sat(?:ur)?|Sun)(?:day)?"
+_TIME = r"\d{1,2}:\d{2}(?::\d{2}(?:[.,]\d+)?)?"
+_IP = r"\d{1,3}(?:\.\d{1,3}){3}(?::\d{1,5})?"
+
 # (pattern, mask name, hints) in the order applied; earlier masks protect their text
 # from later ones. A mask runs only when its text holds one of its hints: most lines
-# need few of the eight substitutions, which were an eighth of the clean stage's CPU.
+# need few of the substitutions, which were an eighth of the clean stage's CPU.
 MASKS: tuple[tuple[str, str, tuple[str, ...]], ...] = (
+    # a date written inside the message ("at Sun Jul  3 13:52:21 2005") as one token:
+    # its day and month names would otherwise read as words that tell events apart
+    (
+        r"(?<![\w.])(?:"
+        + _WDAY + r",?\s+" + _MON + r"\s+\d{1,2}(?:\s+" + _TIME + r")?(?:\s+[A-Z]{3,4})?"
+        + r"(?:\s+\d{4})?"
+        + r"|" + _MON + r"\s+\d{1,2}(?:,?\s+\d{4})?\s+" + _TIME + r"(?:\s+\d{4})?"
+        + r"|\d{4}-\d{2}-\d{2}(?:[T ]" + _TIME + r")?(?:Z|[+-]\d{2}:?\d{2})?"
+        + r")(?!\w)(?!\.\d)",
+        "DATE", (_DIGIT,),
+    ),
     # HDFS block ids, and a run of them ("delete blk_1 blk_2 ...") as one token so
     # the number of blocks does not change the template.
     (r"(?<![\w/])blk_-?\d+(?:[ ,]+blk_-?\d+)*", "BLK", ("blk_",)),
@@ -48,7 +80,8 @@ MASKS: tuple[tuple[str, str, tuple[str, ...]], ...] = (
         _B + r"[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}" + _E,
         "UUID", ("-",),
     ),
-    (r"(?<![\w.])\d{1,3}(?:\.\d{1,3}){3}(?::\d{1,5})?(?![\w.])", "IP", (".",)),
+    # a comma-separated list of addresses (a proxy chain) as one token, like one address
+    (r"(?<![\w.])" + _IP + r"(?:,[ ]?" + _IP + r")*(?![\w.])", "IP", (".",)),
     (_B + r"(?:[0-9A-Fa-f]{2}:){5,}[0-9A-Fa-f]{2}" + _E, "MAC", (":",)),
     (r"(?<![\w/<>*])(?:/[\w.\-]+){2,}/?", "PATH", ("/",)),
     (_B + r"0[xX][0-9a-fA-F]+" + _E, "HEX", ("0x", "0X")),
@@ -58,24 +91,37 @@ MASKS: tuple[tuple[str, str, tuple[str, ...]], ...] = (
     (r"(?<![\w.])[-+]?\d+(?:\.\d+)?(?:ms|us|ns|s|[KMGT]i?B|B)?(?![\w.])", "NUM", (_DIGIT,)),
 )
 _HAS_DIGIT = re.compile(r"\d")
+# a token that holds a digit or a mask is a variable: never a branch of Drain's tree
+_VARIABLE = re.compile(r"[\d<]")
+_LETTER = re.compile(r"[^\W\d_]")
 
 
-class HintedMask(MaskingInstruction):
-    """A drain3 masking instruction that skips its substitution when the text holds
-    none of its hints (substrings every match contains)."""
+_COMPILED = tuple(
+    (re.compile(pattern), f"<{name}>", tuple(h for h in hints if h != _DIGIT), _DIGIT in hints)
+    for pattern, name, hints in MASKS
+)
 
-    def __init__(self, pattern: str, mask_with: str, hints: tuple[str, ...]) -> None:
-        super().__init__(pattern, mask_with)
-        self.hints = tuple(h for h in hints if h != _DIGIT)
-        self.needs_digit = _DIGIT in hints
 
-    def mask(self, content: str, mask_prefix: str, mask_suffix: str) -> str:
-        if self.needs_digit:
-            if _HAS_DIGIT.search(content) is None:
-                return content
-        elif not any(h in content for h in self.hints):
-            return content
-        return super().mask(content, mask_prefix, mask_suffix)
+def mask(text: str) -> str:
+    """``text`` with every mask applied, in order (``<NAME>`` in place of the variable).
+
+    A mask runs only when the text holds one of its hints (a substring every match
+    holds): most lines need few of the substitutions.
+    """
+    has_digit = _HAS_DIGIT.search(text) is not None
+    for regex, replacement, hints, needs_digit in _COMPILED:
+        if needs_digit:
+            if not has_digit:
+                continue
+        elif not any(h in text for h in hints):
+            continue
+        text = regex.sub(replacement, text)
+    return text
+
+
+def is_word(token: str) -> bool:
+    """A token of letters and no digit or mask: "Started", '"GET', "user=root", "a.b.C"."""
+    return _VARIABLE.search(token) is None and _LETTER.search(token) is not None
 
 
 def template_id(template: str) -> str:
@@ -84,22 +130,111 @@ def template_id(template: str) -> str:
     return ID_PREFIX + digest[:ID_HEX_CHARS]
 
 
-def build_config(
-    *,
-    sim_th: float = DEFAULT_SIM_TH,
-    depth: int = DEFAULT_DEPTH,
-    max_clusters: int = DEFAULT_MAX_CLUSTERS,
-    max_children: int = DEFAULT_MAX_CHILDREN,
-) -> TemplateMinerConfig:
-    """A drain3 configuration built in code (``TemplateMinerConfig()`` reads no file)."""
-    config = TemplateMinerConfig()
-    config.drain_sim_th = sim_th
-    config.drain_depth = depth
-    config.drain_max_clusters = max_clusters
-    config.drain_max_children = max_children
-    config.masking_instructions = [HintedMask(p, name, hints) for p, name, hints in MASKS]
-    config.profiling_enabled = False
-    return config
+class _EvictingCache(LogClusterCache):
+    """drain3's LRU of clusters, telling its owner which cluster it dropped."""
+
+    def __init__(self, maxsize: int, on_evict: Callable[[int], None]) -> None:
+        super().__init__(maxsize=maxsize)
+        self._on_evict = on_evict
+
+    def popitem(self) -> tuple[Any, Any]:
+        key, value = super().popitem()
+        self._on_evict(key)
+        return key, value
+
+
+class _Drain(Drain):
+    """Drain whose similarity treats a differing word as a different event (see above)."""
+
+    def __init__(self, *, depth: int, sim_th: float, max_children: int, max_clusters: int,
+                 on_evict: Callable[[int], None]) -> None:
+        super().__init__(depth=depth, sim_th=sim_th, max_children=max_children,
+                         param_str=PARAM)
+        self._on_evict = on_evict
+        self.id_to_cluster = _EvictingCache(max_clusters, self._evicted)
+        # cluster id -> template position -> the distinct words it refused there
+        self._refused: dict[int, dict[int, set[str]]] = {}
+        # word -> templates born with it (up to ENTITY_TEMPLATES)
+        self._word_templates: dict[str, int] = {}
+
+    @staticmethod
+    def has_numbers(s: str) -> bool:
+        # drain3 branches on a token without digits; a masked one ("host:<NUM>") is a
+        # variable as much as the digits it replaced
+        return _VARIABLE.search(s) is not None
+
+    def _evicted(self, cluster_id: int) -> None:
+        self._refused.pop(cluster_id, None)
+        self._on_evict(cluster_id)
+
+    def add_seq_to_prefix_tree(self, root_node: Any, cluster: LogCluster) -> None:
+        super().add_seq_to_prefix_tree(root_node, cluster)
+        counts = self._word_templates
+        if len(counts) > MAX_WORDS:
+            counts.clear()
+        for token in set(cluster.log_template_tokens):
+            n = counts.get(token, 0)
+            if n < ENTITY_TEMPLATES and is_word(token):
+                counts[token] = n + 1
+
+    def _refuses(self, cluster_id: int, template: Sequence[str], tokens: Sequence[str]) -> bool:
+        """Whether the line holds a word where the template holds another that tells
+        events apart (and note the refusal)."""
+        counts = self._word_templates
+        for i, (a, b) in enumerate(zip(template, tokens, strict=True)):
+            if (a in (b, PARAM) or counts.get(a, 0) >= ENTITY_TEMPLATES
+                    or not is_word(a) or not is_word(b)):
+                continue
+            seen = self._refused.setdefault(cluster_id, {}).setdefault(i, set())
+            if len(seen) < WORD_ESCAPE:
+                seen.add(b)
+                return True
+        return False
+
+    def add(self, content: str) -> LogCluster:
+        """drain3's ``add_log_message`` without its profiler calls: the cluster of
+        ``content`` (masked), a new one or an existing one generalised to hold it."""
+        tokens = content.split()
+        cluster = self.tree_search(self.root_node, tokens, self.sim_th, False)
+        if cluster is None:
+            self.clusters_counter += 1
+            cluster = LogCluster(tokens, self.clusters_counter)
+            self.id_to_cluster[cluster.cluster_id] = cluster
+            self.add_seq_to_prefix_tree(self.root_node, cluster)
+            return cluster
+        template = cluster.log_template_tokens
+        if any(a != b and a != PARAM for a, b in zip(template, tokens, strict=True)):
+            cluster.log_template_tokens = tuple(
+                a if a == b else PARAM for a, b in zip(template, tokens, strict=True))
+        cluster.size += 1
+        self.id_to_cluster[cluster.cluster_id]  # touch: most recently used
+        return cluster
+
+    def fast_match(self, cluster_ids: Sequence[int], tokens: list[str], sim_th: float,
+                   include_params: bool) -> LogCluster | None:
+        best: LogCluster | None = None
+        best_sim = -1.0
+        best_params = -1
+        n = len(tokens)
+        get = self.id_to_cluster.get
+        for cluster_id in cluster_ids:
+            cluster = get(cluster_id)  # no LRU touch: only a candidate
+            if cluster is None:
+                continue
+            template = cluster.log_template_tokens
+            same = params = 0
+            for a, b in zip(template, tokens, strict=True):
+                if a == PARAM:
+                    params += 1
+                elif a == b:
+                    same += 1
+            sim = (same + params if include_params else same) / n if n else 1.0
+            if sim > best_sim or (sim == best_sim and params > best_params):
+                if (sim >= sim_th and same + params < n
+                        and self._refuses(cluster_id, template, tokens)):
+                    continue
+                best, best_sim, best_params = cluster, sim, params
+        return best if best_sim >= sim_th else None
 
 
 class TemplateMiner:
@@ -108,7 +243,7 @@ class TemplateMiner:
     Not thread-safe (Drain mutates its tree); use one per worker or partition.
     """
 
-    __slots__ = ("_ids", "_miner")
+    __slots__ = ("_drain", "_ids")
 
     def __init__(
         self,
@@ -124,32 +259,28 @@ class TemplateMiner:
             raise ValueError(f"depth must be >= 3 (Drain needs it), got {depth}")
         if max_clusters < 1 or max_children < 1:
             raise ValueError("max_clusters and max_children must be >= 1")
-        _quiet_drain3()
-        config = build_config(
-            sim_th=sim_th, depth=depth, max_clusters=max_clusters, max_children=max_children
-        )
-        # persistence_handler=None: no snapshots; config given: no drain3.ini lookup.
-        self._miner = _DrainMiner(persistence_handler=None, config=config)
         self._ids: dict[int, str] = {}  # drain3 cluster id -> the id given at its birth
+        self._drain = _Drain(depth=depth, sim_th=sim_th, max_children=max_children,
+                             max_clusters=max_clusters, on_evict=self._forget)
+
+    def _forget(self, cluster_id: int) -> None:
+        self._ids.pop(cluster_id, None)
 
     def match(self, message: str) -> tuple[str, str]:
         """Learn from ``message`` and return its current ``(template_id, template)``."""
-        result = self._miner.add_log_message(message)
-        template: str = result["template_mined"]
-        cluster = result["cluster_id"]
-        tid = self._ids.get(cluster)
+        cluster = self._drain.add(mask(message))
+        template = cluster.get_template()
+        tid = self._ids.get(cluster.cluster_id)
         if tid is None:
-            tid = self._ids[cluster] = template_id(template)
+            tid = self._ids[cluster.cluster_id] = template_id(template)
         return tid, template
 
     @property
     def cluster_count(self) -> int:
         """Clusters currently held (at most ``max_clusters``)."""
-        return len(self._miner.drain.clusters)
+        return len(self._drain.id_to_cluster)
 
-
-def _quiet_drain3() -> None:
-    """drain3 logs INFO on start and per snapshot; keep it at WARNING unless someone chose."""
-    drain_logger = logging.getLogger("drain3")
-    if drain_logger.level == logging.NOTSET:
-        drain_logger.setLevel(logging.WARNING)
+    @property
+    def id_count(self) -> int:
+        """Birth ids currently held (one per held cluster)."""
+        return len(self._ids)

@@ -15,16 +15,18 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from streams.clean.templates import TemplateMiner, template_id
+from streams.clean.templates import WORD_ESCAPE, TemplateMiner, template_id
 
 from helpers import shared_file
 
 REPO = Path(__file__).resolve().parents[2]
 
-# Measured with the masks in streams/clean/templates.py (ids as match() returns them,
-# line by line, no second pass): HDFS 1.000, Apache 1.000, Zookeeper 0.967,
-# HealthApp 0.9005. Thresholds sit a little below, so a regression shows.
-THRESHOLDS = {"HDFS": 0.97, "Apache": 0.97, "Zookeeper": 0.93, "HealthApp": 0.87}
+# Measured on the labelled message parts (ids as match() returns them, line by line,
+# no second pass): Apache 1.000, BGL 0.990, HDFS 1.000, Hadoop 0.970, HealthApp 1.000,
+# Linux 0.879, OpenStack 0.979, Zookeeper 0.989 (plain drain3: OpenStack 0.298, Linux
+# 0.684, HealthApp 0.576). Thresholds sit a little below, so a regression shows.
+THRESHOLDS = {"Apache": 0.97, "BGL": 0.96, "HDFS": 0.97, "Hadoop": 0.94, "HealthApp": 0.97,
+              "Linux": 0.85, "OpenStack": 0.95, "Zookeeper": 0.96}
 
 
 def grouping_accuracy(predicted: list[str], truth: list[str]) -> float:
@@ -81,13 +83,70 @@ def test_match_returns_id_of_the_returned_template() -> None:
     assert miner.match("Connection to 10.9.9.9:9093 refused after 12 tries") == (tid, template)
 
 
-def test_variable_tokens_generalize_into_one_template() -> None:
+def test_short_events_that_differ_by_one_word_stay_apart() -> None:
+    """Plain Drain gives these one template ("VM <*> (Lifecycle Event)"): 5 of 6 tokens agree."""
     miner = TemplateMiner()
-    a = miner.match("user alice logged in from web")
-    miner.match("user bob logged in from web")
-    c = miner.match("user carol logged in from web")
-    assert c[1] == "user <*> logged in from web"
-    assert a[0] != c[0]  # the first line saw the template before it generalized
+    uuid = "96abccce-8d1f-4e07-b6d1-4b2ab87e23b4"
+    found = {}
+    for _ in range(3):
+        for state in ("Started", "Paused", "Resumed", "Stopped"):
+            found.setdefault(state, set()).add(
+                miner.match(f"[instance: {uuid}] VM {state} (Lifecycle Event)"))
+    assert all(len(results) == 1 for results in found.values())
+    assert len({next(iter(results))[0] for results in found.values()}) == 4
+    assert found["Paused"] == {(template_id("[instance: <UUID>] VM Paused (Lifecycle Event)"),
+                                "[instance: <UUID>] VM Paused (Lifecycle Event)")}
+    get = miner.match('10.0.0.1 "GET /v2/a/servers HTTP/1.1" status: 200 len: 1893 time: 0.24')
+    post = miner.match('10.0.0.1 "POST /v2/a/servers HTTP/1.1" status: 202 len: 733 time: 0.5')
+    assert get[0] != post[0]
+
+
+def test_a_user_name_generalises_once_it_names_a_user_in_two_events() -> None:
+    """A word seen in two templates is a name (user, host), and the id is kept."""
+    miner = TemplateMiner()
+    first = miner.match("session opened for user cyrus by (uid=0)")
+    miner.match("session closed for user cyrus")
+    tid, template = miner.match("session opened for user news by (uid=0)")
+    assert template == "session opened for user <*> by (uid=<NUM>)"
+    assert tid == first[0] == template_id("session opened for user cyrus by (uid=<NUM>)")
+    assert miner.match("session opened for user test by (uid=509)") == (tid, template)
+
+
+def test_a_free_text_word_generalises_after_enough_distinct_words() -> None:
+    """A position that keeps changing word is a variable even if no word repeats elsewhere."""
+    miner = TemplateMiner()
+    names = ["alice", "bob", "carol", "dave", "erin", "frank", "grace", "heidi", "ivan",
+             "judy", "mallory", "oscar"][:WORD_ESCAPE + 2]
+    results = [miner.match(f"user {name} logged in from web") for name in names]
+    assert len({tid for tid, _ in results[:WORD_ESCAPE + 1]}) == WORD_ESCAPE + 1
+    assert results[-1] == (results[0][0], "user <*> logged in from web")
+    assert miner.cluster_count == WORD_ESCAPE + 1
+
+
+def test_numbers_and_masked_variables_generalise_at_once() -> None:
+    miner = TemplateMiner()
+    a = miner.match("db.example.com:5432 connection reset after 3 retries")
+    b = miner.match("cache.example.org:6379 connection reset after 12 retries")
+    assert b == (a[0], "<*> connection reset after <NUM> retries")
+
+
+def test_a_date_inside_the_message_is_one_variable() -> None:
+    miner = TemplateMiner()
+    a = miner.match("connection from 10.1.2.3 () at Sun Jul  3 13:52:21 2005")
+    b = miner.match("connection from 10.9.8.7 () at Fri Jun 24 07:57:30 2005")
+    c = miner.match("backup done at 2005-07-03 13:52:21,123 in 4s")
+    assert a[1] == "connection from <IP> () at <DATE>"
+    assert b == a
+    assert c[1] == "backup done at <DATE> in <NUM>"
+
+
+def test_a_list_of_addresses_is_one_variable() -> None:
+    miner = TemplateMiner()
+    one = miner.match('10.11.10.1 "GET /v2/a/servers/detail HTTP/1.1" status: 200 len: 1893')
+    two = miner.match(
+        '10.11.21.122,10.11.10.1 "GET /v2/a/servers/detail HTTP/1.1" status: 200 len: 264')
+    assert one == two
+    assert one[1] == '<IP> "GET <PATH> HTTP/<NUM>" status: <NUM> len: <NUM>'
 
 
 def test_ids_are_the_same_in_another_process() -> None:
@@ -128,6 +187,17 @@ def test_cluster_count_is_bounded() -> None:
         unbounded.match(line)
     assert unbounded.cluster_count > 50
     assert bounded.cluster_count <= 10
+    assert bounded.id_count == bounded.cluster_count  # evicted clusters' ids are dropped
+    assert unbounded.id_count == unbounded.cluster_count
+
+
+def test_an_evicted_cluster_is_born_again_with_its_id() -> None:
+    miner = TemplateMiner(max_clusters=2)
+    first = miner.match("disk sda is full")
+    miner.match("fan speed 3000 rpm on board 1")
+    miner.match("link eth0 is down since boot")  # evicts the least recently used
+    assert miner.cluster_count == 2
+    assert miner.match("disk sda is full") == first
 
 
 def test_no_config_file_is_read_from_the_cwd(
@@ -170,23 +240,23 @@ def test_bad_parameters_are_rejected() -> None:
 @pytest.mark.timeout(20)
 def test_pathological_long_lines_stay_fast() -> None:
     miner = TemplateMiner()
-    for text in ["0" * 64_000 + "g", "/a" * 32_000 + "/", "1.2.3." * 10_000, "blk_1 " * 10_000]:
+    for text in ["0" * 64_000 + "g", "/a" * 32_000 + "/", "1.2.3." * 10_000, "blk_1 " * 10_000,
+                 "x " + "a" * 64_000 + " y", "x " + "b" * 64_000 + " y", "a" * 64_000 + "1"]:
         start = time.perf_counter()
         miner.match(text)
         assert time.perf_counter() - start < 1.0
 
 
 @settings(max_examples=300, deadline=None)
-@given(st.text(alphabet=st.sampled_from(list("0123456789abcdefABCDEFxX-.:/_ blk,=")),
+@given(st.text(alphabet=st.sampled_from(list("0123456789abcdefABCDEFxX-.:/_ blk,=JulSun")),
                max_size=80))
 def test_hinted_masks_mask_exactly_as_their_plain_patterns(text: str) -> None:
     """The hints only skip substitutions that could not match."""
-    from drain3.masking import MaskingInstruction
+    import re
 
-    from streams.clean.templates import MASKS, HintedMask
+    from streams.clean.templates import MASKS, mask
 
-    hinted = plain = text
-    for pattern, name, hints in MASKS:
-        hinted = HintedMask(pattern, name, hints).mask(hinted, "<", ">")
-        plain = MaskingInstruction(pattern, name).mask(plain, "<", ">")
-    assert hinted == plain
+    plain = text
+    for pattern, name, _ in MASKS:
+        plain = re.sub(pattern, f"<{name}>", plain)
+    assert mask(text) == plain
