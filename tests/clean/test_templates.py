@@ -191,6 +191,22 @@ def test_cluster_count_is_bounded() -> None:
     assert unbounded.id_count == unbounded.cluster_count
 
 
+def test_what_the_word_rule_remembers_is_bounded(monkeypatch: pytest.MonkeyPatch) -> None:
+    import streams.clean.templates as templates
+
+    monkeypatch.setattr(templates, "MAX_WORDS", 50)
+    miner = TemplateMiner(max_clusters=10)
+    for i in range(300):  # a new first word each time: a new cluster, refused a word
+        name = "".join(chr(97 + int(d)) for d in str(i))
+        miner.match(f"{name} state up{name}")
+        miner.match(f"{name} state down{name}")
+    drain = miner._drain
+    assert drain.clusters_counter == 600
+    assert len(drain._word_templates) <= 50 + 3  # one template's words past the bound
+    assert set(drain._refused) <= set(drain.id_to_cluster)  # evicted clusters forgotten
+    assert miner.id_count == miner.cluster_count <= 10
+
+
 def test_an_evicted_cluster_is_born_again_with_its_id() -> None:
     miner = TemplateMiner(max_clusters=2)
     first = miner.match("disk sda is full")
