@@ -24,6 +24,7 @@ from streams.clean.redact import Redactor
 from streams.clean.templates import TemplateMiner
 from streams.clean.timestamps import from_number, iso_utc, match_leading
 from streams.clean.tokens import TokenCounter
+from streams.clean.trace import lift_trace
 from streams.errors import DecodeError, RecordError, RecordTooLarge
 from streams.metrics import Series
 from streams.records import DeadLetter, NormalizedRecord, RawCoord
@@ -215,13 +216,17 @@ class Cleaner:
         used travels with the record ("line", "envelope:<field>", "ingest-time")."""
         shipped, shipped_rule = self._envelope_time(entry)
         field = f"envelope:{entry.time_field}"
-        if parsed.timestamp is None and parsed.stamp is not None and (
-                shipped is not None and shipped_rule is None):
-            # a time of day without a date: the date (and zone) from the shipper's exact
-            # time. A line with a date keeps it and its assumed zone: the shipper's time
-            # is often when it read the file, which says nothing about the line's zone.
-            ts, rule = self.parser.times.on_wrapper_date(parsed.stamp, shipped)
-            parsed.timestamp, parsed.timestamp_rule = ts, f"line,{rule}:{entry.time_field}"
+        stamp = parsed.stamp
+        completed = None
+        if stamp is not None and stamp.offset is None and shipped is not None and (
+                shipped_rule is None):
+            # a line without a date or a zone: the shipper's exact time gives the date,
+            # and the zone when both clocks differ by a whole offset (not a read delay)
+            completed = self.parser.times.on_envelope(stamp, shipped)
+        if completed is not None:
+            parsed.timestamp = completed[0]
+            parsed.timestamp_rule = ",".join(["line", *(f"{p}:{field}" for p in completed[1])])
+            parsed.attributes.pop("time_of_day", None)
         elif parsed.timestamp is not None:
             line_rule = parsed.timestamp_rule
             parsed.timestamp_rule = f"line,{line_rule}" if line_rule else "line"
@@ -296,6 +301,13 @@ class Cleaner:
         return hit[0], dict(hit[1])
 
     def _finish(self, parsed: Parsed, text: str, coord: RawCoord, source: str) -> NormalizedRecord:
+        # trace and span ids move to attributes: in the text they are new on every line,
+        # so they cost prompt tokens and make many events mine to one template
+        message, trace = lift_trace(parsed.message)
+        if trace:
+            parsed.message = message
+            for key, value in trace.items():
+                parsed.attributes.setdefault(key, value)  # a JSON body's own ids win
         message, counts = self.redactor.redact(parsed.message)
         attributes, attr_counts = self.redactor.redact_mapping(parsed.attributes)
         for kind, n in attr_counts.items():

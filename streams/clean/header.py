@@ -14,7 +14,13 @@ from dataclasses import dataclass
 from datetime import datetime
 
 from streams.clean.levels import LETTERS, normalize_level
-from streams.clean.timestamps import Stamp, TimeResolver, from_number, match_leading
+from streams.clean.timestamps import (
+    Stamp,
+    TimeResolver,
+    from_number,
+    match_leading,
+    time_of_day_at,
+)
 from streams.records import Level
 
 __all__ = [
@@ -85,19 +91,71 @@ class Found:
 
 _TOKEN = re.compile(r"\S+")
 _INNER_START = re.compile(r"(?<=[\[(<\"'=,;|])[^\W_]")  # a field opened inside a token
+# a word of running text ("job", "done,", "Started"): a few in a row outside any bracket
+# are prose, so the message has begun; two may still be header columns ("action start")
+_PROSE_WORD = re.compile(r"[A-Za-z][a-z]+[,.;:!?]?")
+PROSE_WORDS = 3
+_GROUP_OPENERS = "[(<{"
 
 
-def candidates(line: str) -> Iterator[tuple[int, str, int]]:
-    """(tokens before, opener, position) of every place a field may start."""
+def candidates(line: str, *, prose: bool = True) -> Iterator[tuple[int, str, int]]:
+    """(tokens before, opener, position) of every place a header field may start.
+
+    Only the header is searched: a message may quote any date ("job done, time: Sat
+    May 04 12:46:52 CST 2013"), which is not the record's time. The header ends after
+    a time of day that opens the line (that is its stamp) and, with ``prose``, where
+    the message visibly begins: at the first word after an upper-case or bracketed
+    level (only a bracket group, a number or ``key=value`` sits between a level and a
+    later stamp: ``INFO [main] 2024-...``, ``<W> 2024-...``), or after a run of plain
+    words outside brackets.
+    """
     head = line[:MAX_HEADER_CHARS]
+    depth = words = 0
+    after_level = False
     for index, token in enumerate(_TOKEN.finditer(head)):
         if index >= MAX_STAMP_TOKENS:
             return
         start = token.start()
+        first = -1
         if head[start].isalnum():
+            first = start
             yield index, "", start
         for inner in _INNER_START.finditer(head, start + 1, token.end()):
+            if first < 0:
+                first = inner.start()
             yield index, head[inner.start() - 1], inner.start()
+        if index == 0 and first >= 0 and time_of_day_at(head, first):
+            return  # the line opens with a time of day: that is its stamp, and it has no date
+        if not prose:
+            continue
+        text = token.group()
+        if depth:
+            depth = max(0, depth + _balance(text))
+            continue
+        if text[0] in _GROUP_OPENERS:
+            words = 0
+            depth = max(0, _balance(text))
+            if not after_level and level_of(text, "bracket") is not None:
+                after_level = True
+        elif after_level:
+            if "=" not in text and text.lower() != text.upper():
+                return  # a word after the level: a logger, or the message itself
+        elif _PROSE_WORD.fullmatch(text):
+            words += 1
+            if words >= PROSE_WORDS:
+                return
+        else:
+            words = 0
+            if text.isupper() and level_of(text, "word", strict=True) is not None:
+                after_level = True
+
+
+def _balance(text: str) -> int:
+    """Brackets a token opens minus those it closes: words inside a group are a field."""
+    if text.isalnum():
+        return 0
+    return (text.count("[") + text.count("(") + text.count("{")
+            - text.count("]") - text.count(")") - text.count("}"))
 
 
 def stamp_at(line: str, pos: int, times: TimeResolver, layout: str | None) -> Found | None:
@@ -165,7 +223,7 @@ def finer(line: str, pos: int, exact: datetime) -> datetime:
     with more digits. The wall clock lends its fraction only when both agree to the
     second, up to a whole quarter-hour zone offset.
     """
-    for _, _, start in candidates(line[:MAX_HEADER_CHARS]):
+    for _, _, start in candidates(line[:MAX_HEADER_CHARS], prose=False):
         if start < pos or not line[start].isdigit():
             continue
         stamp = match_leading(line, start)
@@ -186,7 +244,9 @@ def first_stamp(line: str, times: TimeResolver) -> tuple[StampSpot, Found] | Non
 
 
 def find_stamp(line: str, spot: StampSpot, times: TimeResolver) -> Found | None:
-    for tokens, opener, pos in candidates(line):
+    """The timestamp at a learned spot; the sample that agreed on the spot has already
+    shown it to be in the header, so only a line opening with a time of day stops."""
+    for tokens, opener, pos in candidates(line, prose=False):
         if tokens > spot.tokens_before:
             return None
         if tokens == spot.tokens_before and opener == spot.opener:

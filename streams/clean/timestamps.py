@@ -69,6 +69,12 @@ _SYSLOG = re.compile(  # Jun 14 15:16:01 (RFC 3164: no year, no zone)
     r"(?P<mon>" + _MON + r") +(?P<d>\d{1,2})(?: (?P<y>\d{4}))? " + _HMS + _FRAC + r"(?= |$)"
 )
 MAX_OFFSET = timedelta(hours=18)  # what datetime.timezone accepts, with margin
+QUARTER = timedelta(minutes=15)  # every UTC offset in use is a whole number of these
+EARLIEST_OFFSET, LATEST_OFFSET = timedelta(hours=-12), timedelta(hours=14)  # UTC-12 .. UTC+14
+# how much later than the line a shipper may stamp it (read, batch, flush) and how much
+# earlier (another host's clock) for the gap between both to still name the line's zone
+SHIPPER_LAG = timedelta(seconds=60)
+CLOCK_SKEW = timedelta(seconds=2)
 _DIGIT_LAYOUTS = (_ISO, _COMPACT, _BASIC, _YYMMDD, _DMY, _TOD)
 _LETTER_LAYOUTS = (_SYSLOG, _CTIME, _RFC2822)
 
@@ -158,6 +164,11 @@ def match_leading(text: str, pos: int = 0) -> Stamp | None:
             if stamp is not None:
                 return stamp
     return None
+
+
+def time_of_day_at(text: str, pos: int = 0) -> bool:
+    """True if ``text[pos]`` starts a bare time of day (``12:46:51``, ``17:26:32.809``)."""
+    return _TOD.match(text, pos) is not None
 
 
 def from_number(value: float) -> datetime | None:
@@ -294,3 +305,43 @@ class TimeResolver:
         has_date = stamp.year is not None and stamp.month is not None
         rule = "zone-from-wrapper" if has_date else "date-from-wrapper"
         return candidate, rule
+
+    def on_envelope(self, stamp: Stamp, exact: datetime) -> tuple[datetime, list[str]] | None:
+        """Complete a zone-less line time from a shipper's exact UTC time, with what was
+        taken from it (``date-from``, ``year-from``, ``zone-from``); None if nothing fits.
+
+        A time of day takes the envelope's date and quarter-hour offset: it has no other
+        source. A date is only completed when the envelope names its zone: the shipper's
+        time is the line's wall time shifted by a whole number of quarter hours (an offset
+        in use, UTC-12 to UTC+14) plus a short shipping lag. Any other gap is a read
+        delay (a backlog, a restarted shipper), which says nothing about the zone.
+        """
+        if stamp.offset is not None:
+            return None
+        if stamp.month is None or stamp.day is None:
+            when, _ = self.on_wrapper_date(stamp, exact)
+            return when, ["date-from"]
+        utc_wall = exact.astimezone(UTC).replace(tzinfo=None)
+        years = [stamp.year] if stamp.year is not None else [
+            utc_wall.year - 1, utc_wall.year, utc_wall.year + 1]
+        walls = [wall for year in years if (wall := _wall(year, stamp)) is not None]
+        if not walls:
+            return None
+        wall = min(walls, key=lambda w: abs(w - utc_wall))  # a missing year: the nearest
+        offset = round((wall - utc_wall) / QUARTER) * QUARTER
+        if not EARLIEST_OFFSET <= offset <= LATEST_OFFSET:
+            return None
+        when = (wall - offset).replace(tzinfo=UTC)
+        if not -CLOCK_SKEW <= exact - when <= SHIPPER_LAG:
+            return None
+        return when, (["zone-from"] if stamp.year is not None else ["year-from", "zone-from"])
+
+
+def _wall(year: int, stamp: Stamp) -> datetime | None:
+    """The stamp's wall-clock time in ``year`` (naive), if that date exists."""
+    assert stamp.month is not None and stamp.day is not None
+    try:
+        return datetime(year, stamp.month, stamp.day, stamp.hour, stamp.minute, stamp.second,
+                        stamp.microsecond)
+    except ValueError:
+        return None

@@ -133,7 +133,7 @@ def test_fluent_bit_kubernetes_time_of_day_line_takes_the_date_and_service() -> 
     assert rec.service == "storefront"  # not the topic, not the key
     assert rec.level == "ERROR"
     assert rec.timestamp == "2017-12-01T06:33:04.440Z"
-    assert rec.timestamp_rule == "line,date-from-wrapper:time"
+    assert rec.timestamp_rule == "line,date-from:envelope:time"
     assert rec.message.startswith("o.a.c.c.C.[Tomcat]") or "Servlet failed" in rec.message
     assert {k: rec.attributes[k] for k in ("pod", "namespace", "container", "stream")} == {
         "pod": "web-5d8-abc", "namespace": "shop", "container": "web", "stream": "stderr"}
