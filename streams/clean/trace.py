@@ -26,7 +26,6 @@ __all__ = ["lift_trace"]
 
 MAX_SCAN_CHARS = 1024  # trace context sits in the first part of a line, not deep in a payload
 MIN_ID_DIGITS, MAX_ID_DIGITS = 8, 64  # 32-bit ids printed short, up to two 128-bit halves
-_HINTS = ("race", "RACE", "span", "Span", "SPAN")  # every key below holds one of these
 
 _PAIR = re.compile(
     # the first character a key can start with, tested first: a third of the search time
@@ -61,13 +60,8 @@ def lift_trace(message: str) -> tuple[str, dict[str, Any]]:
     printed outside any span (``trace_id=0``, ``span_id=-``) is removed from the text
     but gives no attribute.
     """
-    if not (
-        message.find("race", 0, MAX_SCAN_CHARS) >= 0
-        or message.find("RACE", 0, MAX_SCAN_CHARS) >= 0
-        or message.find("span", 0, MAX_SCAN_CHARS) >= 0
-        or message.find("Span", 0, MAX_SCAN_CHARS) >= 0
-        or message.find("SPAN", 0, MAX_SCAN_CHARS) >= 0
-    ):
+    head = message[:MAX_SCAN_CHARS].lower()  # one short copy: faster than five searches
+    if "race" not in head and "span" not in head:
         return message, {}
     end = message.find("\n")
     line = message if end < 0 else message[:end]
