@@ -17,6 +17,7 @@ from typing import Literal
 
 from streams.batch.entities import count_entities
 from streams.batch.entities import top_entities as top
+from streams.gateway.rules.language import affirmed
 from streams.report.keys import parse_time
 from streams.report.merge import normalize_text
 from streams.report.model import SEVERITY_WEIGHT, Incident
@@ -35,7 +36,8 @@ MIN_ANOMALY_RECORDS = 3
 DATED_AFTER_S = 20 * 3600  # logs spanning longer than this show dates with their times
 ANOMALY_CEILING = "medium"  # an unclassified template is a lead to follow, not a known outage
 
-# change events, matched on an incident's event title and templates; the first match wins
+# change events, matched on an incident's event title and templates; the first match wins;
+# a match counts when the line asserts it ("no configuration change required" does not)
 _CHANGES: tuple[tuple[ChangeKind, re.Pattern[str]], ...] = tuple(
     (kind, re.compile(rx, re.IGNORECASE))
     for kind, rx in (
@@ -43,10 +45,11 @@ _CHANGES: tuple[tuple[ChangeKind, re.Pattern[str]], ...] = tuple(
         ("alert", r"\b(?:alert|alarm)s?\b"),
         ("rollback", r"\broll(?:ed|ing)?[ -]?back\b|\brevert|\bdowngrad"),
         ("deploy", r"\bdeploy|\brollout\b|\brelease\b|\bupgrade"),
-        ("config", r"\bconfig|\bfeature flag"),
+        ("config", r"\bconfig(?:uration)?s?\b|\bfeature flag"),
         ("scale", r"\bscal(?:e|ed|ing)\b|\breplicas?\b"),
         ("cleanup", r"\bpurg|\bclean(?:ed)?[ -]?up\b|\bfreed\b"),
-        ("restart", r"\brestart|\bis up\b|\bstarted\b|\bstarting\b"),
+        # a link or an interface that is up is the network back, no process restarted
+        ("restart", r"\brestart|(?<!link )(?<!interface )\bis up\b|\bstarted\b|\bstarting\b"),
     )
 )
 _LEVEL_WORD = re.compile(r"\b(?:TRACE|DEBUG|INFO|NOTICE|WARN|ERROR|FATAL)\b")
@@ -105,16 +108,23 @@ def change_kind(inc: Incident) -> ChangeKind | None:
     """A change event: a low-severity incident whose title or templates name a change."""
     if SEVERITY_WEIGHT.get(inc.severity, 1) > SEVERITY_WEIGHT["low"]:
         return None  # "deploy failed" with errors is a failure, not a change
-    texts = [inc.event, *(ev.template for ev in inc.evidence[:3])]
+    templates = [ev.template for ev in inc.evidence[:3]]
     for kind, pattern in _CHANGES:
-        if pattern.search(inc.event):
+        if affirmed(pattern, inc.event, "change") and not _denied(pattern, templates):
             return kind
     if normalize_text(inc.event).startswith(("routine", "unclassified")):
         return None  # a routine template that mentions "started" is not a restart
     for kind, pattern in _CHANGES:
-        if any(pattern.search(t) for t in texts[1:]):
+        if any(affirmed(pattern, t, "change") for t in templates):
             return kind
     return None
+
+
+def _denied(pattern: re.Pattern[str], templates: list[str]) -> bool:
+    """Every template that names the change says it did not happen: a title taken from
+    "No configuration change required" names no change."""
+    naming = [t for t in templates if pattern.search(t)]
+    return bool(naming) and not any(affirmed(pattern, t, "change") for t in naming)
 
 
 def as_change(inc: Incident, kind: ChangeKind) -> Change:

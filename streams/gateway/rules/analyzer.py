@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from streams.batch.prompt import extract_payload
+from streams.gateway.rules.language import affirmed, in_option
 from streams.gateway.rules.rollup import summarize_incident
 from streams.gateway.rules.table import Rule, Severity, build_rules
 
@@ -195,20 +196,26 @@ def _opt_str(value: Any) -> str | None:
 
 
 def _classify(group: _Group) -> tuple[str, Rule | None, str | None]:
-    """(signature, rule, subject) of one group; the first matching rule wins."""
+    """(signature, rule, subject) of one group; the first rule a line asserts wins.
+
+    A rule whose words a line negates or ends well ("no configuration change required",
+    "reconnect succeeded") leaves the line to the rules after it.
+    """
     pieces = [(piece, piece.lower()) for piece in (group.template, *group.examples)]
     for rule, needles in _rules():
         for piece, lowered in pieces:
             if needles is not None and not any(n in lowered for n in needles):
                 continue
-            match = rule.pattern.search(piece)
+            match = affirmed(rule.pattern, piece, rule.sense)
             if match:
                 return rule.name, rule, match.groupdict().get("subject")
     text = group.text
     exception = _exception_class(text)
     if exception:
         return f"exception:{exception}", None, None
-    if group.rank <= _LEVEL_RANK["INFO"] and not _ERROR_SIGNAL.search(text):
+    if group.rank <= _LEVEL_RANK["INFO"] and not any(
+        affirmed(_ERROR_SIGNAL, piece, "failure") for piece, _ in pieces
+    ):
         return "routine", None, None
     return f"unclassified:{group.level or 'INFO'}:{group.template}", None, None
 
@@ -216,8 +223,11 @@ def _classify(group: _Group) -> tuple[str, Rule | None, str | None]:
 def _exception_class(text: str) -> str | None:
     if "Exception" not in text and "Error" not in text and "Throwable" not in text:
         return None  # cheap gate: the class regexes scan every word
-    match = _QUALIFIED_EXC.search(text) or _SIMPLE_EXC.search(text)
-    return match.group(1) if match else None
+    for pattern in (_QUALIFIED_EXC, _SIMPLE_EXC):
+        for match in pattern.finditer(text):
+            if not in_option(text, match.start(1)):  # -XX:+HeapDumpOnOutOfMemoryError
+                return match.group(1)
+    return None
 
 
 def _exception_message(text: str, exception: str) -> str | None:

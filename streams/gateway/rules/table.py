@@ -4,7 +4,9 @@ Rules are tried in order and the first match wins, so specific rules come before
 generic ones (timeouts, connection errors), and change events (deploys, rollbacks,
 config changes, restarts) come last: a line that reports a failure is a failure. A rule
 matches against a group's template and its examples; a named group ``subject`` in the
-pattern (e.g. the service that has no instances) is quoted in the event.
+pattern (e.g. the service that has no instances) is quoted in the event. A match counts
+only when the line asserts it in the rule's ``sense`` (``streams.gateway.rules.language``):
+whole words, not negated, and for a failure not ended well ("reconnect succeeded").
 
 Rules describe general failure modes and the documented messages of widely deployed
 software (JVM, Linux, Kafka, ZooKeeper, HDFS, OpenStack, Apache); never the service
@@ -17,6 +19,8 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 from typing import Literal
+
+from streams.gateway.rules.language import Sense
 
 Severity = Literal["info", "low", "medium", "high", "critical"]
 
@@ -31,12 +35,19 @@ class Rule:
     cause: str
     suggestion: str
     severity: Severity
+    sense: Sense = "failure"  # how a line can take the match back (a negation, an outcome)
 
 
 def _rule(
-    name: str, regex: str, event: str, cause: str, suggestion: str, severity: Severity
+    name: str,
+    regex: str,
+    event: str,
+    cause: str,
+    suggestion: str,
+    severity: Severity,
+    sense: Sense = "failure",
 ) -> Rule:
-    return Rule(name, re.compile(regex, re.IGNORECASE), event, cause, suggestion, severity)
+    return Rule(name, re.compile(regex, re.IGNORECASE), event, cause, suggestion, severity, sense)
 
 
 def build_rules() -> tuple[Rule, ...]:
@@ -79,6 +90,7 @@ def build_rules() -> tuple[Rule, ...]:
             "the monitoring system reported an alert as resolved",
             "No action; the time it resolved is the end of the impact it measured",
             "info",
+            sense="state",
         ),
         # --- general failure modes -------------------------------------------------
         _rule(
@@ -190,6 +202,7 @@ def build_rules() -> tuple[Rule, ...]:
             "Make sure producers use acks=all with min.insync.replicas >= 2 if losing these "
             "records matters; correlate with the leadership change",
             "low",
+            sense="state",
         ),
         _rule(
             "kafka-coordinator-move",
@@ -199,6 +212,7 @@ def build_rules() -> tuple[Rule, ...]:
             "unloaded and reloaded group metadata and consumers will rebalance",
             "Expect consumer rebalances now; if they repeat, stabilise partition leadership first",
             "low",
+            sense="state",
         ),
         _rule(
             "kafka-isr-expand",
@@ -209,6 +223,7 @@ def build_rules() -> tuple[Rule, ...]:
             "No action if under-replicated partitions are back to 0; keep an eye on the "
             "broker that fell behind",
             "info",
+            sense="state",
         ),
         # --- ZooKeeper --------------------------------------------------------------
         _rule(
@@ -331,6 +346,7 @@ def build_rules() -> tuple[Rule, ...]:
             "a remote service's resolved address changed (DNS or IP change, failover)",
             "Confirm the change was intended and clients reconnected to the new address",
             "low",
+            sense="state",
         ),
         # --- kernels and hardware ----------------------------------------------------
         _rule(
@@ -342,6 +358,17 @@ def build_rules() -> tuple[Rule, ...]:
             "Drain the affected hosts, run hardware diagnostics and check whether one host "
             "or one program is responsible",
             "high",
+        ),
+        _rule(
+            "device-probe-failure",
+            # the kernel's words for a driver that could not bind a device it probed
+            r"\bprobe of \S+ failed with error -?\d+|\bfailed before probe\b",
+            "Device probes failed",
+            "kernel drivers could not initialise devices they probed; at boot this is usual "
+            "for absent or unsupported hardware (empty slots, a framebuffer without a display)",
+            "No action unless the device is one the host needs; then check its driver and "
+            "the kernel log around the probe",
+            "low",
         ),
         _rule(
             "hardware-memory-errors",
@@ -458,6 +485,7 @@ def build_rules() -> tuple[Rule, ...]:
             "instances were spawned, paused, resumed or terminated on the compute node",
             "No action; use as context for other incidents on the same host",
             "info",
+            sense="state",
         ),
         _rule(
             "image-cache",
@@ -467,6 +495,7 @@ def build_rules() -> tuple[Rule, ...]:
             "flagged for removal)",
             "No action unless disk is short; unknown base files are removed after the aging period",
             "low",
+            sense="state",
         ),
         # --- security ----------------------------------------------------------------
         _rule(
@@ -496,7 +525,51 @@ def build_rules() -> tuple[Rule, ...]:
             "Check the process's own logs and exit codes; enable core dumps if it repeats",
             "medium",
         ),
+        # --- network links: a link coming up is a recovery, not a restart -----------------
+        _rule(
+            "link-up",
+            r"\blink (?:is )?up\b|\bchanged state to up\b|\blink becomes ready\b"
+            r"|\bcarrier (?:acquired|detected)\b",
+            "Network link up",
+            "a network interface gained its link (boot, cable plugged, switch port back)",
+            "No action; if an outage preceded it, the time it came up ends the network loss",
+            "info",
+            sense="state",
+        ),
+        _rule(
+            "link-down",
+            r"\blink (?:is )?down\b|\bchanged state to down\b|\bcarrier (?:lost|off)\b",
+            "Network link down",
+            "a network interface lost its link (cable, switch port, NIC or access point), "
+            "or it was taken down at boot or shutdown",
+            "Check whether it came back up and what ran over it at the time; repeated drops "
+            "point to a cable, a switch port or a NIC",
+            "low",
+        ),
         # --- generic network ------------------------------------------------------------
+        _rule(
+            "mail-deferred",
+            # sendmail/postfix stat(us)=deferred, exim's "defer (errno)": queued for retry
+            r"\bstat(?:us)?=deferred\b|\bdefer \(-?\d+\)",
+            "Mail delivery deferred",
+            "the mail server could not hand messages to the next relay and queued them for "
+            "a retry (the relay refused, was unreachable or did not answer): mail is late, "
+            "not lost",
+            "Check the relay named in the lines (often a local one that is not running) and "
+            "the queue (mailq); deferrals that last for days end in bounces",
+            "low",
+        ),
+        _rule(
+            "ui-binding",
+            # "connect" of a UI framework binds an interface element to code, no network:
+            # AppKit's "Failed to connect (x) outlet from (A) to (B)", Qt's QObject::connect
+            r"\bconnect \(\w*\) (?:outlet|action)\b|\bQObject::connect\b",
+            "UI bindings not connected",
+            "a UI framework could not bind interface elements (outlets, actions, signals) to "
+            "the application's code: a defect in the application, not a network failure",
+            "Report it to the application's developers; no operational action",
+            "low",
+        ),
         _rule(
             "dns-failure",
             r"UnknownHostException|Name or service not known|Temporary failure in name"
@@ -528,9 +601,14 @@ def build_rules() -> tuple[Rule, ...]:
         ),
         _rule(
             "connection-dropped",
-            r"Connection reset|reset by peer|Broken pipe|disconnected|Link has been severed"
+            r"Connection reset|reset by peer|Broken pipe|Link has been severed"
             r"|Transport endpoint is not connected|connection abort|EOFException"
-            r"|end of stream",
+            r"|end of stream|\bconnection (?:was |has been )?closed unexpectedly\b"
+            # "disconnected" alone is routine (a user logs out, an idle client, a device
+            # sleeps); a drop is a connection that was disconnected, or one unexpectedly
+            r"|\bconnection\b[^.;,]{0,40}\b(?:was|been|got) disconnected\b"
+            r"|\b(?:unexpectedly|abruptly|abnormally) disconnected\b"
+            r"|\bdisconnected (?:unexpectedly|abruptly|abnormally)\b",
             "Connections dropped",
             "established connections were closed unexpectedly by the peer or the network",
             "Check the peer for restarts and the network for drops; make clients reconnect "
@@ -589,6 +667,7 @@ def build_rules() -> tuple[Rule, ...]:
             "Keep the rollback until the faulty change is understood; add the failure it "
             "caused to the release checks",
             "info",
+            sense="change",
         ),
         _rule(
             "deploy",
@@ -598,6 +677,7 @@ def build_rules() -> tuple[Rule, ...]:
             "a new version was deployed",
             "Check whether failures started after this deploy; roll back first, debug later",
             "info",
+            sense="change",
         ),
         _rule(
             "config-change",
@@ -608,6 +688,7 @@ def build_rules() -> tuple[Rule, ...]:
             "Check whether failures started after this change; keep config changes "
             "reviewable and reversible",
             "info",
+            sense="change",
         ),
         _rule(
             "scaling",
@@ -617,6 +698,7 @@ def build_rules() -> tuple[Rule, ...]:
             "the number of replicas or instances changed",
             "No action; check whether the change helped",
             "info",
+            sense="change",
         ),
         _rule(
             "cleanup",
@@ -625,6 +707,7 @@ def build_rules() -> tuple[Rule, ...]:
             "data was purged or cleaned up to free resources",
             "No action; check whether it relieved the failure it was meant to",
             "info",
+            sense="change",
         ),
         _rule(
             "restart",
@@ -634,5 +717,6 @@ def build_rules() -> tuple[Rule, ...]:
             "processes or servers restarted or came back",
             "No action if planned; otherwise find what made them restart",
             "low",
+            sense="change",
         ),
     )

@@ -422,6 +422,12 @@ PREFILTER_PIECES = (
     "upstream: HTTP/1.1\" 503 Service Unavailable",
     "No instances available for ts-seat-service",
     "SSLHandshakeException: PKIX path building failed",
+    "eth0: e1000_watchdog: NIC Link is Up 1000 Mbps Full Duplex",
+    "AirPort: Link Down on en0",
+    "probe of vesafb0 failed with error -6",
+    "stat=Deferred: Connection refused by [127.0.0.1]",
+    "Failed to connect (view) outlet from (NSApplication) to (NSView)",
+    "Connection to node 2 was disconnected before the response was read",
 )
 
 
@@ -549,3 +555,96 @@ def test_a_java_trace_tail_is_not_a_kernel_register_dump() -> None:
 def test_general_failure_modes_and_change_events(level: str, line: str, event: str) -> None:
     answer = analyze(payload(group("g1", level=level, template=line, examples=[line])))
     assert fragment_with(answer, "g1")["event"].startswith(event)
+
+
+# --- language: what a line says, not which words it holds --------------------------------
+
+
+@pytest.mark.parametrize(
+    ("level", "says", "similar", "event"),
+    [
+        # a negated change is no change
+        ("INFO", "configuration reloaded from /etc/app.yaml",
+         "[ib_sm_sweep.c:1482]: No configuration change required", "Configuration change"),
+        ("INFO", "configuration reloaded from /etc/app.yaml",
+         "configuration change required before the next upgrade", "Configuration change"),
+        # a failure that ended well is no failure
+        ("WARN", "Connection refused by db:5432",
+         "reconnect to db:5432 succeeded after Connection refused", "Connection failures"),
+        ("WARN", "Connection reset by peer", "Connection reset by peer; connection restored",
+         "Connections dropped"),
+        # a network link coming up is no restart; the same words of a process are
+        ("INFO", "broker 2 restarted", "eth0: e1000_watchdog: NIC Link is Up 1000 Mbps Full Duplex",
+         "Restarts"),
+        # a session its user closed is routine; a connection lost under a call is a drop
+        ("WARN", "Connection to node 2 was disconnected before the response was read",
+         "Received disconnect from 10.0.0.9: 11: disconnected by user", "Connections dropped"),
+        ("WARN", "peer 10.0.0.9 disconnected unexpectedly", "client 10.0.0.9 disconnected",
+         "Connections dropped"),
+        # a device or a callback named after a disconnect is no connection drop
+        ("WARN", "peer 10.0.0.9 disconnected unexpectedly",
+         "[BluetoothHIDDeviceController] EventServiceDisconnectedCallback", "Connections dropped"),
+        # "connect" of a UI binding is no network connection
+        ("ERROR", "Failed to connect to 10.0.0.5:5432",
+         "Failed to connect (titleField) outlet from (RowView) to (NSTextField): missing setter",
+         "Connection failures"),
+        # a mail server's deferral is a queued retry, not a failed connection
+        ("INFO", "connect to 127.0.0.1:25: Connection refused",
+         "jA9J1UvC004306: to=root, mailer=relay, relay=[127.0.0.1], dsn=4.0.0, "
+         "stat=Deferred: Connection refused by [127.0.0.1]", "Connection failures"),
+        # a keyword inside a setting's name reports nothing
+        ("WARN", "java.net.SocketTimeoutException: Read timed out",
+         "consumer settings: socketTimeoutMs=30000 maxPollRecords=500", "Timeouts"),
+        ("INFO", "java.lang.OutOfMemoryError: Java heap space",
+         "jvm args: -Xmx1g -XX:+HeapDumpOnOutOfMemoryError", "Memory exhausted"),
+        # a kernel driver probe at boot is no health probe of a service
+        ("WARN", "health probe of web1 failed: Connection refused",
+         "probe of vesafb0 failed with error -6", "Connection failures"),
+    ],
+)
+def test_a_line_is_read_for_what_it_says(level: str, says: str, similar: str, event: str) -> None:
+    """This line says ``event``; the similar one shares its words but does not."""
+    answer = analyze(payload(group("g1", level=level, template=says, examples=[says]),
+                             group("g2", level=level, template=similar, examples=[similar])))
+    assert fragment_with(answer, "g1")["event"].startswith(event), says
+    assert not fragment_with(answer, "g2")["event"].startswith(event), similar
+
+
+@pytest.mark.parametrize(
+    ("line", "event", "severity"),
+    [
+        ("eth0: e1000_watchdog: NIC Link is Up 1000 Mbps Full Duplex", "Network link up", "info"),
+        ("AirPort: Link Down on en0. Reason 8 (Disassociated)", "Network link down", "low"),
+        ("probe of vesafb0 failed with error -6", "Device probes failed", "low"),
+        ("Wait for ready failed before probe !", "Device probes failed", "low"),
+        ("to=root, relay=[127.0.0.1], stat=Deferred: Connection refused by [127.0.0.1]",
+         "Mail delivery deferred", "low"),
+        ("postfix/smtp: to=<a@b.c>, status=deferred (connect to mx.b.c[1.2.3.4]:25: timed out)",
+         "Mail delivery deferred", "low"),
+        ("Failed to connect (view) outlet from (NSApplication) to (NSColorPickerGridView)",
+         "UI bindings not connected", "low"),
+    ],
+)
+def test_links_probes_deferrals_and_ui_bindings(line: str, event: str, severity: str) -> None:
+    fragment = analyze(payload(group("g1", level="INFO", template=line, examples=[line])))
+    assert fragment["fragments"][0]["event"] == event
+    assert fragment["fragments"][0]["severity"] == severity
+
+
+@pytest.mark.parametrize(
+    ("says", "routine"),
+    [
+        ("batch finished with 3 errors", "batch finished with 0 errors"),
+        ("batch finished with errors", "batch finished without errors"),
+        ("login failure for user bob", "metrics: auth.failure.count=12 auth.success.count=40"),
+        ("session error on pts/0", "session closed for user bob"),
+        ("import done: 98 succeeded, 2 failed", "import done: 100 succeeded, 0 failed"),
+    ],
+)
+def test_error_words_negated_counted_zero_or_inside_names_leave_a_line_routine(
+    says: str, routine: str
+) -> None:
+    answer = analyze(payload(group("g1", template=says, examples=[says]),
+                             group("g2", template=routine, examples=[routine])))
+    assert fragment_with(answer, "g1")["event"] != "Routine activity", says
+    assert fragment_with(answer, "g2")["event"] == "Routine activity", routine
