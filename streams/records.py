@@ -9,9 +9,12 @@ the record number as offset.
 from __future__ import annotations
 
 import base64
+import functools
 import hashlib
-from collections.abc import Callable
+from collections import Counter
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
+from datetime import UTC, datetime
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_serializer
@@ -151,6 +154,27 @@ class Review(BaseModel):
     output: str | None = None  # the raw model answer, if there was one
 
 
+@functools.lru_cache(maxsize=65536)
+def minute_of(timestamp: str | None) -> str | None:
+    """The UTC minute a time falls in, as ``Evidence.minutes`` keys it ("2026-01-02T03:04"),
+    or None without a usable time. Cached: neighbouring records share their minute."""
+    if not timestamp:
+        return None
+    try:
+        parsed = datetime.fromisoformat(timestamp)
+        # a time without a zone is UTC, as everywhere else in the pipeline
+        t = parsed.replace(tzinfo=UTC) if parsed.tzinfo is None else parsed.astimezone(UTC)
+    except (ValueError, OverflowError):  # not a time, or out of range once in UTC
+        return None
+    return f"{t.year:04d}-{t.month:02d}-{t.day:02d}T{t.hour:02d}:{t.minute:02d}"
+
+
+def count_minutes(timestamps: Iterable[str | None]) -> dict[str, int]:
+    """Records per UTC minute, oldest first; records without a time are not counted."""
+    counts = Counter(m for m in map(minute_of, timestamps) if m is not None)
+    return dict(sorted(counts.items()))
+
+
 class Evidence(BaseModel):
     """What a fragment saw: a log template, how often, and a few redacted examples."""
 
@@ -160,6 +184,9 @@ class Evidence(BaseModel):
     covered: dict[str, list[list[int]]] = Field(default_factory=dict)  # records of this template
     # addresses, users, hosts, pods over all these records (errors and security events)
     entities: dict[str, int] = Field(default_factory=dict)
+    # records per UTC minute of their event time ("YYYY-MM-DDTHH:MM"), counted from the
+    # records themselves so a report can test rates; undated records are not in it
+    minutes: dict[str, int] = Field(default_factory=dict)
 
 
 class TimeWindow(BaseModel):

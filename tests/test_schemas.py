@@ -9,7 +9,16 @@ import pytest
 from pydantic import BaseModel
 
 from streams.errors import ConfigError
-from streams.records import DeadLetter, NormalizedRecord, RawCoord, Review
+from streams.records import (
+    DeadLetter,
+    Evidence,
+    Fragment,
+    NormalizedRecord,
+    RawCoord,
+    Review,
+    TimeWindow,
+)
+from streams.report.merge import merge
 from streams.schemas import load_schema, schemas_dir, validator
 
 RAW = RawCoord(topic="retro.logs.raw", partition=2, offset=41)
@@ -223,3 +232,49 @@ def test_a_record_of_a_multi_record_message_validates() -> None:
     assert errors("record", half) != []  # an index without its message's count
     bad_key = a_review().model_copy(update={"covered": {"retro.logs.raw/2@41": [[0, 1]]}})
     assert errors("review", bad_key.model_dump(mode="json")) != []
+
+
+def a_fragment(**minutes: dict[str, int]) -> Fragment:
+    """A fragment of two templates; ``minutes`` by template name."""
+    return Fragment(
+        id="f-1", lane="fast", window=TimeWindow(start="2026-01-02T03:04:05.000Z",
+                                                 end="2026-01-02T03:05:01.000Z"),
+        service="hdfs", timestamp="2026-01-02T03:04:05.000Z", event="Disk full",
+        cause="No space", suggestion="Free space", severity="high",
+        evidence=[Evidence(template="disk", count=3, covered={"retro.logs.raw/2": [[0, 2]]},
+                           minutes=minutes.get("disk", {})),
+                  Evidence(template="conn", count=1, covered={"retro.logs.raw/2": [[3, 3]]},
+                           minutes=minutes.get("conn", {}))],
+        covered={"retro.logs.raw/2": [[0, 3]]}, record_count=4, model="m", prompt_version="v1",
+        report_id="2026-01-02/all")
+
+
+def test_fragments_and_reports_with_minutes_validate() -> None:
+    # two records in 03:04, one undated, and conn's one record in 03:05
+    fragment = a_fragment(disk={"2026-01-02T03:04": 2}, conn={"2026-01-02T03:05": 1})
+    doc = fragment.model_dump(mode="json")
+    assert errors("fragment", doc) == []
+    assert errors("fragment", a_fragment().model_dump(mode="json")) == []  # none dated
+    report, _ = merge(None, fragment, report_id="2026-01-02/all", now="2026-01-02T04:00:00.000Z")
+    stored = report.model_dump(mode="json")
+    assert errors("report", stored) == []
+    assert {ev["template"]: ev["minutes"] for ev in stored["incidents"][0]["evidence"]} == {
+        "disk": {"2026-01-02T03:04": 2}, "conn": {"2026-01-02T03:05": 1}}
+
+
+@pytest.mark.parametrize(
+    "key",
+    ["2026-01-02T03:04:05", "2026-01-02T03:04Z", "2026-01-02 03:04", "2026-13-02T03:04",
+     "2026-01-02T24:00", "2026-01-02T03:60", "2026-01-02"],
+)
+def test_a_minute_key_is_a_utc_minute_without_seconds_or_zone(key: str) -> None:
+    fragment = a_fragment(disk={key: 1}).model_dump(mode="json")
+    assert errors("fragment", fragment) != []
+    report, _ = merge(None, a_fragment(disk={key: 1}), report_id="2026-01-02/all",
+                      now="2026-01-02T04:00:00.000Z")
+    assert errors("report", report.model_dump(mode="json")) != []
+
+
+def test_a_minute_counts_at_least_one_record() -> None:
+    doc = a_fragment(disk={"2026-01-02T03:04": 0}).model_dump(mode="json")
+    assert errors("fragment", doc) != []

@@ -30,7 +30,14 @@ from streams.batch.entities import count_entities, top_entities, worth_counting
 from streams.batch.window import Batch, TemplateGroup, epoch_of, time_key
 from streams.errors import MalformedOutput, Truncated, ValidationFailed
 from streams.intervals import Coverage
-from streams.records import Evidence, Fragment, NormalizedRecord, Review, TimeWindow
+from streams.records import (
+    Evidence,
+    Fragment,
+    NormalizedRecord,
+    Review,
+    TimeWindow,
+    count_minutes,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -207,6 +214,7 @@ def _fragment(
                 covered=g.coverage.to_json(),
                 entities=top_entities(count_entities(r.message for r in g.records))
                 if who else {},
+                minutes=count_minutes(r.timestamp for r in g.records),
             )
             for g in groups
         ],
@@ -270,16 +278,14 @@ def _part(
         if not part:
             continue
         mine = [ex for ex in ev.examples if any(m.startswith(_stem(ex)) for m in messages)]
-        entities: dict[str, int] = {}
-        if ev.entities:
-            # counted again over this report's records of the template, found by coordinates:
-            # a group's records may carry older texts than the template it shows
-            at = set(_coords(part.to_json()))
-            entities = top_entities(count_entities(
-                r.message for r in records if r.raw.ledger_entry() in at))
+        # counted again over this report's records of the template, found by coordinates:
+        # a group's records may carry older texts than the template it shows
+        at = set(_coords(part.to_json()))
+        own = [r for r in records if r.raw.ledger_entry() in at]
+        entities = top_entities(count_entities(r.message for r in own)) if ev.entities else {}
         evidence.append(ev.model_copy(update={
             "count": len(part), "covered": part.to_json(), "examples": mine or ev.examples[:1],
-            "entities": entities}))
+            "entities": entities, "minutes": count_minutes(r.timestamp for r in own)}))
     timed = [r for r in records if epoch_of(r.timestamp) is not None]
     window = TimeWindow(
         start=min(timed, key=time_key).timestamp if timed else None,

@@ -29,6 +29,7 @@ from streams.batch.entities import top_entities
 from streams.errors import ValidationFailed
 from streams.intervals import Coverage
 from streams.records import Fragment
+from streams.report.buckets import add_minutes, share_minutes
 from streams.report.keys import format_time, parse_time
 from streams.report.model import (
     MAX_TEMPLATES,
@@ -208,7 +209,7 @@ def _combine(held: Incident | None, inc: Incident) -> Incident:
     held.count += inc.count
     evidence = {ev.template: ev for ev in held.evidence}
     for ev in inc.evidence:
-        _add_evidence(evidence, ev.template, ev.count, ev.examples, ev.entities)
+        _add_evidence(evidence, ev.template, ev.count, ev.examples, ev.entities, ev.minutes)
     held.evidence = _capped(fold_evidence(evidence))
     return held
 
@@ -267,20 +268,24 @@ def _absorb(inc: Incident | None, key: str, fragment: Fragment, new: Coverage) -
         part = _coverage(ev.covered, fragment.id).intersection(new)
         claimed = claimed.union(part)
         _add_evidence(evidence, ev.template, len(part), ev.examples,
-                      _new_share(ev.entities, len(part), ev.count))
+                      _new_share(ev.entities, len(part), ev.count),
+                      share_minutes(ev.minutes, len(part), ev.count))
     # Evidence without its own coverage (older producers) gets what no template claimed.
     remainder = len(new.difference(claimed))
     for ev in implicit:
         _add_evidence(evidence, ev.template, remainder, ev.examples,
-                      _new_share(ev.entities, remainder, ev.count))
+                      _new_share(ev.entities, remainder, ev.count),
+                      share_minutes(ev.minutes, remainder, ev.count))
     inc.evidence = _capped(fold_evidence(evidence))
     return inc
 
 
 def _add_evidence(
     evidence: dict[str, TemplateEvidence], template: str, count: int, examples: list[str],
-    entities: dict[str, int] | None = None,
+    entities: dict[str, int] | None = None, minutes: dict[str, int] | None = None,
 ) -> None:
+    """Counts ``count`` records new to the report. ``entities`` and ``minutes`` must be
+    those records' share already: only the caller knows which records were new."""
     if not count:
         return
     ev = evidence.setdefault(template, TemplateEvidence(template=template))
@@ -291,6 +296,8 @@ def _add_evidence(
         for name, n in entities.items():
             summed[name] = summed.get(name, 0) + n
         ev.entities = top_entities(summed)
+    if minutes:
+        ev.minutes = add_minutes(ev.minutes, minutes)
 
 
 def _new_share(entities: dict[str, int], new: int, offered: int) -> dict[str, int]:
@@ -311,6 +318,7 @@ def _capped(evidence: dict[str, TemplateEvidence]) -> list[TemplateEvidence]:
         ranked = ranked[:MAX_TEMPLATES]
         other = other or TemplateEvidence(template=OTHER_TEMPLATES)
         other.count += sum(e.count for e in rest)
+        other.minutes = add_minutes(other.minutes, *(e.minutes for e in rest))
         other.examples = pick_examples([*other.examples, *(x for e in rest for x in e.examples)])
     return [*ranked, other] if other is not None else ranked
 

@@ -70,6 +70,9 @@ class TemplateEvidence(BaseModel):
     examples: list[str] = Field(default_factory=list)
     # addresses, users, hosts, pods over all its records (the most frequent few)
     entities: dict[str, int] = Field(default_factory=dict)
+    # records per UTC minute ("YYYY-MM-DDTHH:MM"), oldest first, so a post-mortem can test a
+    # rate against the source's own baseline; undated records are not in it (sum <= count)
+    minutes: dict[str, int] = Field(default_factory=dict)
 
 
 class Incident(BaseModel):
@@ -93,17 +96,19 @@ class Incident(BaseModel):
     # No return annotation: pydantic would take it for the serialized schema.
     @model_serializer(mode="wrap")
     def _lean(self, handler: SerializerFunctionWrapHandler):  # type: ignore[no-untyped-def]
-        """Leave out what is still at its empty default: no roll-up yet, no entities. Most
-        incidents and templates have neither, and every report repeated both per entry;
-        a reader (or a model) fills the default back in, so nothing is lost."""
+        """Leave out what is still at its empty default: no roll-up yet, no entities, no
+        dated records. Most incidents and templates have none of these, and every report
+        repeated them per entry; a reader (or a model) fills the default back in, so nothing
+        is lost."""
         data = handler(self)
         if data.get("summary", 0) is None:
             del data["summary"]
         if data.get("summary_count") == 0:
             del data["summary_count"]
         for ev in data.get("evidence", ()):
-            if ev.get("entities") == {}:
-                del ev["entities"]
+            for name in ("entities", "minutes"):
+                if ev.get(name) == {}:
+                    del ev[name]
         return data
 
     @property

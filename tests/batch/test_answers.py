@@ -89,6 +89,28 @@ def test_valid_answer_covers_exactly_the_batch(batch: Batch) -> None:
     assert hdfs.lane == "fast" and hdfs.model == "m" and hdfs.prompt_version == "v1"
 
 
+def test_evidence_counts_records_per_minute_from_their_own_times() -> None:
+    """From the records, never the answer: a model (or a log line) cannot shape a rate."""
+    disk = [make_record(o, message=f"disk /{o} full", template_id="disk", template=DISK,
+                        seconds=s) for o, s in ((1, 0), (2, 54), (3, 55), (4, 56))]  # T0 03:04:05
+    disk.append(make_record(5, message="disk /5 full", template_id="disk", template=DISK,
+                            timestamped=False))
+    # 05:04:30 at +02:00 is 03:04:30 UTC; minutes are keyed in UTC
+    disk.append(make_record(6, message="disk /6 full", template_id="disk", template=DISK)
+                .model_copy(update={"timestamp": "2026-01-02T05:04:30+02:00"}))
+    conn = make_record(7, message="conn refused", template_id="conn", template=CONN)
+    batch = batch_of([*disk, conn])
+    r = refs_of(batch)
+    answer = {"fragments": [item([r["disk"], r["conn"]],
+                                 minutes={"2026-01-02T03:04": 9999})]}
+    (fragment,) = validate_answer(batch, answer, model="m", prompt_version="v1")
+    by_template = {e.template: e for e in fragment.evidence}
+    # 03:04:05, 03:04:59 and 03:04:30 (from +02:00) in one minute; 03:05:00, 03:05:01 in the next
+    assert by_template[DISK].minutes == {"2026-01-02T03:04": 3, "2026-01-02T03:05": 2}
+    assert by_template[DISK].count == 6  # the undated record counts, but in no minute
+    assert by_template[CONN].minutes == {"2026-01-02T03:04": 1}
+
+
 def test_service_not_among_the_refs_falls_back_to_the_most_common(batch: Batch) -> None:
     r = refs_of(batch)
     answer = {"fragments": [item([r["disk"], r["conn"], r["get"]], service="kubernetes")]}
@@ -223,6 +245,9 @@ def test_fragment_validates_against_its_schema(batch: Batch) -> None:
     broken = dict(doc, severity="urgent")
     assert not validator.is_valid(broken)
     assert not validator.is_valid(dict(doc, covered={"t/0": [[1]]}))
+    assert sorted(sum(e["minutes"].values()) for e in doc["evidence"]) == [1, 2, 2]
+    assert not validator.is_valid(dict(doc, evidence=[
+        dict(doc["evidence"][0], minutes={"2026-01-02T03:04:05Z": 1})]))
 
 
 def test_review_carries_the_batch_and_a_stable_id(batch: Batch) -> None:

@@ -18,7 +18,8 @@ from streams.batch.answers import place_fragments, validate_answer
 from streams.batch.lane import LaneProcessor
 from streams.batch.window import Batch, TokenWindow, build_batch
 from streams.intervals import Coverage
-from streams.records import BatchOutcome, Fragment, NormalizedRecord
+from streams.records import BatchOutcome, Fragment, NormalizedRecord, count_minutes
+from streams.report.buckets import add_minutes
 from streams.report.keys import record_place, report_key, report_of
 from streams.report.merge import merge
 from streams.report.model import Report
@@ -105,6 +106,12 @@ def test_a_batch_across_midnight_gives_one_fragment_per_day() -> None:
     # evidence is cut with the records: counts add up per template, examples stay with their day
     assert sum(e.count for e in before.evidence) == 2
     assert all("0" in ex or "1" in ex for e in before.evidence for ex in e.examples)
+    # each part counts the minutes of its own records only
+    assert {e.template: e.minutes for e in before.evidence} == {
+        TEMPLATES[0]: {"2026-03-30T23:40": 1}, TEMPLATES[1]: {"2026-03-30T23:50": 1}}
+    assert {e.template: e.minutes for e in after.evidence} == {
+        TEMPLATES[0]: {"2026-03-31T00:00": 1, "2026-03-31T00:20": 1},
+        TEMPLATES[1]: {"2026-03-31T00:10": 1, "2026-03-31T00:30": 1}}
     assert before.id != after.id and len({before.id, after.id}) == 2
 
 
@@ -168,6 +175,14 @@ def test_any_batching_of_the_same_records_gives_the_same_reports(
 
     one, other = compact(first), compact(second)
     assert coverage(one) == coverage(other)
+    # batched either way, each report's templates count the minutes of its own records
+    truth: dict[str, dict[str, list[str | None]]] = {}
+    for record in records:
+        rid = record_place(record, window="day", group_by="all")
+        truth.setdefault(rid, {}).setdefault(record.template, []).append(record.timestamp)
+    expected = {rid: {t: count_minutes(stamps) for t, stamps in by_t.items()}
+                for rid, by_t in truth.items()}
+    assert _minutes(one) == _minutes(other) == expected
     for record in records:  # every record is in the report its own place names
         rid = record_place(record, window="day", group_by="all")
         assert record.raw.offset in Coverage.from_json(one[rid].covered).parts()["raw/0"]
@@ -176,6 +191,20 @@ def test_any_batching_of_the_same_records_gives_the_same_reports(
     replayed = compact(first + second)
     assert coverage(replayed) == coverage(one)
     assert sum(r.record_count for r in replayed.values()) == len(records)
+    for report in replayed.values():  # a partial replay shares minutes out, never over count
+        for ev in (ev for inc in report.incidents for ev in inc.evidence):
+            assert sum(ev.minutes.values()) <= ev.count
+
+
+def _minutes(reports: dict[str, Report]) -> dict[str, dict[str, dict[str, int]]]:
+    """Each report's minutes per template, summed over its incidents."""
+    out: dict[str, dict[str, dict[str, int]]] = {}
+    for rid, report in reports.items():
+        by_template: dict[str, list[dict[str, int]]] = {}
+        for ev in (ev for inc in report.incidents for ev in inc.evidence):
+            by_template.setdefault(ev.template, []).append(ev.minutes)
+        out[rid] = {t: add_minutes(*m) for t, m in by_template.items()}
+    return out
 
 
 # --- the lane cuts what the analyzer found -------------------------------------------

@@ -115,6 +115,23 @@ def test_set_entities_and_summaries_are_stored() -> None:
     assert Report.from_json(doc) == report
 
 
+def test_minutes_are_stored_when_some_record_is_dated_and_left_out_otherwise() -> None:
+    report = report_of(2)
+    assert all("minutes" not in ev for inc in json.loads(report.to_json())["incidents"]
+               for ev in inc["evidence"])  # report_of's fragments carry none
+    report.incidents[0].evidence[0].minutes = {"2026-11-29T10:00": 1}
+    doc = json.loads(report.to_json())
+    SCHEMA.validate(doc)
+    stored = doc["incidents"][0]["evidence"]
+    assert stored[0]["minutes"] == {"2026-11-29T10:00": 1} and "minutes" not in stored[1]
+    assert Report.from_json(doc) == report
+    bad = json.loads(report.to_json())
+    bad["incidents"][0]["evidence"][0]["minutes"] = {"2026-11-29T10:00:00Z": 1}
+    assert not SCHEMA.is_valid(bad)
+    bad["incidents"][0]["evidence"][0]["minutes"] = {"2026-11-29T10:00": 0}
+    assert not SCHEMA.is_valid(bad)
+
+
 def test_a_report_keeps_only_the_most_recent_fragment_ids() -> None:
     fragments = [make_fragment(f"f{n:02}", {"t/0": [[n, n]]}) for n in range(MAX_FRAGMENT_IDS + 5)]
     report, _ = merge_all(None, fragments[:3], report_id="r", now="t")
