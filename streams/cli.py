@@ -199,17 +199,18 @@ def cmd_clean(args: argparse.Namespace, settings: Settings) -> int:
 
 def cmd_report(args: argparse.Namespace, settings: Settings) -> int:
     from streams.report.store import read_reports
-    from streams.report.view import render_html, render_json, render_markdown, render_text
+    from streams.report.view import rank_reports, render_html, render_json, render_reports
 
     kafka(settings)
     reports = asyncio.run(read_reports(settings))
-    chosen = select_report(reports, window=args.window, service=args.service)
-    if chosen is None:
+    chosen = matching_reports(reports, window=args.window, service=args.service)
+    if not chosen:
         print("no report yet" + (f" for window {args.window}" if args.window else "")
               + (f" and service {args.service}" if args.service else ""), file=sys.stderr)
         return 1
+    first = rank_reports(chosen)[0].report  # json and html are one document: this one
     if args.format == "json":
-        print(render_json(chosen))
+        print(render_json(first))
         return 0
     from streams.report.deadletters import read_deadletters
 
@@ -219,23 +220,32 @@ def cmd_report(args: argparse.Namespace, settings: Settings) -> int:
 
     entries, analysed, _ = asyncio.run(read_reviews(settings))
     parked = summarize(entries, analysed, topic=settings.topics.review, latest=0).parked
-    render = {"md": render_markdown, "text": render_text}.get(args.format, render_html)
-    print(render(chosen, deadletter_count=dead, parked_count=parked))
+    if args.format == "html":
+        print(render_html(first, deadletter_count=dead, parked_count=parked))
+    else:
+        print(render_reports(chosen, plain=args.format == "text", deadletter_count=dead,
+                             parked_count=parked))
     return 0
 
 
-def select_report(reports: dict[str, Any], *, window: str | None, service: str | None) -> Any:
-    """The latest report matching the window prefix and group (service) name."""
+def matching_reports(reports: dict[str, Any], *, window: str | None, service: str | None
+                     ) -> list[Any]:
+    """The reports matching the window prefix and group (service) name."""
     ids = sorted(reports)
     if window:
         ids = [i for i in ids if i.split("/", 1)[0].startswith(window)]
     if service:
         ids = [i for i in ids if i.split("/", 1)[-1] == service] or [
             i for i in ids if service in reports[i].services]
-    if not ids:
-        return None
-    dated = [i for i in ids if not i.startswith("undated")]
-    return reports[(dated or ids)[-1]]
+    return [reports[i] for i in ids]
+
+
+def select_report(reports: dict[str, Any], *, window: str | None, service: str | None) -> Any:
+    """The matching report printed first: the most significant (the latest among equals)."""
+    from streams.report.view import rank_reports
+
+    chosen = matching_reports(reports, window=window, service=service)
+    return rank_reports(chosen)[0].report if chosen else None
 
 
 def cmd_audit(args: argparse.Namespace, settings: Settings) -> int:
@@ -324,7 +334,7 @@ day to day:
   retro broker start                a local Kafka broker (or point --bootstrap at yours)
   retro worker                      clean, batch and compact records into reports
   retro produce app.log.gz ...      send logs; `tail -F app.log | retro produce -` streams
-  retro report                      the latest post-mortem (md, json or html)
+  retro report                      the post-mortems, most significant first (md, json, html)
   retro audit                       prove nothing was lost or counted twice
   retro deadletter                  what was rejected and why
   retro review                      what is parked in review; --redrive sends it again
@@ -403,8 +413,9 @@ def make_parser() -> argparse.ArgumentParser:
     c.add_argument("--deadletter", metavar="FILE",
                    help="write rejected records (JSON lines, reason and raw bytes) to FILE")
 
-    r = command("report", "print the latest report", cmd_report)
-    r.add_argument("--window", help="window prefix, e.g. 2026-11-29 (default: the latest)")
+    r = command("report", "print the reports, the most significant first", cmd_report)
+    r.add_argument("--window", help="window prefix, e.g. 2026-11-29 (default: every window; "
+                   "md and text show each quiet one in a line, json and html the first)")
     r.add_argument("--service", help="service group (with RETRO_REPORT__GROUP_BY=service)")
     r.add_argument("--format", choices=["md", "text", "json", "html"], default="md",
                    help="output format (default md; text: the same without Markdown escapes)")

@@ -30,7 +30,7 @@ from streams.kafka.connect import check_reachable
 from streams.kafka.topics import ensure_topics
 from streams.report.rollup import needs_rollup
 from streams.report.store import read_reports
-from streams.report.view import render_text
+from streams.report.view import render_reports
 from streams.settings import Settings
 
 SKIP_SUFFIXES = ("_structured.csv", "_templates.csv", ".json", ".md")
@@ -149,12 +149,10 @@ def run_demo(settings: Settings, *, data: str | None, records: int, keep: bool,
         result = asyncio.run(_audit_while_running(settings, started.worker, timeout, log_path))
         say(f"pipeline settled in {time.monotonic() - began:.1f}s")
         reports = asyncio.run(_summarized_reports(settings, wait_seconds=30.0))
-        for report_id in sorted(reports):
-            # plain text: a terminal shows `<NUM>`, not Markdown's `\<NUM\>`
-            print(render_text(reports[report_id],
-                              deadletter_count=result.claimed.get("deadletter"),
-                              review_count=result.claimed.get("review")))
-            print()
+        # plain text: a terminal shows `<NUM>`, not Markdown's `\<NUM\>`
+        print(render_reports(reports.values(), plain=True,
+                             deadletter_count=result.claimed.get("deadletter"),
+                             review_count=result.claimed.get("review")))
         print("## Audit\n\n```json\n" + dumps(result) + "\n```")
         return 0 if result.ok else EXIT_AUDIT_FAILED
     finally:

@@ -18,6 +18,7 @@ import html
 import json
 import re
 from collections.abc import Iterable
+from dataclasses import dataclass
 from typing import Any
 from urllib.parse import urlsplit
 
@@ -28,6 +29,7 @@ from streams.report.postmortem import PostMortem, derive
 from streams.report.postmortem_view import sections as postmortem_sections
 
 MAX_RANGES_SHOWN = 10  # per partition in "data coverage"
+MAX_FULL_REPORTS = 3  # of several windows, this many post-mortems in full; the rest one line
 LOW_EVIDENCE = 2  # incidents with at most this many records are worth a second look
 POLL_MS = 2000
 _UNCLASSIFIED = {"", "unknown", "unclassified", "undetermined", "n/a", "na", "none", "other"}
@@ -52,6 +54,7 @@ POSTMORTEM_SECTIONS = (  # in this order when present; Summary, Timeline, the la
     "Action items",
     "What went well and badly",
     "Other incidents",
+    "Chronic and quiet signals",
     "Routine and unclassified",
     "Data coverage",
 )
@@ -84,6 +87,70 @@ def render_text(
     """The same post-mortem for a terminal: no Markdown escapes (``\\<NUM\\>``) to read past."""
     pm = derive(report, deadletters=deadletter_count, review=_parked(review_count, parked_count))
     return _render_postmortem(report, pm, Markup(True, plain=True))
+
+
+@dataclass(frozen=True, slots=True)
+class Ranked:
+    """A report and its post-mortem, as several windows are weighed against each other."""
+
+    report: Report
+    pm: PostMortem
+
+    @property
+    def significant(self) -> bool:
+        """It holds an incident: the post-mortem found an episode of medium or worse."""
+        return bool(self.pm.episodes)
+
+    @property
+    def weight(self) -> int:
+        """Its main episode's severity weight x records, the post-mortem's own measure."""
+        return self.pm.episodes[0].weight if self.pm.episodes else 0
+
+
+def rank_reports(
+    reports: Iterable[Report], *, review_count: int | None = None,
+    deadletter_count: int | None = None, parked_count: int | None = None,
+) -> list[Ranked]:
+    """Post-mortems of several windows, most significant first, since a reader starts at
+    the top: a window with an incident before one without, the heavier main episode first;
+    when nothing tells them apart, dated before undated and the latest window first."""
+    review = _parked(review_count, parked_count)
+    ranked = [Ranked(r, derive(r, deadletters=deadletter_count, review=review))
+              for r in reports]
+    ranked.sort(key=lambda x: x.report.id, reverse=True)
+    ranked.sort(key=lambda x: (not x.significant, -x.weight, x.report.id.startswith("undated")))
+    return ranked
+
+
+def one_line(item: Ranked) -> str:
+    """A window in one line: ``2026-01-29/all: no incident (1,234 records)``."""
+    report, pm = item.report, item.pm
+    if not item.significant:
+        return f"{report.id}: no incident ({pm.records:,} records)"
+    ep = pm.episodes[0]
+    return f"{report.id}: {pm.title} ({ep.top.severity}, {ep.records:,} records; {pm.status})"
+
+
+def render_reports(
+    reports: Iterable[Report], *, plain: bool = False, review_count: int | None = None,
+    deadletter_count: int | None = None, parked_count: int | None = None,
+) -> str:
+    """Several windows for a reader: the most significant post-mortems in full, every other
+    window in one line, so a quiet day costs a line and the worst one is read first. A
+    single window is shown in full, incident or not: the reader asked for it."""
+    ranked = rank_reports(reports, review_count=review_count,
+                          deadletter_count=deadletter_count, parked_count=parked_count)
+    f = Markup(True, plain=plain)
+    if len(ranked) == 1:
+        return _render_postmortem(ranked[0].report, ranked[0].pm, f)
+    full = [x for x in ranked if x.significant][:MAX_FULL_REPORTS]
+    rest = ranked[len(full):]
+    out = [_render_postmortem(x.report, x.pm, f) for x in full]
+    if rest:
+        title = "Other windows" if full else f"No incident in {len(rest)} windows"
+        out.append("\n".join([f"# {title}", "", *(f"- {f.text(one_line(x))}" for x in rest)])
+                   + "\n")
+    return "\n".join(out)
 
 
 def _parked(review_count: int | None, parked_count: int | None) -> int | None:
