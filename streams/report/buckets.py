@@ -1,9 +1,10 @@
-"""Record counts per UTC minute: how a report keeps each template's rate over time.
+"""Record counts per UTC minute: how a report keeps rates over time.
 
 A report stores no per-record times, only each template's ``minutes`` (see
 ``TemplateEvidence``), built in the batch stage from the records' own event
-times. These helpers add, share and read them; keys are ``YYYY-MM-DDTHH:MM`` in
-UTC, so they sort in time order as text.
+times, and each service's (``Report.service_minutes``), the same counts summed
+by the fragments' service. These helpers add, share and read them; keys are
+``YYYY-MM-DDTHH:MM`` in UTC, so they sort in time order as text.
 """
 
 from __future__ import annotations
@@ -29,6 +30,19 @@ def add_minutes(*counts: Mapping[str, int]) -> dict[str, int]:
         for key, n in part.items():
             out[key] = out.get(key, 0) + n
     return {key: n for key, n in sorted(out.items()) if n}
+
+
+def add_service_minutes(
+    *counts: Mapping[str, Mapping[str, int]],
+) -> dict[str, dict[str, int]]:
+    """Counts per service summed per minute: services in name order, each oldest first,
+    a service without a dated record left out (bytes independent of arrival order)."""
+    parts: dict[str, list[Mapping[str, int]]] = {}
+    for part in counts:
+        for service, minutes in part.items():
+            parts.setdefault(service, []).append(minutes)
+    summed = ((service, add_minutes(*parts[service])) for service in sorted(parts))
+    return {service: minutes for service, minutes in summed if minutes}
 
 
 def minute_counts(evidence: Iterable[TemplateEvidence]) -> dict[str, int]:

@@ -15,6 +15,11 @@ An incident's evidence is keyed by template text, and the clean stage's template
 ids hold only inside one process: after every merge, a template that another one
 covers is folded into it (``streams.report.templates``), so an event mined by two
 workers, or before and after a restart, ends as one entry whatever the order.
+
+Evidence is merged across services, so the report also counts each service's
+records per minute (``Report.service_minutes``): a fragment adds the same minute
+shares to its service as to its templates, so per minute the services' counts add
+up to the templates' counts over all incidents.
 """
 
 from __future__ import annotations
@@ -29,7 +34,7 @@ from streams.batch.entities import top_entities
 from streams.errors import ValidationFailed
 from streams.intervals import Coverage
 from streams.records import Fragment
-from streams.report.buckets import add_minutes, share_minutes
+from streams.report.buckets import add_minutes, add_service_minutes, share_minutes
 from streams.report.keys import format_time, parse_time
 from streams.report.model import (
     MAX_TEMPLATES,
@@ -104,6 +109,7 @@ def merge_all(
     applied: list[str] = []
     results: list[MergeResult] = []
     added = Coverage()  # new in this call; folded into the (large) ledger once, at the end
+    gained: dict[str, dict[str, int]] = {}  # service -> minute -> records new in this call
     for fragment in fragments:
         offered = _coverage(fragment.covered, fragment.id)
         new = offered.difference(seen).difference(added)
@@ -120,7 +126,10 @@ def merge_all(
         if incident is not None and ("i", key) not in own:
             incident = incident.model_copy(deep=True)
         own.add(("i", key))
-        incidents[key] = _absorb(incident, key, fragment, new)
+        incidents[key], minutes = _absorb(incident, key, fragment, new)
+        mine = gained.setdefault(fragment.service, {})
+        for minute, n in minutes.items():
+            mine[minute] = mine.get(minute, 0) + n
         _add_suggestion(suggestions, own, fragment, key)
         added = added.union(new)
         touched.add(key)
@@ -142,6 +151,7 @@ def merge_all(
     out.updated_at = now if now is not None else format_time(datetime.now(UTC))
     out.fragments_applied = base.fragments_applied + len(applied)
     out.fragment_ids = [*base.fragment_ids, *applied][-MAX_FRAGMENT_IDS:]
+    out.service_minutes = add_service_minutes(base.service_minutes, gained)
     out.changes = diff_reports(base, out)
     return out, results
 
@@ -149,8 +159,8 @@ def merge_all(
 def compose(report_id: str, shards: list[Report]) -> Report:
     """One report from the shards its records were compacted in (see ``report_shard``).
 
-    Shards never share a record, so ledgers are unioned and counts added; the rest
-    merges with the same order-free rules as fragments.
+    Shards never share a record, so ledgers are unioned and counts (per service and
+    minute too) added; the rest merges with the same order-free rules as fragments.
     """
     if len(shards) == 1 and shards[0].id == report_id:
         return shards[0]
@@ -182,6 +192,7 @@ def compose(report_id: str, shards: list[Report]) -> Report:
     out.updated_at = max((r.updated_at for r in ordered if r.updated_at), default=None)
     out.fragments_applied = sum(r.fragments_applied for r in ordered)
     out.fragment_ids = [f for r in ordered for f in r.fragment_ids][-MAX_FRAGMENT_IDS:]
+    out.service_minutes = add_service_minutes(*(r.service_minutes for r in ordered))
     out.changes = ReportChanges(
         from_version=sum(r.changes.from_version for r in ordered),
         to_version=out.version,
@@ -244,7 +255,11 @@ def report_body(report: Report) -> dict[str, Any]:
     return report.model_dump(mode="json", exclude=exclude)
 
 
-def _absorb(inc: Incident | None, key: str, fragment: Fragment, new: Coverage) -> Incident:
+def _absorb(
+    inc: Incident | None, key: str, fragment: Fragment, new: Coverage
+) -> tuple[Incident, dict[str, int]]:
+    """The incident with the fragment's ``new`` records added, and their minute counts:
+    the shares its templates got, which the fragment's service gets too."""
     event, cause = _display(fragment.event), _display(fragment.cause)
     if inc is None:
         inc = Incident(key=key, event=event, cause=cause, severity=fragment.severity)
@@ -261,23 +276,24 @@ def _absorb(inc: Incident | None, key: str, fragment: Fragment, new: Coverage) -
     evidence = {ev.template: ev for ev in inc.evidence}
     claimed = Coverage()
     implicit = []
+    shares: list[dict[str, int]] = []
     for ev in fragment.evidence:
         if not ev.covered:
             implicit.append(ev)
             continue
         part = _coverage(ev.covered, fragment.id).intersection(new)
         claimed = claimed.union(part)
+        shares.append(share_minutes(ev.minutes, len(part), ev.count))
         _add_evidence(evidence, ev.template, len(part), ev.examples,
-                      _new_share(ev.entities, len(part), ev.count),
-                      share_minutes(ev.minutes, len(part), ev.count))
+                      _new_share(ev.entities, len(part), ev.count), shares[-1])
     # Evidence without its own coverage (older producers) gets what no template claimed.
     remainder = len(new.difference(claimed))
     for ev in implicit:
+        shares.append(share_minutes(ev.minutes, remainder, ev.count))
         _add_evidence(evidence, ev.template, remainder, ev.examples,
-                      _new_share(ev.entities, remainder, ev.count),
-                      share_minutes(ev.minutes, remainder, ev.count))
+                      _new_share(ev.entities, remainder, ev.count), shares[-1])
     inc.evidence = _capped(fold_evidence(evidence))
-    return inc
+    return inc, add_minutes(*shares)
 
 
 def _add_evidence(

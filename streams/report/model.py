@@ -196,6 +196,19 @@ class Report(BaseModel):
     changes: ReportChanges = Field(default_factory=ReportChanges)
     fragments_applied: int = 0
     fragment_ids: list[str] = Field(default_factory=list)  # most recent last, bounded
+    # service -> UTC minute ("YYYY-MM-DDTHH:MM") -> its dated records in the report, routine
+    # included: what a service logged per minute, whatever incidents its records went to
+    # (an incident's evidence is merged across services by template text)
+    service_minutes: dict[str, dict[str, int]] = Field(default_factory=dict)
+
+    # No return annotation: pydantic would take it for the serialized schema.
+    @model_serializer(mode="wrap")
+    def _lean(self, handler: SerializerFunctionWrapHandler):  # type: ignore[no-untyped-def]
+        """Leave out ``service_minutes`` while no record is dated (a reader fills it back in)."""
+        data = handler(self)
+        if data.get("service_minutes") == {}:
+            del data["service_minutes"]
+        return data
 
     @computed_field  # type: ignore[prop-decorator]
     @property

@@ -9,7 +9,13 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from streams.records import count_minutes, minute_of
-from streams.report.buckets import add_minutes, minute_counts, parse_minute, share_minutes
+from streams.report.buckets import (
+    add_minutes,
+    add_service_minutes,
+    minute_counts,
+    parse_minute,
+    share_minutes,
+)
 from streams.report.model import TemplateEvidence
 
 
@@ -96,3 +102,15 @@ def test_a_share_totals_the_new_records_exactly_and_never_invents_a_minute(
     for key, n in minutes.items():
         assert abs(share.get(key, 0) - n * new / max(offered, 1)) < 1
     assert list(share) == sorted(share)
+
+
+def test_service_minutes_add_per_service_in_name_order() -> None:
+    summed = add_service_minutes(
+        {"payments": {"2026-01-02T03:05": 1}, "checkout": {"2026-01-02T03:05": 2}},
+        {"checkout": {"2026-01-02T03:04": 1, "2026-01-02T03:05": 1}, "mailer": {}},
+    )
+    assert summed == {"checkout": {"2026-01-02T03:04": 1, "2026-01-02T03:05": 3},
+                      "payments": {"2026-01-02T03:05": 1}}  # a service without records: none
+    assert list(summed) == sorted(summed)
+    assert all(list(m) == sorted(m) for m in summed.values())
+    assert add_service_minutes() == {}

@@ -21,6 +21,7 @@ from hypothesis import strategies as st
 from streams.errors import ValidationFailed
 from streams.intervals import Coverage
 from streams.records import Evidence, Fragment, TimeWindow, count_minutes
+from streams.report.buckets import add_minutes, minute_counts
 from streams.report.keys import report_key
 from streams.report.merge import (
     compose,
@@ -173,7 +174,8 @@ def scenarios(draw: st.DrawFn) -> tuple[dict, list[Fragment]]:
 
 
 def _timeless(body: dict) -> dict:
-    """A report body without the templates' minute counts."""
+    """A report body without the templates' and services' minute counts."""
+    body.pop("service_minutes", None)
     for inc in body["incidents"]:
         for ev in inc["evidence"]:
             ev.pop("minutes", None)
@@ -252,6 +254,7 @@ def _check_against_truth(
                 assert sum(ev.minutes.values()) == ev.count
             if exact_minutes:
                 assert ev.minutes == truth_minutes
+    _check_service_minutes(report, recs, exact=exact_minutes)
     # Two incidents suggest the same action spelled differently: one suggestion.
     sharing = [i for i in (0, 2) if i in truth]
     if sharing:
@@ -259,6 +262,26 @@ def _check_against_truth(
         assert s.records == sum(len(truth[i]) for i in sharing)
     ranks = [(SEVERITY_WEIGHT[s.severity], s.score) for s in report.suggestions]
     assert ranks == sorted(ranks, reverse=True)  # most severe first, then widest reach
+
+
+def _check_service_minutes(
+    report: Report, recs: dict[tuple[str, int], Rec], *, exact: bool
+) -> None:
+    """Each service's records per minute, whatever incident and template they went to."""
+    truth = {service: count_minutes(_stamp(r.minute) for r in recs.values()
+                                    if r.service == service)
+             for service in sorted({r.service for r in recs.values()})}
+    truth = {service: minutes for service, minutes in truth.items() if minutes}
+    got = report.service_minutes
+    assert list(got) == sorted(got) and all(list(m) == sorted(m) for m in got.values())
+    # a service gets the shares its fragments' templates got: per minute they add up
+    assert add_minutes(*got.values()) == add_minutes(
+        *(minute_counts(inc.evidence) for inc in report.incidents))
+    for service, minutes in got.items():  # a replay's share: never a minute, nor a record,
+        assert set(minutes) <= set(truth.get(service, {}))  # the service does not have
+        assert sum(minutes.values()) <= sum(r.service == service for r in recs.values())
+    if exact:
+        assert got == truth
 
 
 # ---------------------------------------------------------------- examples
@@ -594,3 +617,81 @@ def test_a_partial_replay_adds_a_share_of_its_minutes_that_totals_its_new_record
                           "2026-11-29T10:02": 2, "2026-11-29T10:03": 2}
     assert sum(ev.minutes.values()) == ev.count == 10
     jsonschema.validate(json.loads(report.to_json()), SCHEMA)
+
+
+# ---------------------------------------------------------------- service minutes
+
+
+def _of(service: str, fid: str, lo: int, hi: int, minutes: dict[str, int],
+        template: str = "No space <*>", **fields) -> Fragment:
+    """One template over offsets lo..hi of t/0, logged by ``service``."""
+    covered = {"t/0": [[lo, hi]]}
+    return one_fragment(fid, covered, service=service, record_count=hi - lo + 1, evidence=[
+        Evidence(template=template, count=hi - lo + 1, examples=[template.replace("<*>", "x")],
+                 covered=covered, minutes=minutes)], **fields)
+
+
+def _two_services() -> list[Fragment]:
+    """checkout and payments both run out of disk (one incident, one template); checkout
+    also serves requests (routine, an incident of its own)."""
+    m = "2026-11-29T10:0"
+    return [
+        _of("checkout", "a", 0, 3, {f"{m}0": 2, f"{m}1": 2}),
+        _of("payments", "b", 4, 6, {f"{m}1": 1, f"{m}2": 1}),  # one record undated
+        _of("checkout", "c", 7, 9, {f"{m}0": 1, f"{m}2": 2}, template="GET <*> 200",
+            event="Request served", cause="routine", severity="info"),
+    ]
+
+
+def test_each_service_counts_its_records_per_minute_whatever_incident_they_went_to() -> None:
+    report, _ = merge_all(None, _two_services(), report_id="r", now="t")
+    disk = report.incident(incident_key("Disk full on node 3", "No space left"))
+    assert disk is not None and disk.services == ["checkout", "payments"]
+    (ev,) = disk.evidence  # merged by template text: whose records are whose is gone here
+    assert ev.minutes == {"2026-11-29T10:00": 2, "2026-11-29T10:01": 3, "2026-11-29T10:02": 1}
+    assert report.service_minutes == {  # ... and kept here, routine records included
+        "checkout": {"2026-11-29T10:00": 3, "2026-11-29T10:01": 2, "2026-11-29T10:02": 2},
+        "payments": {"2026-11-29T10:01": 1, "2026-11-29T10:02": 1},
+    }
+    assert list(json.loads(report.to_json())["service_minutes"]) == ["checkout", "payments"]
+    jsonschema.validate(json.loads(report.to_json()), SCHEMA)
+
+
+def test_service_minutes_do_not_depend_on_order_and_a_replay_adds_nothing() -> None:
+    fragments = _two_services()
+    reference, _ = merge_all(None, fragments, report_id="2026-11-29/all", now="t")
+    for order in itertools.permutations(fragments):
+        one_by_one, results = apply_all(list(order))
+        assert results == ["applied"] * 3
+        assert report_body(one_by_one) == report_body(reference)
+    again, results = merge_all(reference, fragments[::-1], report_id=reference.id, now="t2")
+    assert again is reference and results == ["duplicate"] * 3
+    replayed, _ = apply_all([*fragments, *fragments, fragments[1]])
+    assert replayed.service_minutes == reference.service_minutes
+    # shares compacted apart compose to the same counts (checkout's records are in both)
+    shares = [merge_all(None, part, report_id=f"{reference.id}#{n}", now="t")[0]
+              for n, part in enumerate([fragments[1:], fragments[:1]])]
+    assert all("checkout" in share.service_minutes for share in shares)
+    assert report_body(compose(reference.id, shares)) == report_body(reference)
+
+
+def test_a_partial_replay_gives_its_service_the_share_its_templates_got() -> None:
+    m = "2026-11-29T10:0"
+    first = _of("checkout", "a", 0, 3, {f"{m}0": 2, f"{m}1": 2})
+    rerun = _of("checkout", "b", 0, 9, {f"{m}0": 2, f"{m}1": 2, f"{m}2": 3, f"{m}3": 3})
+    other = _of("payments", "c", 20, 21, {f"{m}3": 2})
+    report, results = merge_all(None, [first, other, rerun], report_id="r", now="t")
+    assert results == ["applied", "applied", "partial"]
+    # 6 of 10 records are new: 1.2, 1.2, 1.8, 1.8 rounded by largest remainder
+    assert report.service_minutes["checkout"] == {f"{m}0": 3, f"{m}1": 3, f"{m}2": 2,
+                                                  f"{m}3": 2}
+    assert report.service_minutes["payments"] == {f"{m}3": 2}
+    (ev,) = report.incidents[0].evidence
+    assert add_minutes(*report.service_minutes.values()) == ev.minutes
+
+
+def test_service_minutes_are_left_out_while_no_record_is_dated() -> None:
+    report, _ = merge(None, one_fragment("a", {"t/0": [[0, 0]]}), report_id="r", now="t")
+    assert report.service_minutes == {} and "service_minutes" not in json.loads(report.to_json())
+    jsonschema.validate(json.loads(report.to_json()), SCHEMA)
+    assert Report.from_json(report.to_json()) == report

@@ -132,6 +132,24 @@ def test_minutes_are_stored_when_some_record_is_dated_and_left_out_otherwise() -
     assert not SCHEMA.is_valid(bad)
 
 
+def test_service_minutes_validate_and_bad_ones_do_not() -> None:
+    report = report_of(2)
+    assert "service_minutes" not in json.loads(report.to_json())  # report_of's are undated
+    report.service_minutes = {"hdfs": {"2026-11-29T10:00": 2, "2026-11-29T10:01": 1},
+                              "kafka broker/1": {"2026-11-29T10:01": 4}}  # names as given
+    doc = json.loads(report.to_json())
+    SCHEMA.validate(doc)
+    assert doc["service_minutes"] == report.service_minutes
+    assert Report.from_json(doc) == report
+    for bad in ({"hdfs": {"2026-11-29T10:00:00Z": 1}},  # not a minute key
+                {"hdfs": {"2026-11-29T24:00": 1}},
+                {"hdfs": {"2026-11-29T10:00": 0}},  # an empty minute is left out
+                {"hdfs": {"2026-11-29T10:00": 1.5}},
+                {"hdfs": {}},  # so is a service without dated records
+                {"hdfs": 3}):
+        assert not SCHEMA.is_valid({**doc, "service_minutes": bad}), bad
+
+
 def test_a_report_keeps_only_the_most_recent_fragment_ids() -> None:
     fragments = [make_fragment(f"f{n:02}", {"t/0": [[n, n]]}) for n in range(MAX_FRAGMENT_IDS + 5)]
     report, _ = merge_all(None, fragments[:3], report_id="r", now="t")
