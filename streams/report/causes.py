@@ -83,11 +83,13 @@ class Cause:
     entities_counted: bool = False  # over all records (else in the evidence examples)
     suggestion: str | None = None
     summary: str | None = None  # the model's roll-up, when there is one
-    anomaly: str | None = None  # why an unclassified template was judged an anomaly
+    anomaly: str | None = None  # what its counts say (burst, new) against its baseline
+    burst: int | None = None  # records in its burst, when a burst in a longer series
 
     @property
     def weight(self) -> int:
-        return SEVERITY_WEIGHT.get(self.severity, 1) * max(self.count, 1)
+        """Severity x records; a burst in a longer series weighs its burst's records."""
+        return SEVERITY_WEIGHT.get(self.severity, 1) * max(self.burst or self.count, 1)
 
 
 @dataclass(frozen=True, slots=True)

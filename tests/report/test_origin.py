@@ -34,9 +34,12 @@ def test_phrasings_that_name_the_called_service() -> None:
         "upstream payments returned 503 Service Unavailable",
         "HTTP 502 from pricing-api while quoting",
         "failed to connect to redis-cache after 3 attempts",
+        "request to shipping-svc timed out after 3000ms, giving up",
+        "timeout after 5000 ms waiting for ledger",
     ]
     found = named_services(texts)
-    for name in ("ts-basic-service", "inventory-db", "payments", "pricing-api", "redis-cache"):
+    for name in ("ts-basic-service", "inventory-db", "payments", "pricing-api", "redis-cache",
+                 "shipping", "ledger"):
         assert any(same_service(name, f) for f in found), (name, found)
 
 

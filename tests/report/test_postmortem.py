@@ -7,7 +7,7 @@ from datetime import UTC, datetime, timedelta
 from itertools import count
 from typing import Any
 
-from streams.records import Evidence, Fragment, TimeWindow
+from streams.records import Evidence, Fragment, TimeWindow, count_minutes
 from streams.report.causes import top_entities
 from streams.report.merge import merge_all
 from streams.report.model import Report
@@ -37,7 +37,15 @@ def frag(event: str, *, minute: float, until: float | None = None, records: int 
         service=service, severity=severity, suggestion=suggestion, timestamp=at(minute),
         window=TimeWindow(start=at(minute), end=end), record_count=records,
         evidence=[Evidence(template=template or event, count=records,
-                           examples=examples or [template or event])])
+                           examples=examples or [template or event],
+                           minutes=spread(records, minute, until))])
+
+
+def spread(records: int, minute: float, until: float | None) -> dict[str, int]:
+    """``records`` event times spread evenly from ``minute`` to ``until``, per minute."""
+    last = minute if until is None else until
+    step = (last - minute) / max(records - 1, 1)
+    return count_minutes(at(minute + i * step) for i in range(records))
 
 
 def report_of(*fragments: Fragment, **kw: Any) -> Report:
@@ -95,7 +103,9 @@ def test_trigger_detection_and_mitigation_are_found_from_change_events() -> None
     assert ep.detection is not None and ep.detection.kind == "alert"
     assert [m.kind for m in ep.mitigations] == ["rollback"]
     assert ep.causes[0].title.startswith("Unusual WARN")  # the earliest anomaly heads the chain
-    assert pm.title.startswith("Connection pool exhausted")  # the most severe cause
+    # the suspected origin leads the title: the earliest error, in the deployed service
+    assert ep.origin is not None and ep.origin.service == "checkout"
+    assert pm.title.startswith("Timeouts in checkout")
     assert "resolved in the logs at 09:27:00" in pm.status
     assert len(pm.summary) == 3
     assert "after a deploy (deploy v1.42.0 started) at 09:10:00" in pm.summary[1]
@@ -142,8 +152,8 @@ def test_unclassified_templates_are_ranked_by_anomaly_and_steady_ones_folded() -
     anomalies = [c for c in pm.causes if c.kind == "anomaly"]
     assert [c.title for c in anomalies] == ["Unusual WARN: cache miss storm",
                                            "Unusual WARN: queue depth high"]
-    assert "new: first seen 09:20:00" in (anomalies[0].anomaly or "")
-    assert "rate 30x" in (anomalies[0].anomaly or "")
+    assert "new: first seen 09:20" in (anomalies[0].anomaly or "")
+    assert "30 records in its peak" in (anomalies[0].anomaly or "")  # counted, not a span
     assert pm.folded_unclassified == (2, 51)
 
 
@@ -271,3 +281,100 @@ def test_entities_counted_over_all_records_win_over_the_examples() -> None:
     md = render_markdown(report)
     assert "top entities: `ip 10.1.2.3` x580" in md, md
     assert "top entities in evidence" not in md
+
+
+# ------------------------------------------------------------ counts, origin, severity
+
+
+def steady(event: str, *, service: str, records: int, severity: str = "high",
+           template: str | None = None) -> Fragment:
+    """Errors at a constant rate through the whole hour: chronic background."""
+    return frag(event, minute=0, until=59, records=records, service=service,
+                severity=severity, template=template)
+
+
+def test_chronic_errors_are_listed_below_the_incident_never_as_its_cause() -> None:
+    fragments = [routine(), steady("Mail delivery deferred", service="relay", records=120),
+                 frag("Disk full", minute=30, until=33, records=40, service="db")]
+    pm = derive(report_of(*fragments))
+    assert [c.title for c in pm.chronic] == ["Mail delivery deferred"]
+    assert pm.chronic[0].severity == "low" and "chronic" in (pm.chronic[0].anomaly or "")
+    assert all(c.title != "Mail delivery deferred" for ep in pm.episodes for c in ep.causes)
+    assert pm.title.startswith("Disk full")
+    md = render_markdown(report_of(*fragments))
+    assert "## Chronic and quiet signals" in md and "Mail delivery deferred" in md
+
+
+def test_the_same_errors_in_a_burst_are_the_incident() -> None:
+    burst = frag("Mail delivery deferred", minute=30, until=33, records=120, service="relay",
+                 severity="high")
+    pm = derive(report_of(routine(), burst))
+    assert not pm.chronic and pm.title.startswith("Mail delivery deferred")
+    assert "120 records in its peak" in (pm.episodes[0].causes[0].anomaly or "")
+    # impact is the burst's span, not the window's
+    assert pm.episodes[0].first_seen == at(30) and pm.episodes[0].last_seen == at(33)
+
+
+def test_a_burst_within_steady_errors_dates_the_impact_by_the_burst() -> None:
+    fragments = [routine(), steady("Timeouts", service="api", records=60),
+                 frag("Timeouts", minute=40, until=42, records=90, service="api")]
+    pm = derive(report_of(*fragments))
+    cause = pm.episodes[0].causes[0]
+    assert (cause.anomaly or "").startswith("burst")
+    assert cause.first_seen == at(40) and cause.last_seen == at(42)
+
+
+def test_one_service_alone_is_at_most_medium_errors_across_services_stay_high() -> None:
+    alone = derive(report_of(routine(), frag("Disk full", minute=30, until=33, records=40,
+                                             service="db", severity="high")))
+    assert alone.episodes[0].top.severity == "medium"
+    both = derive(report_of(
+        routine(), frag("Disk full", minute=30, until=33, records=40, service="db",
+                        severity="high"),
+        frag("Timeouts", minute=31, until=34, records=60, service="api", severity="high")))
+    assert {c.severity for c in both.episodes[0].causes} == {"high"}
+
+
+def test_a_user_facing_symptom_keeps_one_service_high() -> None:
+    pm = derive(report_of(routine(), frag("HTTP 503 answers", minute=30, until=33, records=40,
+                                          service="web", severity="high")))
+    assert pm.episodes[0].top.severity == "high"
+
+
+def test_the_service_callers_name_is_the_origin_in_title_and_first_sentence() -> None:
+    callers = [frag("Service discovery: no instances of a downstream service", minute=31,
+                    until=34, records=60, service=svc, severity="high",
+                    examples=["No instances available for inventory-service"])
+               for svc in ("checkout", "cart")]
+    own = frag("Unclassified ERROR events", minute=30, until=34, records=9,
+               service="com.example.InventoryServiceImpl",
+               cause="unclassified ERROR events: stock lookup failed",
+               template="stock lookup failed")
+    pm = derive(report_of(routine(), *callers, own))
+    ep = pm.episodes[0]
+    assert ep.origin is not None and ep.origin.service == "com.example.InventoryServiceImpl"
+    assert "InventoryServiceImpl" in pm.title
+    assert pm.summary[0].startswith("Suspected origin: com.example.InventoryServiceImpl, "
+                                    "first anomaly at 09:30:00")
+    assert "checkout" in pm.summary[0] and "are its impact" in pm.summary[0]
+
+
+def test_warnings_in_a_window_too_short_for_a_baseline_fold_errors_count() -> None:
+    def one_minute(level: str, text: str) -> Fragment:
+        return frag(f"Unclassified {level} events", minute=0, until=0.9, records=12,
+                    severity="low" if level == "WARN" else "medium",
+                    cause=f"unclassified {level} events: {text}", template=text)
+
+    pm = derive(report_of(one_minute("WARN", "order not found"),
+                          one_minute("ERROR", "price lookup threw")))
+    assert [c.title for c in pm.causes] == ["Unusual ERROR: price lookup threw"]
+    assert pm.folded_unclassified == (1, 12)
+
+
+def test_a_service_that_went_silent_is_named() -> None:
+    talker = frag("Routine activity", minute=0, until=40, records=400, service="rates",
+                  severity="info", cause="routine activity with no error signals",
+                  template="quote served in <NUM> ms")
+    pm = derive(report_of(routine(), talker))
+    assert pm.silent == [("rates", at(41))]
+    assert "`rates` went silent at 09:41:00" in render_markdown(report_of(routine(), talker))
