@@ -2,12 +2,16 @@
 
 Why templates: a batch sends one entry per (service, template) with a count, so
 thousands of "Receiving block <BLK> src: <IP> dest: <IP>" lines cost one line of
-prompt. Why our own ids: drain3's cluster ids are per-process counters, so two
-workers (or one worker after a restart) would give the same template different
-ids. The id here is a hash of the template text a cluster was born with: the same
-text gets the same id in every process, and the id stays while the template
-generalises. The masks below replace the usual variables (dates, block ids, IPs,
-paths, hex, numbers) before Drain sees the line.
+prompt. Why our own ids: drain3's cluster ids are per-process counters. The id here
+is a hash of the template text a cluster was born with, and it stays while the
+template generalises, so inside one worker one event keeps one id. Across workers
+and restarts the miner's state is not shared: the report stage resolves one
+template per event instead, by coverage of the texts (``streams.report.templates``).
+That was chosen over a miner state shared through Kafka because it needs no
+coordination on the clean stage's hot path, survives any rebalance or replay, and
+merges cleanly in any order; the cost is that two workers' ids for one event differ
+until the report folds them. The masks below replace the usual variables (dates,
+block ids, IPs, paths, hex, numbers) before Drain sees the line.
 
 Drain merges two lines whose tokens mostly agree. Plain Drain merges "VM Started"
 with "VM Paused" and "GET" with "POST": in short messages one differing word is a
