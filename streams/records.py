@@ -11,8 +11,10 @@ from __future__ import annotations
 import base64
 import functools
 import hashlib
+import heapq
+import re
 from collections import Counter
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any, Literal
@@ -175,6 +177,66 @@ def count_minutes(timestamps: Iterable[str | None]) -> dict[str, int]:
     return dict(sorted(counts.items()))
 
 
+MAX_TRACES = 8  # trace ids an evidence entry keeps: the smallest, see ``smallest_traces``
+FAILING_LEVELS: frozenset[str] = frozenset(("WARN", "ERROR", "FATAL"))
+# attribute keys that hold a trace id, compared without case and separators: the clean
+# stage's ``trace_id`` (streams/clean/trace.py) and a JSON body's own spellings (traceId,
+# trace.id or {"trace": {"id"}}, dd.trace_id, X-B3-TraceId, otelTraceID)
+_TRACE_KEYS = frozenset(("traceid", "ddtraceid", "xb3traceid", "oteltraceid"))
+_KEY_SEPARATORS = str.maketrans("", "", "_.-")
+_TRACE_ID = re.compile(r"[0-9a-z][0-9a-z._:-]{7,63}")  # 8 to 64 characters, id-shaped
+_DASHED_HEX = re.compile(r"[0-9a-f]+(?:-[0-9a-f]+)+")  # a UUID-style id: compared as plain hex
+
+
+def trace_id_of(attributes: Mapping[str, Any]) -> str | None:
+    """The trace id of a record from its attributes, lower-cased (a UUID-style one without
+    its dashes, so the hex spellings of one id compare equal), or None. ``trace_id``
+    first (the clean stage lifts it there; a JSON body's own field wins), then any key
+    that spells a trace id, also one level down (``{"trace": {"id": ...}}``). An
+    all-zero id (no span was active) or a value not shaped like an id is none."""
+    value = attributes.get("trace_id")
+    if value is None:
+        for key, held in attributes.items():
+            if isinstance(held, Mapping):
+                inner = next((v for k, v in held.items()
+                              if isinstance(k, str) and _trace_key(key + k)), None)
+                if inner is not None:
+                    value = inner
+                    break
+            elif isinstance(key, str) and _trace_key(key):
+                value = held
+                break
+    if isinstance(value, bool) or not isinstance(value, str | int):
+        return None
+    text = str(value).strip().lower()
+    if _DASHED_HEX.fullmatch(text):
+        text = text.replace("-", "")
+    if _TRACE_ID.fullmatch(text) is None or not text.strip("0-"):
+        return None
+    return text
+
+
+def _trace_key(key: str) -> bool:
+    return key.lower().translate(_KEY_SEPARATORS) in _TRACE_KEYS
+
+
+def smallest_traces(*samples: Iterable[str]) -> list[str]:
+    """The MAX_TRACES smallest distinct ids of all ``samples``, in order.
+
+    A bottom-k sample: the smallest ids of a union are the smallest of the smallest of
+    its parts, so samples merge in any order, twice or in parts, to the same ids, and
+    two templates' samples share an id only when it is among the smallest of both (a
+    shared id proves a link; a missing one proves nothing)."""
+    return heapq.nsmallest(MAX_TRACES, set().union(*samples))
+
+
+def failing_traces(records: Iterable[NormalizedRecord]) -> list[str]:
+    """``smallest_traces`` of the records at WARN or above: only failures link services."""
+    return smallest_traces(
+        t for r in records
+        if r.level in FAILING_LEVELS and (t := trace_id_of(r.attributes)) is not None)
+
+
 class Evidence(BaseModel):
     """What a fragment saw: a log template, how often, and a few redacted examples."""
 
@@ -187,6 +249,18 @@ class Evidence(BaseModel):
     # records per UTC minute of their event time ("YYYY-MM-DDTHH:MM"), counted from the
     # records themselves so a report can test rates; undated records are not in it
     minutes: dict[str, int] = Field(default_factory=dict)
+    # trace ids of its records at WARN or above, the MAX_TRACES smallest (from the records'
+    # attributes, never the model): failures of two services in one trace are one request
+    traces: list[str] = Field(default_factory=list)
+
+    # No return annotation: pydantic would take it for the serialized schema.
+    @model_serializer(mode="wrap")
+    def _lean(self, handler: Any):  # type: ignore[no-untyped-def]
+        """Leave out ``traces`` while empty: most templates have none."""
+        data = handler(self)
+        if data.get("traces") == []:
+            del data["traces"]
+        return data
 
 
 class TimeWindow(BaseModel):

@@ -234,15 +234,15 @@ def test_a_record_of_a_multi_record_message_validates() -> None:
     assert errors("review", bad_key.model_dump(mode="json")) != []
 
 
-def a_fragment(**minutes: dict[str, int]) -> Fragment:
-    """A fragment of two templates; ``minutes`` by template name."""
+def a_fragment(traces: list[str] | None = None, **minutes: dict[str, int]) -> Fragment:
+    """A fragment of two templates; ``minutes`` by template name, ``traces`` of disk's."""
     return Fragment(
         id="f-1", lane="fast", window=TimeWindow(start="2026-01-02T03:04:05.000Z",
                                                  end="2026-01-02T03:05:01.000Z"),
         service="hdfs", timestamp="2026-01-02T03:04:05.000Z", event="Disk full",
         cause="No space", suggestion="Free space", severity="high",
         evidence=[Evidence(template="disk", count=3, covered={"retro.logs.raw/2": [[0, 2]]},
-                           minutes=minutes.get("disk", {})),
+                           minutes=minutes.get("disk", {}), traces=traces or []),
                   Evidence(template="conn", count=1, covered={"retro.logs.raw/2": [[3, 3]]},
                            minutes=minutes.get("conn", {}))],
         covered={"retro.logs.raw/2": [[0, 3]]}, record_count=4, model="m", prompt_version="v1",
@@ -278,3 +278,36 @@ def test_a_minute_key_is_a_utc_minute_without_seconds_or_zone(key: str) -> None:
 def test_a_minute_counts_at_least_one_record() -> None:
     doc = a_fragment(disk={"2026-01-02T03:04": 0}).model_dump(mode="json")
     assert errors("fragment", doc) != []
+
+
+def test_fragments_and_reports_with_traces_validate() -> None:
+    traces = ["4bf92f3577b34da6a3ce929d0e0e4736", "5a1b2c3d4e5f6a7b"]
+    doc = a_fragment(traces).model_dump(mode="json")
+    assert errors("fragment", doc) == []
+    assert [("traces" in ev) for ev in doc["evidence"]] == [True, False]  # absent when none
+    assert Fragment.model_validate(doc) == a_fragment(traces)
+    report, _ = merge(None, a_fragment(traces), report_id="2026-01-02/all",
+                      now="2026-01-02T04:00:00.000Z")
+    stored = report.model_dump(mode="json")
+    assert errors("report", stored) == []
+    assert [ev.get("traces") for ev in stored["incidents"][0]["evidence"]] == [traces, None]
+
+
+@pytest.mark.parametrize(
+    "traces",
+    [[f"{n:016x}" for n in range(1, 10)],  # more than a sample keeps
+     ["5a1b2c3d4e5f6a7b", "5a1b2c3d4e5f6a7b"],  # twice
+     ["4BF92F3577B34DA6"],  # not lower case
+     ["abc"],  # too short for an id
+     ["4bf92f35 77b34da6"],  # not one id
+     []],  # an empty sample is left out, never stored
+)
+def test_a_trace_sample_is_a_few_distinct_ids(traces: list[str]) -> None:
+    doc = a_fragment(["5a1b2c3d4e5f6a7b"]).model_dump(mode="json")
+    doc["evidence"][0]["traces"] = traces
+    assert errors("fragment", doc) != []
+    report, _ = merge(None, a_fragment(["5a1b2c3d4e5f6a7b"]), report_id="2026-01-02/all",
+                      now="2026-01-02T04:00:00.000Z")
+    stored = report.model_dump(mode="json")
+    stored["incidents"][0]["evidence"][0]["traces"] = traces
+    assert errors("report", stored) != []

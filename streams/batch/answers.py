@@ -37,6 +37,7 @@ from streams.records import (
     Review,
     TimeWindow,
     count_minutes,
+    failing_traces,
 )
 
 logger = logging.getLogger(__name__)
@@ -215,6 +216,7 @@ def _fragment(
                 entities=top_entities(count_entities(r.message for r in g.records))
                 if who else {},
                 minutes=count_minutes(r.timestamp for r in g.records),
+                traces=failing_traces(g.records),
             )
             for g in groups
         ],
@@ -285,7 +287,8 @@ def _part(
         entities = top_entities(count_entities(r.message for r in own)) if ev.entities else {}
         evidence.append(ev.model_copy(update={
             "count": len(part), "covered": part.to_json(), "examples": mine or ev.examples[:1],
-            "entities": entities, "minutes": count_minutes(r.timestamp for r in own)}))
+            "entities": entities, "minutes": count_minutes(r.timestamp for r in own),
+            "traces": failing_traces(own)}))
     timed = [r for r in records if epoch_of(r.timestamp) is not None]
     window = TimeWindow(
         start=min(timed, key=time_key).timestamp if timed else None,

@@ -16,6 +16,11 @@ ids hold only inside one process: after every merge, a template that another one
 covers is folded into it (``streams.report.templates``), so an event mined by two
 workers, or before and after a restart, ends as one entry whatever the order.
 
+Each template keeps the smallest few trace ids of its failing records
+(``Evidence.traces``), a bottom-k sample: merged by union and cut to the smallest
+again wherever evidence is added, folded, composed or capped, so like the rest it
+does not depend on order or replays.
+
 Evidence is merged across services, so the report also counts each service's
 records per minute (``Report.service_minutes``): a fragment adds the same minute
 shares to its service as to its templates, so per minute the services' counts add
@@ -33,7 +38,7 @@ from typing import Any, Literal
 from streams.batch.entities import top_entities
 from streams.errors import ValidationFailed
 from streams.intervals import Coverage
-from streams.records import Fragment
+from streams.records import Fragment, smallest_traces
 from streams.report.buckets import add_minutes, add_service_minutes, share_minutes
 from streams.report.keys import format_time, parse_time
 from streams.report.model import (
@@ -220,7 +225,8 @@ def _combine(held: Incident | None, inc: Incident) -> Incident:
     held.count += inc.count
     evidence = {ev.template: ev for ev in held.evidence}
     for ev in inc.evidence:
-        _add_evidence(evidence, ev.template, ev.count, ev.examples, ev.entities, ev.minutes)
+        _add_evidence(evidence, ev.template, ev.count, ev.examples, ev.entities, ev.minutes,
+                      ev.traces)
     held.evidence = _capped(fold_evidence(evidence))
     return held
 
@@ -285,13 +291,13 @@ def _absorb(
         claimed = claimed.union(part)
         shares.append(share_minutes(ev.minutes, len(part), ev.count))
         _add_evidence(evidence, ev.template, len(part), ev.examples,
-                      _new_share(ev.entities, len(part), ev.count), shares[-1])
+                      _new_share(ev.entities, len(part), ev.count), shares[-1], ev.traces)
     # Evidence without its own coverage (older producers) gets what no template claimed.
     remainder = len(new.difference(claimed))
     for ev in implicit:
         shares.append(share_minutes(ev.minutes, remainder, ev.count))
         _add_evidence(evidence, ev.template, remainder, ev.examples,
-                      _new_share(ev.entities, remainder, ev.count), shares[-1])
+                      _new_share(ev.entities, remainder, ev.count), shares[-1], ev.traces)
     inc.evidence = _capped(fold_evidence(evidence))
     return inc, add_minutes(*shares)
 
@@ -299,9 +305,12 @@ def _absorb(
 def _add_evidence(
     evidence: dict[str, TemplateEvidence], template: str, count: int, examples: list[str],
     entities: dict[str, int] | None = None, minutes: dict[str, int] | None = None,
+    traces: list[str] | None = None,
 ) -> None:
     """Counts ``count`` records new to the report. ``entities`` and ``minutes`` must be
-    those records' share already: only the caller knows which records were new."""
+    those records' share already: only the caller knows which records were new.
+    ``traces`` is the sample of all the offered records: a sample unions idempotently,
+    so the records counted before add nothing twice."""
     if not count:
         return
     ev = evidence.setdefault(template, TemplateEvidence(template=template))
@@ -314,6 +323,8 @@ def _add_evidence(
         ev.entities = top_entities(summed)
     if minutes:
         ev.minutes = add_minutes(ev.minutes, minutes)
+    if traces:
+        ev.traces = smallest_traces(ev.traces, traces)
 
 
 def _new_share(entities: dict[str, int], new: int, offered: int) -> dict[str, int]:
@@ -335,6 +346,7 @@ def _capped(evidence: dict[str, TemplateEvidence]) -> list[TemplateEvidence]:
         other = other or TemplateEvidence(template=OTHER_TEMPLATES)
         other.count += sum(e.count for e in rest)
         other.minutes = add_minutes(other.minutes, *(e.minutes for e in rest))
+        other.traces = smallest_traces(other.traces, *(e.traces for e in rest))
         other.examples = pick_examples([*other.examples, *(x for e in rest for x in e.examples)])
     return [*ranked, other] if other is not None else ranked
 

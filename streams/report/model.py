@@ -73,6 +73,9 @@ class TemplateEvidence(BaseModel):
     # records per UTC minute ("YYYY-MM-DDTHH:MM"), oldest first, so a post-mortem can test a
     # rate against the source's own baseline; undated records are not in it (sum <= count)
     minutes: dict[str, int] = Field(default_factory=dict)
+    # trace ids of its records at WARN or above, the smallest few (``MAX_TRACES``), in order:
+    # a failure in two services' templates that share an id is one request failing in both
+    traces: list[str] = Field(default_factory=list)
 
 
 class Incident(BaseModel):
@@ -97,17 +100,17 @@ class Incident(BaseModel):
     @model_serializer(mode="wrap")
     def _lean(self, handler: SerializerFunctionWrapHandler):  # type: ignore[no-untyped-def]
         """Leave out what is still at its empty default: no roll-up yet, no entities, no
-        dated records. Most incidents and templates have none of these, and every report
-        repeated them per entry; a reader (or a model) fills the default back in, so nothing
-        is lost."""
+        dated records, no failing trace. Most incidents and templates have none of these,
+        and every report repeated them per entry; a reader (or a model) fills the default
+        back in, so nothing is lost."""
         data = handler(self)
         if data.get("summary", 0) is None:
             del data["summary"]
         if data.get("summary_count") == 0:
             del data["summary_count"]
         for ev in data.get("evidence", ()):
-            for name in ("entities", "minutes"):
-                if ev.get(name) == {}:
+            for name, empty in (("entities", {}), ("minutes", {}), ("traces", [])):
+                if ev.get(name) == empty:
                     del ev[name]
         return data
 

@@ -28,6 +28,7 @@ from collections.abc import Mapping
 
 from streams.batch.entities import top_entities
 from streams.batch.templates import canonical_templates
+from streams.records import smallest_traces
 from streams.report.buckets import add_minutes
 from streams.report.model import OTHER_TEMPLATES, TemplateEvidence, pick_examples
 
@@ -35,8 +36,8 @@ from streams.report.model import OTHER_TEMPLATES, TemplateEvidence, pick_example
 def fold_evidence(evidence: Mapping[str, TemplateEvidence]) -> dict[str, TemplateEvidence]:
     """Evidence with every covered template folded into its canonical one: counts
     summed (the records of two entries never overlap), examples re-picked, entities
-    and minutes summed. ``OTHER_TEMPLATES`` is a bucket, not a template, and stays as
-    it is. The input is left unchanged."""
+    and minutes summed, trace samples unioned to the smallest. ``OTHER_TEMPLATES`` is
+    a bucket, not a template, and stays as it is. The input is left unchanged."""
     plain = {t: ev for t, ev in evidence.items() if t != OTHER_TEMPLATES}
     members: dict[str, list[TemplateEvidence]] = {}
     for template, root in canonical_templates(plain).items():
@@ -56,6 +57,7 @@ def fold_evidence(evidence: Mapping[str, TemplateEvidence]) -> dict[str, Templat
             examples=pick_examples(x for ev in group for x in ev.examples),
             entities=top_entities(entities),
             minutes=add_minutes(*(ev.minutes for ev in group)),
+            traces=smallest_traces(*(ev.traces for ev in group)),
         )
     if OTHER_TEMPLATES in evidence:
         out[OTHER_TEMPLATES] = evidence[OTHER_TEMPLATES]

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from datetime import UTC, datetime
 from pathlib import Path
 
 import jsonschema
@@ -13,9 +14,9 @@ from streams.batch.prompt import build_messages, extract_payload
 from streams.batch.window import Batch, build_batch
 from streams.errors import MalformedOutput, Truncated, ValidationFailed
 from streams.intervals import Coverage
-from streams.records import NormalizedRecord
+from streams.records import NormalizedRecord, RawCoord, trace_id_of
 
-from helpers import WordCounter, make_record
+from helpers import WordCounter, make_cleaner, make_record
 
 SCHEMAS = Path(__file__).resolve().parents[2] / "schemas"
 DISK, CONN = "disk <*> full", "conn refused"
@@ -109,6 +110,91 @@ def test_evidence_counts_records_per_minute_from_their_own_times() -> None:
     assert by_template[DISK].minutes == {"2026-01-02T03:04": 3, "2026-01-02T03:05": 2}
     assert by_template[DISK].count == 6  # the undated record counts, but in no minute
     assert by_template[CONN].minutes == {"2026-01-02T03:04": 1}
+
+
+def traced(offset: int, trace: object, level: str | None = "ERROR", *, key: str = "trace_id",
+           template: str = DISK) -> NormalizedRecord:
+    tid = "disk" if template == DISK else "conn"
+    record = make_record(offset, message=f"disk /{offset} full", template_id=tid,
+                         template=template, level=level)
+    return record.model_copy(update={"attributes": {key: trace, "pid": 7}})
+
+
+def hexid(n: int) -> str:
+    return f"{n:032x}"
+
+
+def test_evidence_samples_the_smallest_trace_ids_of_its_failing_records() -> None:
+    """From the records' attributes, never the answer; only WARN and above; bounded."""
+    disk = [traced(o, hexid(100 - o)) for o in range(12)]  # 12 errors, 12 traces
+    disk += [traced(20, hexid(1), "INFO"), traced(21, hexid(2), "DEBUG"),  # not failures
+             traced(22, hexid(3), None), traced(23, hexid(95), "WARN"),
+             traced(24, hexid(89), "FATAL"), traced(25, hexid(95), "ERROR")]  # a repeat
+    conn = [traced(30, hexid(5), "INFO", template=CONN)]
+    batch = batch_of([*disk, *conn])
+    r = refs_of(batch)
+    answer = {"fragments": [item([r["disk"], r["conn"]], traces=[hexid(0)])]}
+    (fragment,) = validate_answer(batch, answer, model="m", prompt_version="v1")
+    by_template = {e.template: e for e in fragment.evidence}
+    # 89..100 and 95 again: the 8 smallest distinct, in order
+    assert by_template[DISK].traces == [hexid(n) for n in range(89, 97)]
+    assert by_template[CONN].traces == []  # its only record is routine
+    doc = json.loads(fragment.model_dump_json())
+    assert {e["template"]: "traces" in e for e in doc["evidence"]} == {DISK: True, CONN: False}
+    # the same records batched in another order give the same sample
+    again = batch_of(list(reversed([*disk, *conn])))
+    r = refs_of(again)
+    (same,) = validate_answer(again, {"fragments": [item([r["disk"], r["conn"]])]},
+                              model="m", prompt_version="v1")
+    assert [e.traces for e in same.evidence] == [e.traces for e in fragment.evidence]
+
+
+@pytest.mark.parametrize(
+    ("attributes", "expected"),
+    [
+        ({"trace_id": "4BF92F3577B34DA6A3CE929D0E0E4736"}, "4bf92f3577b34da6a3ce929d0e0e4736"),
+        ({"traceId": "4bf92f3577b34da6a3ce929d0e0e4736"}, "4bf92f3577b34da6a3ce929d0e0e4736"),
+        ({"trace.id": "4bf92f3577b34da6a3ce929d0e0e4736"}, "4bf92f3577b34da6a3ce929d0e0e4736"),
+        ({"trace": {"id": "4bf92f3577b34da6a3ce929d0e0e4736"}},
+         "4bf92f3577b34da6a3ce929d0e0e4736"),
+        ({"dd.trace_id": 1234567890123456789}, "1234567890123456789"),
+        ({"dd": {"trace_id": "1234567890123456789"}}, "1234567890123456789"),
+        ({"X-B3-TraceId": "463ac35c9f6413ad"}, "463ac35c9f6413ad"),
+        ({"otelTraceID": "4bf92f3577b34da6a3ce929d0e0e4736"}, "4bf92f3577b34da6a3ce929d0e0e4736"),
+        # a UUID-style id compares equal to its plain hex
+        ({"traceId": "4bf92f35-77b3-4da6-a3ce-929d0e0e4736"}, "4bf92f3577b34da6a3ce929d0e0e4736"),
+        # the clean stage's attribute first: a JSON body's own trace_id won there already
+        ({"traceId": "1111111111111111", "trace_id": "2222222222222222"}, "2222222222222222"),
+        ({"trace_id": "00000000000000000000000000000000"}, None),  # no span was active
+        ({"trace_id": "-"}, None),
+        ({"trace_id": "abc"}, None),  # too short for an id
+        ({"trace_id": True}, None),
+        ({"trace_id": "a" * 65}, None),
+        ({"trace_id": "not an id at all"}, None),
+        ({"request_id": "4bf92f3577b34da6a3ce929d0e0e4736"}, None),  # another id
+        ({"subtrace": {"identifier": "4bf92f3577b34da6a3ce929d0e0e4736"}}, None),
+        ({}, None),
+    ],
+)
+def test_the_trace_id_of_a_record_in_its_spellings(attributes: dict[str, object],
+                                                   expected: str | None) -> None:
+    assert trace_id_of(attributes) == expected
+
+
+def test_traces_of_a_cleaned_json_body_and_a_lifted_text_line_are_one_id() -> None:
+    """The clean stage lifts a text line's trace context; a JSON body keeps its own key."""
+    cleaner = make_cleaner(datetime(2026, 1, 2, tzinfo=UTC))
+    trace = "4bf92f3577b34da6a3ce929d0e0e4736"
+    lines = [
+        '{"ts":"2026-01-02T03:04:05Z","level":"error","service":"checkout",'
+        f'"msg":"charge failed","traceId":"{trace.upper()}"}}',
+        f"2026-01-02 03:04:06 ERROR stock query failed trace_id={trace} span_id=00f067aa0ba902b7",
+        f"2026-01-02 03:04:07 ERROR pool exhausted traceparent: 00-{trace}-00f067aa0ba902b7-01",
+    ]
+    records = [cleaner.clean(line.encode(), RawCoord(topic="t", partition=0, offset=n), "a")[0]
+               for n, line in enumerate(lines)]
+    assert all(isinstance(r, NormalizedRecord) for r in records)
+    assert {trace_id_of(r.attributes) for r in records} == {trace}  # type: ignore[union-attr]
 
 
 def test_service_not_among_the_refs_falls_back_to_the_most_common(batch: Batch) -> None:

@@ -18,7 +18,13 @@ from streams.batch.answers import place_fragments, validate_answer
 from streams.batch.lane import LaneProcessor
 from streams.batch.window import Batch, TokenWindow, build_batch
 from streams.intervals import Coverage
-from streams.records import BatchOutcome, Fragment, NormalizedRecord, count_minutes
+from streams.records import (
+    BatchOutcome,
+    Fragment,
+    NormalizedRecord,
+    count_minutes,
+    smallest_traces,
+)
 from streams.report.buckets import add_minutes
 from streams.report.keys import record_place, report_key, report_of
 from streams.report.merge import merge
@@ -32,14 +38,17 @@ TEMPLATES = ("Connection to <*> refused", "User <*> logged in", "Disk <*> full")
 
 
 def rec(offset: int, minutes: float | None, *, service: str | None = "api",
-        template: int = 0, partition: int = 0, source: str = "app.log") -> NormalizedRecord:
+        template: int = 0, partition: int = 0, source: str = "app.log",
+        level: str = "ERROR", trace: str | None = None) -> NormalizedRecord:
     """A record ``minutes`` after T0 (None: undated) of one of three templates."""
     stamp = None if minutes is None else iso_z(T0 + timedelta(minutes=minutes))
     msg = TEMPLATES[template].replace("<*>", str(offset))
     record = make_record(offset, message=msg, service=service, template_id=f"t{template}",
-                         template=TEMPLATES[template], level="ERROR", partition=partition,
+                         template=TEMPLATES[template], level=level, partition=partition,
                          topic="raw")
-    return record.model_copy(update={"timestamp": stamp, "source": source})
+    attributes = {} if trace is None else {"trace_id": trace}
+    return record.model_copy(update={"timestamp": stamp, "source": source,
+                                     "attributes": attributes})
 
 
 def batch_of(records: list[NormalizedRecord]) -> Batch:
@@ -96,7 +105,8 @@ def test_a_record_without_time_or_service_still_has_one_place() -> None:
 
 
 def test_a_batch_across_midnight_gives_one_fragment_per_day() -> None:
-    records = [rec(i, 100 + 10 * i, template=i % 2) for i in range(6)]  # 23:40 .. 00:30
+    records = [rec(i, 100 + 10 * i, template=i % 2, trace=f"{i + 1:016x}")
+               for i in range(6)]  # 23:40 .. 00:30
     parts = fragments_of(records)
     assert [f.report_id for f in parts] == ["2026-03-30/all", "2026-03-31/all"]
     before, after = parts
@@ -112,6 +122,11 @@ def test_a_batch_across_midnight_gives_one_fragment_per_day() -> None:
     assert {e.template: e.minutes for e in after.evidence} == {
         TEMPLATES[0]: {"2026-03-31T00:00": 1, "2026-03-31T00:20": 1},
         TEMPLATES[1]: {"2026-03-31T00:10": 1, "2026-03-31T00:30": 1}}
+    # ... and samples the trace ids of its own records only
+    assert {e.template: e.traces for e in before.evidence} == {
+        TEMPLATES[0]: [f"{1:016x}"], TEMPLATES[1]: [f"{2:016x}"]}
+    assert {e.template: e.traces for e in after.evidence} == {
+        TEMPLATES[0]: [f"{3:016x}", f"{5:016x}"], TEMPLATES[1]: [f"{4:016x}", f"{6:016x}"]}
     assert before.id != after.id and len({before.id, after.id}) == 2
 
 
@@ -141,11 +156,14 @@ def test_a_fragment_covering_a_record_outside_its_batch_is_a_bug() -> None:
 
 # --- the property --------------------------------------------------------------------
 
+TRACES = tuple(f"{n * 7919:016x}" for n in range(1, 14))  # few: requests repeat
 _records = st.lists(
     st.tuples(st.one_of(st.none(), st.floats(0, 3 * 24 * 60)), st.sampled_from(SERVICES),
-              st.integers(0, 2)),
+              st.integers(0, 2), st.sampled_from(("INFO", "WARN", "ERROR")),
+              st.one_of(st.none(), st.sampled_from(TRACES))),
     min_size=1, max_size=40,
-).map(lambda rows: [rec(i, m, service=s, template=t) for i, (m, s, t) in enumerate(rows)])
+).map(lambda rows: [rec(i, m, service=s, template=t, level=lv, trace=tr)
+                    for i, (m, s, t, lv, tr) in enumerate(rows)])
 
 
 def _batched(records: list[NormalizedRecord], cuts: list[int], order: list[int],
@@ -183,6 +201,16 @@ def test_any_batching_of_the_same_records_gives_the_same_reports(
     expected = {rid: {t: count_minutes(stamps) for t, stamps in by_t.items()}
                 for rid, by_t in truth.items()}
     assert _minutes(one) == _minutes(other) == expected
+    # ... and sample the smallest trace ids of their own failing records, in any batching
+    failing: dict[str, dict[str, list[str]]] = {}
+    for record in records:
+        rid = record_place(record, window="day", group_by="all")
+        mine = failing.setdefault(rid, {}).setdefault(record.template, [])
+        if record.level != "INFO" and "trace_id" in record.attributes:
+            mine.append(record.attributes["trace_id"])
+    samples = {rid: {t: smallest_traces(ids) for t, ids in by_t.items()}
+               for rid, by_t in failing.items()}
+    assert _traces(one) == _traces(other) == samples
     for record in records:  # every record is in the report its own place names
         rid = record_place(record, window="day", group_by="all")
         assert record.raw.offset in Coverage.from_json(one[rid].covered).parts()["raw/0"]
@@ -194,6 +222,18 @@ def test_any_batching_of_the_same_records_gives_the_same_reports(
     for report in replayed.values():  # a partial replay shares minutes out, never over count
         for ev in (ev for inc in report.incidents for ev in inc.evidence):
             assert sum(ev.minutes.values()) <= ev.count
+    assert _traces(replayed) == samples  # a sample unions: a replay changes none
+
+
+def _traces(reports: dict[str, Report]) -> dict[str, dict[str, list[str]]]:
+    """Each report's trace sample per template, over its incidents."""
+    out: dict[str, dict[str, list[str]]] = {}
+    for rid, report in reports.items():
+        by_template: dict[str, list[list[str]]] = {}
+        for ev in (ev for inc in report.incidents for ev in inc.evidence):
+            by_template.setdefault(ev.template, []).append(ev.traces)
+        out[rid] = {t: smallest_traces(*s) for t, s in by_template.items()}
+    return out
 
 
 def _minutes(reports: dict[str, Report]) -> dict[str, dict[str, dict[str, int]]]:

@@ -9,6 +9,7 @@ import json
 import random
 import re
 from collections import defaultdict
+from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -20,7 +21,14 @@ from hypothesis import strategies as st
 
 from streams.errors import ValidationFailed
 from streams.intervals import Coverage
-from streams.records import Evidence, Fragment, TimeWindow, count_minutes
+from streams.records import (
+    MAX_TRACES,
+    Evidence,
+    Fragment,
+    TimeWindow,
+    count_minutes,
+    smallest_traces,
+)
 from streams.report.buckets import add_minutes, minute_counts
 from streams.report.keys import report_key
 from streams.report.merge import (
@@ -54,6 +62,7 @@ INCIDENTS = [
 ]
 TEMPLATES = ["No space left on <*>", "Connection to <*> refused", "Timeout after <*> ms"]
 TEXTS = ["e1", "err 22", "a", "no space left on /data/3", "<script>x</script>", "timeout 5000 ms"]
+TRACES = [f"{n * 104729:032x}" for n in range(1, 16)]  # more than a sample keeps
 
 
 @dataclass(frozen=True)
@@ -64,6 +73,8 @@ class Rec:
     severity: str
     minute: int | None  # None: undated record
     text: str
+    trace: str | None = None  # its trace id, if it has one
+    failing: bool = True  # WARN or above: only then is its trace sampled
 
 
 def _iso(minute: int) -> str:
@@ -88,6 +99,11 @@ def _top(texts: set[str]) -> list[str]:
     return sorted(best.values(), key=lambda t: (len(t), t))[:MAX_EXAMPLES]
 
 
+def _sample(rows: Iterable[Rec]) -> list[str]:
+    """The trace sample a batch takes of its records (``failing_traces``)."""
+    return smallest_traces(r.trace for r in rows if r.failing and r.trace is not None)
+
+
 def make_fragment(part: str, offsets: list[int], recs: dict[tuple[str, int], Rec]) -> Fragment:
     """One fragment for records of a single (incident, service), as a batch would emit it."""
     chosen = [recs[(part, o)] for o in offsets]
@@ -104,6 +120,7 @@ def make_fragment(part: str, offsets: list[int], recs: dict[tuple[str, int], Rec
                 examples=_top({recs[(part, o)].text for o in offs}),
                 covered=Coverage.from_coords((topic, int(partition), o) for o in offs).to_json(),
                 minutes=count_minutes(_stamp(recs[(part, o)].minute) for o in offs),
+                traces=_sample(recs[(part, o)] for o in offs),
             )
         )
     minutes = [r.minute for r in chosen if r.minute is not None]
@@ -146,6 +163,8 @@ rec_strategy = st.builds(
     severity=st.sampled_from(SEVERITIES),
     minute=st.one_of(st.none(), st.integers(0, 300)),
     text=st.sampled_from(TEXTS),
+    trace=st.one_of(st.none(), st.sampled_from(TRACES)),
+    failing=st.booleans(),
 )
 
 
@@ -254,6 +273,8 @@ def _check_against_truth(
                 assert sum(ev.minutes.values()) == ev.count
             if exact_minutes:
                 assert ev.minutes == truth_minutes
+            # a sample of the smallest: exact in any order, with replays and partial ones
+            assert ev.traces == _sample(mine)
     _check_service_minutes(report, recs, exact=exact_minutes)
     # Two incidents suggest the same action spelled differently: one suggestion.
     sharing = [i for i in (0, 2) if i in truth]
@@ -617,6 +638,69 @@ def test_a_partial_replay_adds_a_share_of_its_minutes_that_totals_its_new_record
                           "2026-11-29T10:02": 2, "2026-11-29T10:03": 2}
     assert sum(ev.minutes.values()) == ev.count == 10
     jsonschema.validate(json.loads(report.to_json()), SCHEMA)
+
+
+# ---------------------------------------------------------------- trace samples
+
+
+def _traced(fid: str, lo: int, hi: int, traces: list[str], template: str = "No space <*>",
+            **fields) -> Fragment:
+    """One template over offsets lo..hi of t/0 whose failing records carry ``traces``."""
+    covered = {"t/0": [[lo, hi]]}
+    return one_fragment(fid, covered, record_count=hi - lo + 1, evidence=[Evidence(
+        template=template, count=hi - lo + 1, examples=[template.replace("<*>", "x")],
+        covered=covered, traces=smallest_traces(traces))], **fields)
+
+
+def _ids(*numbers: int) -> list[str]:
+    return [f"{n:016x}" for n in numbers]
+
+
+def test_trace_samples_union_to_the_smallest_in_any_order_and_replays_add_none() -> None:
+    a = _traced("a", 0, 9, _ids(*range(20, 30)))  # 10 failing traces: it keeps 20..27
+    b = _traced("b", 10, 14, _ids(3, 40, 25))
+    rerun = _traced("c", 5, 19, _ids(*range(25, 30), 3, 40, 25, 1))  # 15..19 are new
+    report, results = merge_all(None, [a, b, rerun], report_id="r", now="t")
+    assert results == ["applied", "applied", "partial"]
+    (ev,) = report.incidents[0].evidence
+    assert ev.traces == _ids(1, 3, 20, 21, 22, 23, 24, 25)
+    assert len(ev.traces) == MAX_TRACES
+    for order in itertools.permutations([a, b, rerun]):
+        again = None
+        for fragment in [*order, b, a]:  # one by one, replays included
+            again, _ = merge(again, fragment, report_id="r", now="t")
+        assert again is not None and report_body(again) == report_body(report)
+    # shares compacted apart compose to the same sample
+    shares = [merge(None, f, report_id=f"r#{n}", now="t")[0] for n, f in enumerate([a, b])]
+    whole, _ = merge_all(None, [a, b], report_id="r", now="t")
+    assert report_body(compose("r", shares)) == report_body(whole)
+    doc = json.loads(report.to_json())
+    jsonschema.validate(doc, SCHEMA)
+    assert doc["incidents"][0]["evidence"][0]["traces"] == ev.traces
+    assert Report.from_json(doc) == report
+
+
+def test_traces_are_left_out_while_no_failing_record_has_one() -> None:
+    report, _ = merge(None, _traced("a", 0, 3, []), report_id="r", now="t")
+    (ev,) = json.loads(report.to_json())["incidents"][0]["evidence"]
+    assert "traces" not in ev
+    jsonschema.validate(json.loads(report.to_json()), SCHEMA)
+    assert Report.from_json(report.to_json()) == report
+    bad = json.loads(merge(None, _traced("a", 0, 3, _ids(5)), report_id="r")[0].to_json())
+    bad["incidents"][0]["evidence"][0]["traces"] = _ids(*range(1, MAX_TRACES + 2))
+    assert not jsonschema.Draft202012Validator(SCHEMA).is_valid(bad)
+
+
+def test_templates_beyond_the_cap_keep_the_smallest_traces_in_the_other_entry() -> None:
+    fragments = [_traced(f"f{n}", n * 100, n * 100 + n, _ids(1000 - n, 2000 + n),
+                         template=f"template {n} <*>") for n in range(MAX_TEMPLATES + 3)]
+    report, _ = merge_all(None, fragments, report_id="r", now="t")
+    (incident,) = report.incidents
+    other = incident.evidence[-1]
+    assert other.template == OTHER_TEMPLATES  # the three smallest templates: n = 0, 1, 2
+    assert other.traces == _ids(998, 999, 1000, 2000, 2001, 2002)
+    again, _ = merge_all(None, fragments[::-1], report_id="r", now="t")
+    assert report_body(again) == report_body(report)
 
 
 # ---------------------------------------------------------------- service minutes

@@ -88,3 +88,79 @@ def test_without_names_the_earliest_error_is_the_origin() -> None:
 def test_warnings_alone_give_no_origin() -> None:
     causes = [C("Unusual WARN: order not found", ["order"], 5, "2026-01-29T10:00:00Z")]
     assert find_origin(causes, {0: []}, {0: False}) is None
+
+
+# --- trace links ------------------------------------------------------------------------
+
+
+def _ids(*numbers: int) -> set[str]:
+    return {f"{n:032x}" for n in numbers}
+
+
+def _cascade() -> tuple[list[C], dict[int, list[str]], dict[int, set[str]]]:
+    """Two callers whose texts name no one, and the dependency both call: each caller
+    shares its failed requests with it, not with the other caller. The dependency is
+    neither the loudest nor the first to log."""
+    causes = [
+        C("Checkout requests failed", ["checkout"], 40, "2026-01-29T10:00:05Z", "high"),
+        C("Cart update failed", ["cart"], 25, "2026-01-29T10:00:02Z", "high"),
+        C("Stock query failed", ["inventory"], 9, "2026-01-29T10:00:03Z"),
+    ]
+    texts = {0: ["Checkout requests failed", "POST /checkout 500"],
+             1: ["Cart update failed", "cart <*> not saved"],
+             2: ["Stock query failed", "query on stock_items failed: deadlock"]}
+    traces = {0: _ids(1, 2, 3, 11), 1: _ids(4, 5, 12), 2: _ids(1, 2, 4, 5, 6)}
+    return causes, texts, traces
+
+
+def test_trace_ids_shared_with_each_caller_make_the_called_service_the_origin() -> None:
+    causes, texts, traces = _cascade()
+    assert all(named_services(t) == [] for t in texts.values())  # no name to go by
+    failing = {0: True, 1: True, 2: True}
+    assert find_origin(causes, texts, failing).service == "cart"  # the earliest error
+    origin = find_origin(causes, texts, failing, traces=traces)
+    assert origin is not None and origin.logged
+    # inventory shares 1, 2 with checkout and 4, 5 with cart; each caller only its own
+    assert (origin.service, origin.first_seen) == ("inventory", "2026-01-29T10:00:03Z")
+    assert origin.callers == ("cart", "checkout")
+    assert "4 failed request(s)" in origin.reason and "2 calling service(s)" in origin.reason
+
+
+def test_a_trace_shared_within_one_service_or_with_a_warning_links_nothing() -> None:
+    causes, texts, traces = _cascade()
+    causes[0].services = ["inventory-7f9c"]  # a pod of the same service: no caller
+    origin = find_origin(causes, texts, {0: True, 1: False, 2: True}, traces=traces)
+    assert origin is not None
+    assert (origin.service, origin.reason, origin.callers) == (
+        "inventory", "the earliest error", ())
+
+
+def test_one_link_has_no_direction_so_the_earlier_failure_is_the_origin() -> None:
+    causes = [C("Payment failed", ["payments"], 3, "2026-01-29T10:00:04Z"),
+              C("Order failed", ["orders"], 30, "2026-01-29T10:00:05Z")]
+    origin = find_origin(causes, {0: [], 1: []}, {0: True, 1: True},
+                         traces={0: _ids(7, 8), 1: _ids(8, 9)})
+    assert origin is not None and (origin.service, origin.callers) == ("payments", ("orders",))
+
+
+def test_a_named_service_that_failed_wins_over_trace_links() -> None:
+    causes, texts, traces = _cascade()
+    causes.append(C("Price lookups failed", ["pricing-api"], 4, "2026-01-29T10:00:09Z"))
+    texts[0].append("connection refused to pricing-api:8080")
+    traces[3] = _ids(99)
+    origin = find_origin(causes, texts, {i: True for i in range(4)}, traces=traces)
+    assert origin is not None
+    assert (origin.service, origin.callers) == ("pricing-api", ("checkout",))
+    assert origin.reason == "named by failures in 1 calling service(s)"
+
+
+def test_services_trace_linked_to_a_named_origin_are_among_its_callers() -> None:
+    causes, texts, traces = _cascade()
+    texts[0].append("timed out calling inventory-svc after 3000 ms")
+    origin = find_origin(causes, texts, {0: True, 1: True, 2: True}, traces=traces)
+    assert origin is not None and origin.service == "inventory"
+    assert origin.callers == ("cart", "checkout")  # checkout named it, cart shares traces
+    assert origin.reason.startswith("named by failures in 1 calling service(s); failed "
+                                    "requests shared with 2 service(s)")
+    without = find_origin(causes, texts, {0: True, 1: True, 2: True})
+    assert without is not None and without.callers == ("checkout",)

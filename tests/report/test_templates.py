@@ -36,10 +36,12 @@ KEY_T = "Accepted publickey for deploy from <IP> port <NUM> ssh2"
 def test_fold_evidence_sums_repicks_and_leaves_its_input_alone() -> None:
     root = TemplateEvidence(template=ROOT_T, count=3, examples=["Failed password for root x"],
                             entities={"user root": 3, "ip 10.0.0.1": 3},
-                            minutes={"2026-11-29T10:01": 2, "2026-11-29T10:02": 1})
+                            minutes={"2026-11-29T10:01": 2, "2026-11-29T10:02": 1},
+                            traces=[f"{n:016x}" for n in (3, 5, 7, 9, 11, 13, 15, 17)])
     anyone = TemplateEvidence(template=ANY_T, count=2, examples=["Failed password for bob"],
                               entities={"user bob": 2, "ip 10.0.0.1": 2},
-                              minutes={"2026-11-29T10:00": 1, "2026-11-29T10:01": 1})
+                              minutes={"2026-11-29T10:00": 1, "2026-11-29T10:01": 1},
+                              traces=[f"{n:016x}" for n in (4, 5, 6)])
     other = TemplateEvidence(template=OTHER_TEMPLATES, count=7)
     key = TemplateEvidence(template=KEY_T, count=1)
     given_ = {ROOT_T: root, ANY_T: anyone, OTHER_TEMPLATES: other, KEY_T: key}
@@ -52,6 +54,8 @@ def test_fold_evidence_sums_repicks_and_leaves_its_input_alone() -> None:
     assert folded[ANY_T].entities == {"ip 10.0.0.1": 5, "user root": 3, "user bob": 2}
     assert folded[ANY_T].minutes == {"2026-11-29T10:00": 1, "2026-11-29T10:01": 3,
                                      "2026-11-29T10:02": 1}
+    # trace samples unioned, the smallest kept
+    assert folded[ANY_T].traces == [f"{n:016x}" for n in (3, 4, 5, 6, 7, 9, 11, 13)]
     assert folded[OTHER_TEMPLATES] is other and folded[KEY_T] is key
     assert fold_evidence(folded) == folded  # idempotent
 
