@@ -185,7 +185,9 @@ class ModelSettings(BaseModel):
     base_url: str | None = None  # e.g. http://127.0.0.1:8000/v1; setting it picks "openai"
     api_key: SecretStr | None = None
     name: str = "retro-rules-v1"
-    prompt_version: str = "v2"  # v2: titles, change events, cause chain, action types
+    # v2: titles, change events, cause chain, action types; v3: causes state origin or
+    # impact and new/burst/chronic, calibrated severity, roll-ups get the post-mortem's judgement
+    prompt_version: str = "v3"
     aimd_start: int = 5
     aimd_increase: int = 1
     aimd_decrease_factor: float = 0.5

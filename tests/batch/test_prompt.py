@@ -7,18 +7,23 @@ import random
 
 import pytest
 
+from streams.batch.answers import validate_answer
 from streams.batch.prompt import (
     PAYLOAD_MARKER,
+    StatedCause,
     build_messages,
     cache_key,
     extract_payload,
     max_output_tokens,
     payload_of,
     repair_messages,
+    state_cause,
+    stated_cause,
 )
 from streams.batch.window import Batch, build_batch
 from streams.errors import ContextTooLong
 from streams.records import NormalizedRecord
+from streams.settings import ModelSettings
 
 from helpers import WordCounter, make_record
 
@@ -158,3 +163,108 @@ def test_repair_keeps_the_payload_and_shows_the_error() -> None:
     assert extract_payload(repaired) == extract_payload(original)
     long = repair_messages(original, "x" * 100_000, "too long")
     assert len(long[-2]["content"]) < 5000
+
+
+# --- v3: origin or impact, new or chronic, calibrated severity --------------------------
+
+
+def test_the_prompt_asks_for_role_pattern_and_calibrated_severity() -> None:
+    system = build_messages(batch_of(sample()), detail="brief", prompt_version="v3")[0]["content"]
+    for needle in (
+        "'<role>, <pattern>: <cause>'",  # the stated form, at the start of cause
+        "origin (this service failed by itself)",
+        "impact of <service> (a service it calls failed",
+        "no instances available for X, connection refused to X, X returned 503",
+        "the event then ends with (<service>)",
+        "new (first appears partway through)",
+        "burst (many records in a few minutes",
+        "chronic (steady or sporadic through the span: background, never the cause)",
+        "one service's sporadic or chronic errors are low or medium",
+        "high or critical need errors in several services at once or a symptom users see",
+    ):
+        assert needle in system, needle
+    assert '"cause": "<role>, <pattern>: <most likely cause>"' in system
+
+
+def test_the_prompt_version_moved_past_the_text_before_role_and_pattern() -> None:
+    # cache keys and fragment ids carry it: answers of the v2 text are not reused
+    assert ModelSettings().prompt_version == "v3"
+
+
+@pytest.mark.parametrize(
+    ("cause", "stated"),
+    [
+        ("impact of payments, burst: payments refuses connections -> checkout fails",
+         StatedCause("impact", "payments", "burst",
+                     "payments refuses connections -> checkout fails")),
+        ("origin, new: deploy v2 -> pool exhausted", StatedCause("origin", None, "new",
+                                                                 "deploy v2 -> pool exhausted")),
+        ("Unknown, Chronic: disk nearly full", StatedCause("unknown", None, "chronic",
+                                                           "disk nearly full")),
+        ("impact, unknown: calls time out", StatedCause("impact", None, "unknown",
+                                                        "calls time out")),
+        ("impact of db:5432, burst: refused", StatedCause("impact", "db:5432", "burst", "refused")),
+        ("origin: pool exhausted", StatedCause("origin", None, "unknown", "pool exhausted")),
+        ("impact of ts-order-service: 503s", StatedCause("impact", "ts-order-service", "unknown",
+                                                         "503s")),
+        ("connections to a remote service were refused. Evidence: levels ERROR.", None),
+        ("original: not a role", None),
+        ("impact of payments, checkout and cart: too many names", None),
+    ],
+)
+def test_stated_cause_reads_the_form(cause: str, stated: StatedCause | None) -> None:
+    assert stated_cause(cause) == stated
+
+
+def test_state_cause_writes_what_stated_cause_reads() -> None:
+    text = state_cause("refused -> checkout fails", role="impact", pattern="burst",
+                       calls="payments")
+    assert text == "impact of payments, burst: refused -> checkout fails"
+    assert stated_cause(text) == StatedCause("impact", "payments", "burst",
+                                             "refused -> checkout fails")
+    assert state_cause("x", role="origin", pattern="new", calls="ignored") == "origin, new: x"
+
+
+def _answer(batch: Batch, causes: dict[str, tuple[str, str]], **extra: object) -> dict:
+    """One fragment per service of the sample: service -> (event, cause)."""
+    by_service: dict[str, list[str]] = {}
+    for g in batch.groups:
+        by_service.setdefault(g.service, []).append(g.ref)
+    return {"fragments": [
+        {"refs": refs, "service": svc, "event": causes[svc][0], "cause": causes[svc][1],
+         "suggestion": "mitigate: look", "severity": "medium", **extra}
+        for svc, refs in by_service.items()]}
+
+
+def test_an_answer_in_the_v3_shape_validates_and_its_role_reaches_the_fragment() -> None:
+    batch = batch_of(sample())
+    answer = _answer(batch, {
+        "api": ("Timeouts (hdfs)", "impact of hdfs, burst: hdfs refuses connections -> slow GETs"),
+        "hdfs": ("Disk full", "origin, new: disk full -> connections refused"),
+    })
+    fragments = validate_answer(batch, answer, model="m", prompt_version="v3")
+    api, hdfs = sorted(fragments, key=lambda f: f.service)
+    assert api.event == "Timeouts (hdfs)"
+    assert stated_cause(api.cause) == StatedCause("impact", "hdfs", "burst",
+                                                  "hdfs refuses connections -> slow GETs")
+    assert stated_cause(hdfs.cause) == StatedCause("origin", None, "new",
+                                                   "disk full -> connections refused")
+
+
+def test_an_answer_in_the_old_shape_still_validates_and_states_nothing() -> None:
+    batch = batch_of(sample())
+    answer = _answer(batch, {"api": ("Timeouts", "requests were slow"),
+                             "hdfs": ("Disk full", "log rotation stopped")})
+    fragments = validate_answer(batch, answer, model="m", prompt_version="v2")
+    assert {f.cause for f in fragments} == {"requests were slow", "log rotation stopped"}
+    assert all(stated_cause(f.cause) is None for f in fragments)
+
+
+def test_structured_role_keys_a_model_adds_on_its_own_are_ignored_not_refused() -> None:
+    # the answer schema ignores extra keys: a model that answers role/calls/pattern as
+    # fields instead of in the cause is not sent to review for it
+    batch = batch_of(sample())
+    answer = _answer(batch, {"api": ("Timeouts", "requests were slow"),
+                             "hdfs": ("Disk full", "log rotation stopped")},
+                     role="impact", calls="hdfs", pattern="burst")
+    assert len(validate_answer(batch, answer, model="m", prompt_version="v3")) == 2

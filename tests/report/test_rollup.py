@@ -12,6 +12,7 @@ from pydantic import ValidationError
 
 from streams.batch.prompt import extract_payload
 from streams.dev.fakellm import FakeLLMConfig, FakeLLMServer
+from streams.dev.fakellm.judge import answer as fake_answer
 from streams.errors import MalformedOutput
 from streams.gateway.aimd import AIMDLimiter
 from streams.gateway.backends import OpenAIBackend
@@ -27,8 +28,9 @@ from streams.gateway.rollup_prompt import (
 )
 from streams.gateway.rules.analyzer import analyze
 from streams.gateway.telemetry import LaneMetrics
-from streams.records import Evidence, Fragment
-from streams.report.merge import merge
+from streams.records import Evidence, Fragment, TimeWindow, count_minutes
+from streams.report import rollup as rollup_module
+from streams.report.merge import merge, merge_all
 from streams.report.model import Report
 from streams.report.rollup import (
     RollupUpdate,
@@ -130,6 +132,115 @@ def test_messages_round_trip_through_extract_payload() -> None:
     assert [m["role"] for m in messages] == ["system", "user"]
     assert '"summary"' in messages[0]["content"] and "never instructions" in messages[0]["content"]
     assert extract_payload(messages) == payload
+
+
+def _at(minute: float) -> str:
+    return f"2026-11-29T09:{int(minute):02d}:{int(minute % 1 * 60):02d}.000Z"
+
+
+def _timed(event: str, service: str, *, minute: float, until: float, records: int,
+           severity: str = "high", example: str | None = None, offset: int = 0) -> Fragment:
+    """``records`` records of one template spread evenly from ``minute`` to ``until``."""
+    step = (until - minute) / max(records - 1, 1)
+    minutes = count_minutes(_at(minute + i * step) for i in range(records))
+    return make_fragment(
+        f"{service}-{offset}", {f"{TOPIC}/0": [[offset, offset + records - 1]]}, event=event,
+        cause=f"{event.lower()} happened", service=service, severity=severity,
+        window=TimeWindow(start=_at(minute), end=_at(until)), timestamp=_at(minute),
+        record_count=records, suggestion=f"Look at {service}",
+        evidence=[Evidence(template=example or event, count=records,
+                           examples=[example or event], minutes=minutes)])
+
+
+def _outage() -> Report:
+    """An hour of routine traffic; payments' pool runs dry at 30 min, checkout and cart
+    cannot reach it from 31 min, and a relay defers mail all hour long."""
+    report, _ = merge_all(None, [
+        _timed("Routine activity", "web", minute=0, until=59, records=300, severity="info"),
+        _timed("Connection pool exhausted", "payments", minute=30, until=34, records=30,
+               offset=1000),
+        _timed("Connection failures", "checkout", minute=31, until=34, records=60,
+               example="Connection refused to payments:8080", offset=2000),
+        _timed("Connection failures", "cart", minute=31, until=34, records=40,
+               example="Connection refused to payments:8080", offset=3000),
+        _timed("Mail delivery deferred", "relay", minute=0, until=59, records=120,
+               offset=4000),
+    ], report_id=RID, now="t1")
+    return report
+
+
+def _incident(report: Report, service: str) -> Any:
+    return next(i for i in report.incidents if service in i.services)
+
+
+def test_payload_carries_the_counts_and_the_post_mortems_judgement() -> None:
+    report = _outage()
+    checkout = rollup_payload(report.id, _incident(report, "checkout"), report=report)
+    body = checkout["incident"]
+    assert body["minutes"]["with_records"] == 4 and body["minutes"]["first"] == "2026-11-29T09:31"
+    assert body["minutes"]["peak_records"] == max(
+        n for ev in _incident(report, "checkout").evidence for n in ev.minutes.values())
+    judgement = body["judgement"]
+    assert judgement["role"] == "impact" and judgement["pattern"] in ("new", "burst")
+    assert judgement["counts"].startswith(judgement["pattern"])
+    assert judgement["suspected_origin"]["service"] == "payments"
+    assert judgement["suspected_origin"]["first_anomaly"].startswith("2026-11-29T09:30")
+    assert sorted(judgement["suspected_origin"]["callers"]) == ["cart", "checkout"]
+    assert judgement["severity"] == "high"  # errors in three services at once
+
+    payments = rollup_payload(report.id, _incident(report, "payments"), report=report)
+    assert payments["incident"]["judgement"]["role"] == "origin"
+
+    relay = rollup_payload(report.id, _incident(report, "relay"), report=report)
+    judgement = relay["incident"]["judgement"]
+    assert judgement["pattern"] == "chronic" and "not this incident's" in judgement["chronic"]
+    assert judgement["severity"] == "low" and judgement["role"] == "unknown"
+
+    routine = rollup_payload(report.id, _incident(report, "web"), report=report)
+    assert "judgement" not in routine["incident"]  # not a failure the post-mortem counts
+    assert "judgement" not in rollup_payload(report.id, _incident(report, "checkout"))["incident"]
+
+
+def test_the_post_mortem_is_derived_once_per_report_and_its_failure_costs_only_the_judgement(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    report = _outage()
+    calls: list[Report] = []
+
+    def failing(r: Report) -> Any:
+        calls.append(r)
+        raise RuntimeError("post-mortem bug")
+
+    monkeypatch.setattr(rollup_module, "derive", failing)
+    rollup_module._LAST.clear()
+    payloads = [rollup_payload(report.id, inc, report=report) for inc in report.incidents]
+    assert len(calls) == 1  # one pass over one report: derived once
+    assert all("judgement" not in p["incident"] and p["incident"]["event"] for p in payloads)
+    other = _outage()
+    rollup_payload(other.id, other.incidents[0], report=other)
+    assert len(calls) == 2  # another report object: derived again
+
+
+def test_the_rollup_prompt_asks_for_origin_or_impact_and_new_or_chronic() -> None:
+    report = _outage()
+    payload = rollup_payload(report.id, _incident(report, "checkout"), report=report)
+    system = rollup_messages(payload, prompt_version="v3")[0]["content"]
+    for needle in ("Say whether this incident is the origin or the impact of a failure elsewhere",
+                   "name the suspected origin and its first anomaly",
+                   "not the root cause", "new or bursting", "chronic",
+                   "never call them the incident's trigger or cause",
+                   "judgement.severity", "several services at once or a symptom users see"):
+        assert needle in system, needle
+    assert extract_payload(rollup_messages(payload, prompt_version="v3")) == payload
+
+
+def test_the_fake_model_summary_names_the_origin_of_an_impact_incident() -> None:
+    report = _outage()
+    payload = rollup_payload(report.id, _incident(report, "checkout"), report=report)
+    summary = parse_rollup(json.dumps(fake_answer(payload)))
+    assert "These errors are impact: the suspected origin is payments" in summary
+    relay = rollup_payload(report.id, _incident(report, "relay"), report=report)
+    summary = parse_rollup(json.dumps(fake_answer(relay)))
+    assert "(low severity)" in summary and "chronic background" in summary
 
 
 # --- parsing answers ----------------------------------------------------------------

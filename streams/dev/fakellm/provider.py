@@ -19,8 +19,8 @@ from streams.batch.prompt import extract_payload
 from streams.clean.tokens import TokenCounter
 from streams.clock import Clock, Sleep
 from streams.dev.fakellm.config import FakeLLMConfig, FakeLLMStats, SlidingWindow
+from streams.dev.fakellm.judge import answer as model_answer
 from streams.errors import MalformedOutput
-from streams.gateway.rules.analyzer import analyze
 
 logger = logging.getLogger(__name__)
 
@@ -155,7 +155,7 @@ class FakeProvider:
             payload = extract_payload(body["messages"])
         except MalformedOutput:
             payload = {}  # a plain chat from a generic client: an empty analysis
-        answer = analyze(payload)
+        answer = model_answer(payload)
         wrong_ids = wrong_ids and isinstance(answer.get("fragments"), list)  # no refs: no-op
         if wrong_ids and not malformed:
             self._corrupt_refs(answer, payload)

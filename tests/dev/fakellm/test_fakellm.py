@@ -12,9 +12,9 @@ import aiohttp
 import pytest
 from multidict import CIMultiDict
 
-from streams.batch.prompt import embed_payload
+from streams.batch.prompt import embed_payload, stated_cause
 from streams.dev.fakellm import FakeLLMConfig, FakeLLMServer, SlidingWindow
-from streams.gateway.rules.analyzer import analyze
+from streams.dev.fakellm.judge import answer as fake_answer
 
 from helpers import FakeClock
 
@@ -121,7 +121,8 @@ async def test_answer_is_a_chat_completion_with_the_real_analysis(
     assert choice["message"]["role"] == "assistant"
     assert choice["finish_reason"] == "stop"
     parsed = json.loads(choice["message"]["content"])
-    assert parsed == analyze(payload)
+    assert parsed == fake_answer(payload)  # the rules analysis, in the shape the prompt asks
+    assert all(stated_cause(fragment["cause"]) for fragment in parsed["fragments"])
     refs = sorted(r for fragment in parsed["fragments"] for r in fragment["refs"])
     assert refs == ["g1", "g2", "g3", "g4"]
     usage = answer["usage"]
@@ -260,7 +261,7 @@ async def test_small_max_tokens_truncates_with_finish_reason_length(
     assert answer["choices"][0]["finish_reason"] == "length"
     assert answer["usage"]["completion_tokens"] <= 12
     content = content_of(answer)
-    assert json.dumps(analyze(payload), ensure_ascii=False).startswith(content)
+    assert json.dumps(fake_answer(payload), ensure_ascii=False).startswith(content)
     with pytest.raises(json.JSONDecodeError):
         json.loads(content)
     assert server.stats.truncated == 1 and server.stats.ok == 0
@@ -275,7 +276,7 @@ async def test_truncate_rate_cuts_long_answers_at_half_and_spares_short_ones(
     server.config.truncate_rate = 1.0
     server.config.truncate_min_tokens = 60
     payload = make_payload(4)
-    full = json.dumps(analyze(payload), ensure_ascii=False)
+    full = json.dumps(fake_answer(payload), ensure_ascii=False)
     status, _, answer = await post(http, server, chat_body(payload))  # max_tokens 1000: fits
     assert status == 200 and answer["choices"][0]["finish_reason"] == "length"
     assert full.startswith(content_of(answer)) and len(content_of(answer)) < len(full)
