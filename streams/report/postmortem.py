@@ -338,19 +338,24 @@ def _find_origin(ep: Episode, by_key: dict[str, Incident],
     that went silent around the episode is dated by its silence: a hung service's
     last words are not its failure."""
     texts: dict[int, list[str]] = {}
+    traces: dict[int, set[str]] = {}
     failing: dict[int, bool] = {}
     for i, cause in enumerate(ep.causes):
         lines = [cause.title, cause.cause, *cause.subjects]
+        ids: set[str] = set()
         for key in cause.keys:
             inc = by_key.get(key)
             if inc is not None:
                 lines += [inc.event, *(ev.template for ev in inc.evidence[:5]),
                           *(x for ev in inc.evidence[:5] for x in ev.examples[:2])]
+                for ev in inc.evidence:
+                    ids.update(ev.traces)
         texts[i] = lines
+        traces[i] = ids
         level = _LEVEL.search(cause.title)
         failing[i] = (SEVERITY_WEIGHT.get(cause.severity, 1) >= SEVERITY_WEIGHT["medium"]
                       and (level is None or level.group(0) in _ERROR_LEVELS))
-    ep.origin = find_origin(ep.causes, texts, failing)
+    ep.origin = find_origin(ep.causes, texts, failing, traces=traces)
     if ep.origin is None:
         return
     start, end = parse_time(ep.first_seen), parse_time(ep.last_seen)

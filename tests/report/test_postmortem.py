@@ -378,3 +378,19 @@ def test_a_service_that_went_silent_is_named() -> None:
     pm = derive(report_of(routine(), talker))
     assert pm.silent == [("rates", at(41))]
     assert "`rates` went silent at 09:41:00" in render_markdown(report_of(routine(), talker))
+
+
+def test_failed_requests_shared_through_trace_ids_point_at_the_dependency() -> None:
+    def failing(event: str, service: str, minute: float, traces: list[str]) -> Fragment:
+        f = frag(event, minute=minute, until=minute + 3, records=30, service=service,
+                 severity="high", examples=[f"{event.lower()} for this request"])
+        f.evidence[0].traces = sorted(traces)
+        return f
+
+    shared = [f"{n:032x}" for n in range(1, 7)]  # each caller shares 3 requests with it
+    pm = derive(report_of(routine(), failing("Checkout page errors", "web", 30.1, shared[:3]),
+                          failing("Basket call failures", "mobile-bff", 30.2, shared[3:]),
+                          failing("Stock lookups failing", "inventory", 30.5, shared)))
+    origin = pm.episodes[0].origin
+    assert origin is not None and origin.service == "inventory"  # linked to both callers
+    assert set(origin.callers) >= {"web", "mobile-bff"}
