@@ -99,7 +99,9 @@ class Metrics:
         self.rate_limited = Counter(
             "retro_model_rate_limited_total",
             "429 answers from the model provider by the limit they name", ["lane", "limit"],
-            registry=r,  # limit: requests | tokens | unknown (the count is requests_total's)
+            # limit: requests | tokens | gateway (a proxy's own "no deployments available")
+            # | unknown; the count is requests_total's
+            registry=r,
         )
         self.retries = Counter(
             "retro_model_retries_total", "Model request retries", ["lane", "reason"], registry=r
@@ -138,6 +140,12 @@ class Metrics:
             "Provider probes that failed before a re-drive (each one waits a backoff)",
             registry=r,
         )
+        self.redrive_probes = Counter(
+            "retro_review_redrive_probes_total",
+            "One-token provider probes the re-drive loop sent (through the RPM/TPM buckets, "
+            "at most one in flight and one per backoff step)", ["result"],
+            registry=r,  # result: healthy | unhealthy
+        )
         self.partitions_stalled = Gauge(
             "retro_partitions_stalled",
             "Owned input partitions with lag whose commit has not moved for RETRO_STALL_SECONDS",
@@ -172,6 +180,13 @@ class Metrics:
         self.quota_limit = Gauge(
             "retro_model_quota_limit_per_minute",
             "This pod's client-side limit: requests or tokens per minute", ["kind"], registry=r,
+        )
+        self.rate_limit = Gauge(
+            "retro_model_rate_limit_per_minute",
+            "The provider quota the buckets divide among pods, requests or tokens per minute: "
+            "the lower of RETRO_MODEL__RPM/TPM (source configured) and what the provider or "
+            "proxy advertises in x-ratelimit-limit-* (source advertised)", ["kind", "source"],
+            registry=r,
         )
         self.bucket_available = Gauge(
             "retro_model_bucket_available",
@@ -222,7 +237,7 @@ class Metrics:
                 self.model_calls.labels(lane, status)
             for kind in ("prompt", "completion"):
                 self.tokens.labels(lane, kind)
-            for limit in (*QUOTA_KINDS, "unknown"):
+            for limit in (*QUOTA_KINDS, "gateway", "unknown"):
                 self.rate_limited.labels(lane, limit)
             for reason in RETRY_REASONS:
                 self.retries.labels(lane, reason)
@@ -240,6 +255,8 @@ class Metrics:
         for kind in QUOTA_KINDS:
             self.quota_limit.labels(kind)
             self.bucket_available.labels(kind)
+        for result in ("healthy", "unhealthy"):
+            self.redrive_probes.labels(result)
         for result in ("applied", "duplicate", "partial"):
             self.report_updates.labels(result)
 

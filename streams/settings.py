@@ -202,6 +202,15 @@ class ModelSettings(BaseModel):
     cache_ttl_seconds: float = 3600.0
     cache_size: int = 10_000
     redis_url: str | None = None
+    # retries a LiteLLM proxy in front of the provider makes of its own per call (sent as
+    # x-litellm-num-retries; other servers ignore it): 0 leaves retries to this worker,
+    # which sees every 429 and keeps to its lane timeout; -1 sends nothing (the proxy's
+    # own num_retries applies, then keep the lane timeouts above its retry horizon)
+    proxy_num_retries: int = Field(0, ge=-1)
+    # share the lower of RETRO_MODEL__RPM/TPM and the x-ratelimit-limit-* the provider or
+    # proxy advertises; False keeps the configured ones (a proxy balancing several upstream
+    # deployments may advertise one deployment's limit)
+    advertised_limits: bool = True
 
     @property
     def effective_backend(self) -> Literal["rules", "openai"]:

@@ -27,7 +27,7 @@ from aiokafka.errors import KafkaError
 
 from streams.agents.clean import route
 from streams.clean.cleaner import Cleaner
-from streams.gateway.redrive import RedriveGate, backend_probe, redrive_fetch
+from streams.gateway.redrive import RedriveGate, redrive_fetch
 from streams.intervals import Coverage, split_message_key
 from streams.kafka.connect import (
     aiokafka_kwargs,
@@ -57,8 +57,7 @@ def wire_redrive(app: Any, settings: Settings, metrics: Metrics, gateways: Any) 
         return
     r = settings.review
     gate = RedriveGate(
-        backend_probe(gateways.backend, model=settings.model.name,
-                      timeout_seconds=settings.fast.timeout_seconds),
+        gateways.probe(timeout_seconds=settings.fast.timeout_seconds),
         backoff_base=r.backoff_base_seconds, backoff_max=r.backoff_max_seconds,
         records_per_second=r.records_per_second)
     loop = RedriveLoop(settings, Cleaner.from_settings(settings), metrics, gate,

@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import random
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -70,7 +71,10 @@ class ModelCaller:
         telemetry: LaneMetrics,
         sleep: Sleep,
         rng: random.Random,
+        advertised: Callable[[Mapping[str, int]], None] | None = None,
     ) -> None:
+        """``advertised`` hears the x-ratelimit-* counts of every answer (429s too), so the
+        shared quota can follow what the provider advertises (``QuotaShare.advertise``)."""
         if max_attempts < 1:
             raise ValueError(f"max_attempts must be at least 1, got {max_attempts}")
         if timeout_seconds <= 0:
@@ -88,6 +92,7 @@ class ModelCaller:
         self.telemetry = telemetry
         self._sleep = sleep
         self._rng = rng
+        self.advertised = advertised
 
     async def request(
         self,
@@ -186,7 +191,7 @@ class ModelCaller:
         if self.calibration is not None and observe is not None and result.prompt_tokens > 0:
             self.calibration.observe(self.model, observe, result.prompt_tokens)
         self.telemetry.tokens(result.prompt_tokens, result.completion_tokens)
-        self.telemetry.provider_quota(result.ratelimit)
+        self._provider_quota(result.ratelimit)
         self._gauges(held=0)
 
     def _on_rate_limited(self, retry_after: float | None, exc: RateLimited) -> None:
@@ -195,8 +200,13 @@ class ModelCaller:
             self.rpm.penalize(retry_after)
             self.tpm.penalize(retry_after)
         self.telemetry.rate_limited(exc.limit)
-        self.telemetry.provider_quota(exc.ratelimit)
+        self._provider_quota(exc.ratelimit)
         self._gauges(held=0)
+
+    def _provider_quota(self, ratelimit: dict[str, int]) -> None:
+        self.telemetry.provider_quota(ratelimit)
+        if ratelimit and self.advertised is not None:
+            self.advertised(ratelimit)
 
     def _gauges(self, *, held: int) -> None:
         self.telemetry.concurrency(self.limiter.limit, self.limiter.in_flight - held)

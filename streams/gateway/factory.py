@@ -10,7 +10,7 @@ from __future__ import annotations
 import asyncio
 import random
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from streams.clean.tokens import TokenCalibration, TokenCounter
 from streams.gateway.aimd import AIMDLimiter
@@ -20,6 +20,7 @@ from streams.gateway.cache import AnswerCache, build_cache
 from streams.gateway.caller import ModelCaller
 from streams.gateway.gateway import Gateway
 from streams.gateway.quota import QuotaShare, assignment_share
+from streams.gateway.redrive import Probe, backend_probe
 from streams.gateway.retry import RetryBudget
 from streams.gateway.telemetry import LaneMetrics
 from streams.metrics import Metrics
@@ -57,6 +58,17 @@ class GatewaySet:
     calibration: TokenCalibration
     counter: TokenCounter
     quota: QuotaShare
+    metrics: Metrics | None = None
+    _probe: Probe | None = field(default=None, init=False, repr=False)
+
+    def probe(self, *, timeout_seconds: float) -> Probe:
+        """This worker's re-drive probe of the backend: through the shared RPM/TPM buckets,
+        one in flight at a time (``streams.gateway.redrive.backend_probe``)."""
+        if self._probe is None:
+            self._probe = backend_probe(
+                self.backend, model=self.fast.model, timeout_seconds=timeout_seconds,
+                rpm=self.quota.rpm, tpm=self.quota.tpm, metrics=self.metrics)
+        return self._probe
 
     def set_quota_share(self, fraction: float, *, floor: float = 0.0) -> None:
         """Use ``fraction`` of RETRO_MODEL__RPM/TPM (the provider's quota), see quota.py."""
@@ -104,6 +116,10 @@ def build_gateways(
     rpm = TokenBucket(rate_per_minute=rpm_quota, setting="RETRO_MODEL__RPM")
     tpm = TokenBucket(rate_per_minute=tpm_quota, setting="RETRO_MODEL__TPM")
     budget = RetryBudget(ratio=m.retry_budget_ratio, minimum=m.retry_budget_min)
+    quota = QuotaShare(
+        rpm=rpm, tpm=tpm, rpm_quota=rpm_quota, tpm_quota=tpm_quota, metrics=metrics,
+        min_tokens=max(settings.fast.context_window, settings.slow.context_window),
+    )
 
     def gateway(lane: str) -> Gateway:
         ls = settings.lane(lane)  # type: ignore[arg-type]
@@ -130,6 +146,9 @@ def build_gateways(
                                   provider=m.effective_backend),
             sleep=asyncio.sleep,
             rng=random.Random(),
+            # the quota the buckets divide follows what the provider advertises
+            advertised=(quota.advertise if m.effective_backend == "openai"
+                        and m.advertised_limits else None),
         )
         return Gateway(
             caller,
@@ -140,10 +159,6 @@ def build_gateways(
             cache=cache,
         )
 
-    quota = QuotaShare(
-        rpm=rpm, tpm=tpm, rpm_quota=rpm_quota, tpm_quota=tpm_quota, metrics=metrics,
-        min_tokens=max(settings.fast.context_window, settings.slow.context_window),
-    )
     return GatewaySet(
         quota=quota,
         fast=gateway("fast"),
@@ -152,4 +167,5 @@ def build_gateways(
         cache=cache,
         calibration=calibration,
         counter=counter,
+        metrics=metrics,
     )

@@ -9,37 +9,87 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import secrets
 from collections.abc import Awaitable, Callable, Hashable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Protocol
 
 from pydantic import ValidationError
 
-from streams.clock import Sleep
+from streams.clock import Clock, Sleep
 from streams.errors import PermanentModelError, RateLimited, TransientModelError
 from streams.gateway.backends import ChatBackend
+from streams.gateway.buckets import TokenBucket
 from streams.gateway.reasons import is_transient
+from streams.metrics import Metrics
 from streams.records import Review
 
 logger = logging.getLogger(__name__)
 
 Probe = Callable[[], Awaitable[bool]]
 
+PROBE_TOKENS = 16  # what a probe takes from the TPM bucket: a short prompt and one token
+# the probes in flight, per backend object: a second caller waits for the first's answer
+_IN_FLIGHT: dict[int, asyncio.Future[bool]] = {}
 
-def backend_probe(backend: ChatBackend, *, model: str, timeout_seconds: float) -> Probe:
+
+def backend_probe(backend: ChatBackend, *, model: str, timeout_seconds: float,
+                  rpm: TokenBucket | None = None, tpm: TokenBucket | None = None,
+                  metrics: Metrics | None = None) -> Probe:
     """A one-token request: healthy when the provider answers it at all.
 
     A 429, a 5xx, a timeout or a refused connection is unhealthy. A permanent refusal
     (say a 400 for the tiny prompt) still shows a provider that answers, so it counts
     as healthy: the re-driven batches meet their own errors in the gateway.
+
+    A probe is a model call like any other: it takes a request from ``rpm`` and
+    ``PROBE_TOKENS`` from ``tpm`` (the buckets the lanes share; waiting there is not
+    counted in ``timeout_seconds``), and a 429 blocks those buckets for its Retry-After
+    as a lane's would. At most one probe per backend is in flight in a process; a probe
+    asked for meanwhile shares its answer. The prompt carries a nonce, so neither a
+    gateway's answer cache nor an idempotency key can answer for a provider that is down.
     """
 
     async def probe() -> bool:
+        running = _IN_FLIGHT.get(id(backend))
+        if running is not None:
+            return await asyncio.shield(running)
+        future: asyncio.Future[bool] = asyncio.get_running_loop().create_future()
+        _IN_FLIGHT[id(backend)] = future
+        try:
+            healthy = await _probe_once()
+        except asyncio.CancelledError:
+            future.cancel()
+            raise
+        except BaseException as exc:
+            future.set_exception(exc)
+            future.exception()  # retrieved: a probe nobody shared must not warn
+            raise
+        finally:
+            _IN_FLIGHT.pop(id(backend), None)
+        future.set_result(healthy)
+        if metrics is not None:
+            metrics.redrive_probes.labels("healthy" if healthy else "unhealthy").inc()
+        return healthy
+
+    async def _probe_once() -> bool:
+        if rpm is not None:
+            await rpm.acquire(1)
+        if tpm is not None:
+            await tpm.acquire(min(PROBE_TOKENS, tpm.capacity))
+        messages = [{"role": "user", "content": f"ping {secrets.token_hex(4)}"}]
         try:
             async with asyncio.timeout(timeout_seconds):
                 await backend.chat(model=model, max_tokens=1, timeout=timeout_seconds,
-                                   messages=[{"role": "user", "content": "ping"}])
-        except (RateLimited, TransientModelError, TimeoutError) as exc:
+                                   messages=messages)
+        except RateLimited as exc:
+            if exc.retry_after:
+                for bucket in (rpm, tpm):
+                    if bucket is not None:
+                        bucket.penalize(exc.retry_after)
+            logger.info("re-drive probe: the provider is not answering yet: %s", exc)
+            return False
+        except (TransientModelError, TimeoutError) as exc:
             logger.info("re-drive probe: the provider is not answering yet: %s", exc)
             return False
         except PermanentModelError as exc:
@@ -52,12 +102,17 @@ def backend_probe(backend: ChatBackend, *, model: str, timeout_seconds: float) -
 class RedriveGate:
     """Opens when the probe succeeds; each failed probe waits longer (doubling, capped).
 
+    At most one probe per backoff step: a failed probe waits out its backoff before the
+    next, and a healthy answer is trusted for ``backoff_base`` seconds, so a fetch of
+    many transient reviews costs one probe, not one per review.
+
     ``pace`` spaces re-driven records to at most ``records_per_second``, so a recovered
     provider is not met by every parked record at once.
     """
 
     def __init__(self, probe: Probe, *, backoff_base: float, backoff_max: float,
-                 records_per_second: float, sleep: Sleep = asyncio.sleep) -> None:
+                 records_per_second: float, sleep: Sleep = asyncio.sleep,
+                 clock: Clock | None = None) -> None:
         if backoff_base <= 0 or backoff_max < backoff_base:
             raise ValueError("need 0 < backoff_base <= backoff_max")
         if records_per_second <= 0:
@@ -67,17 +122,26 @@ class RedriveGate:
         self.backoff_max = backoff_max
         self.records_per_second = records_per_second
         self._sleep = sleep
+        self._clock = clock
         self.failures = 0  # consecutive failed probes
+        self.probes = 0  # probes sent
+        self._healthy_until = float("-inf")
 
     @property
     def next_backoff(self) -> float:
         return min(self.backoff_max, self.backoff_base * 2 ** self.failures)
 
     async def healthy(self) -> bool:
-        """Probe once; on failure wait the current backoff (then double it) and say False."""
+        """Probe once (unless a probe passed within ``backoff_base``); on failure wait the
+        current backoff (then double it) and say False."""
+        if self._now() < self._healthy_until:
+            return True
+        self.probes += 1
         if await self._probe():
             self.failures = 0
+            self._healthy_until = self._now() + self.backoff_base
             return True
+        self._healthy_until = float("-inf")
         delay = self.next_backoff
         self.failures += 1
         await self._sleep(delay)
@@ -87,6 +151,11 @@ class RedriveGate:
         """Wait as long as ``records`` re-driven records take at the bounded rate."""
         if records > 0:
             await self._sleep(records / self.records_per_second)
+
+    def _now(self) -> float:
+        if self._clock is not None:
+            return self._clock()
+        return asyncio.get_running_loop().time()
 
 
 class ReviewMessage(Protocol):

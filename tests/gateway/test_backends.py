@@ -138,7 +138,11 @@ class Provider:
             return web.json_response(error_body("temperature must be a number"), status=400)
         if model == "garbage":
             return web.Response(status=200, text="not json at all")
-        return web.json_response(error_body("no such model"), status=404)
+        if model == "unknown-model":
+            return web.json_response(
+                error_body("The model `unknown-model` does not exist", "model_not_found"),
+                status=404)
+        return web.Response(status=404, text="404: Not Found")
 
 
 @pytest.fixture
@@ -240,6 +244,8 @@ async def test_other_4xx_are_permanent_with_a_hint(backend: OpenAIBackend) -> No
     assert caught.value.reason == "model_rejected"
     with pytest.raises(PermanentModelError, match="RETRO_MODEL__BASE_URL"):
         await call(backend, "missing")
+    with pytest.raises(PermanentModelError, match="RETRO_MODEL__NAME against its model list"):
+        await call(backend, "unknown-model")
     with pytest.raises(PermanentModelError, match="RETRO_MODEL__API_KEY"):
         await call(backend, "401")
 

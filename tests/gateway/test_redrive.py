@@ -38,11 +38,13 @@ async def test_failed_probes_back_off_exponentially_up_to_the_cap_then_reset() -
     clock = FakeClock()
     probe = ScriptedProbe([False] * 6 + [True, False])
     gate = RedriveGate(probe, backoff_base=5.0, backoff_max=60.0, records_per_second=100.0,
-                       sleep=clock.sleep)
-    results = [await gate.healthy() for _ in range(8)]
+                       sleep=clock.sleep, clock=clock)
+    results = [await gate.healthy() for _ in range(7)]
+    clock.advance(5.0)  # a healthy answer is trusted for one backoff step
+    results.append(await gate.healthy())
     assert results == [False] * 6 + [True, False]
     assert clock.slept == [5.0, 10.0, 20.0, 40.0, 60.0, 60.0, 5.0]  # reset after success
-    assert gate.failures == 1
+    assert gate.failures == 1 and probe.calls == gate.probes == 8
 
 
 async def test_pacing_bounds_the_rate_of_re_driven_records() -> None:
@@ -110,7 +112,7 @@ def review_message(offset: int, reason: str, first: int) -> Message:
 async def test_a_fetch_re_drives_transient_reviews_and_passes_permanent_ones() -> None:
     clock = FakeClock()
     gate = RedriveGate(ScriptedProbe([True, True]), backoff_base=1.0, backoff_max=8.0,
-                       records_per_second=10.0, sleep=clock.sleep)
+                       records_per_second=10.0, sleep=clock.sleep, clock=clock)
     sent: list[str] = []
 
     async def redrive(review: Review) -> int:
@@ -131,11 +133,12 @@ async def test_a_fetch_re_drives_transient_reviews_and_passes_permanent_ones() -
 async def test_a_failed_probe_stops_the_fetch_before_the_review_it_guards() -> None:
     clock = FakeClock()
     gate = RedriveGate(ScriptedProbe([True, False]), backoff_base=3.0, backoff_max=8.0,
-                       records_per_second=1000.0, sleep=clock.sleep)
+                       records_per_second=1000.0, sleep=clock.sleep, clock=clock)
     sent: list[str] = []
 
     async def redrive(review: Review) -> int:
         sent.append(review.id)
+        clock.advance(3.0)  # past the step a healthy probe is trusted for
         return 0
 
     fetched = {"review/0": [review_message(0, "timeout", 0), review_message(1, "schema", 10),
