@@ -16,12 +16,9 @@ import sys
 from pathlib import Path
 from typing import Any, NoReturn
 
-from pydantic import ValidationError
-
 from streams.errors import (
     EXIT_AUDIT_FAILED,
     EXIT_BROKEN_PIPE,
-    ConfigError,
     DeliveryFailed,
     KafkaUnreachable,
     OutputError,
@@ -30,7 +27,7 @@ from streams.errors import (
     UsageError,
 )
 from streams.kafka.log_guard import limit_repeats
-from streams.settings import Settings
+from streams.settings import Settings, load_settings
 
 logger = logging.getLogger("streams")
 
@@ -61,14 +58,7 @@ def build_settings(args: argparse.Namespace) -> Settings:
         if not sep:
             raise UsageError(f"--set wants section.key=value, got {item!r}")
         put(key.strip(), value)
-    try:
-        return Settings(**overrides)
-    except ValidationError as exc:
-        first = exc.errors()[0]
-        where = ".".join(str(p) for p in first["loc"])
-        env = "RETRO_" + "__".join(str(p) for p in first["loc"]).upper()
-        raise ConfigError(f"setting {where} ({env} or --set {where}=...): "
-                          f"{first['msg']}, got {first.get('input')!r}") from None
+    return load_settings(**overrides)  # a bad value is one ConfigError line, before anything
 
 
 # ----------------------------------------------------------------------- commands

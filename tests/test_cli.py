@@ -223,6 +223,21 @@ def test_demo_stops_what_it_started_even_after_the_worker_died() -> None:
     assert said == ["stopped the worker and the broker"]
 
 
+def test_a_worker_that_died_is_explained_by_its_last_error_line(tmp_path: Path) -> None:
+    from streams.dev.demo import worker_failure
+
+    log = ("2026-01-01 INFO faust: starting\nTraceback (most recent call last):\n"
+           '  File "x.py", line 1, in <module>\nOSError: [Errno 99] Cannot assign requested '
+           "address\n2026-01-01 INFO faust: stopped\n")
+    error = worker_failure(log, 1, 6066, tmp_path / "w.log")
+    assert str(error) == ("the worker exited with code 1: OSError: [Errno 99] Cannot assign "
+                          f"requested address (whole log: {tmp_path / 'w.log'})")
+    assert isinstance(worker_failure("OSError: address already in use", 1, 6066,
+                                     tmp_path / "w.log"), PortInUse)
+    assert str(worker_failure("", 3, 6066, tmp_path / "w.log")).startswith(
+        "the worker exited with code 3 (whole log")
+
+
 def test_worker_refuses_a_web_port_in_use(retro: Callable[..., Run]) -> None:
     with busy_port() as port:
         retro("worker", RETRO_WEB_PORT=str(port)).one_line_error(
@@ -268,6 +283,25 @@ def test_a_bad_setting_is_one_line(retro: Callable[..., Run], tmp_path: Path) ->
         ConfigError.exit_code, "RETRO_WEB_PORT", "'abc'")
     retro("--set", "fast.input_budget", "clean", str(log)).one_line_error(
         UsageError.exit_code, "--set")
+
+
+@pytest.mark.parametrize("command", [["demo"], ["worker"], ["broker", "start"], ["topics"],
+                                     ["produce", "-"], ["report"], ["audit"]])
+def test_a_bad_setting_stops_every_command_before_anything_starts(
+        retro: Callable[..., Run], tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+        command: list[str]) -> None:
+    """RETRO_WEB_PORT=0 once started a broker and then a worker that died in faust."""
+    from streams.dev.broker.launcher import LocalBroker
+
+    started: list[str] = []
+    monkeypatch.setattr(LocalBroker, "start", lambda *a, **k: started.append("broker"))
+    monkeypatch.setattr("streams.runner.run_worker", lambda *a, **k: started.append("worker"))
+    monkeypatch.setattr("streams.kafka.connect.check_reachable",
+                        lambda *a, **k: started.append("kafka"))
+    retro(*command, RETRO_WEB_PORT="0").one_line_error(
+        ConfigError.exit_code, "RETRO_WEB_PORT='0'", "1 to 65535", "--set web_port=")
+    assert started == []
+    assert not (tmp_path / "state").exists()
 
 
 # ------------------------------------------------------------------------- help

@@ -5,7 +5,8 @@ from __future__ import annotations
 import pytest
 
 from streams.cli import build_settings, make_parser
-from streams.settings import Settings
+from streams.errors import ConfigError
+from streams.settings import Settings, load_settings
 
 
 def test_nested_environment_variables(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -57,3 +58,71 @@ def test_settings_are_frozen() -> None:
     s = Settings()
     with pytest.raises(ValueError):
         s.web_port = 1  # type: ignore[misc]
+
+
+# ------------------------------------------------------------ refused before anything starts
+@pytest.mark.parametrize("env, value, allowed", [
+    ("RETRO_WEB_PORT", "0", "a port from 1 to 65535"),
+    ("RETRO_WEB_PORT", "65536", "a port from 1 to 65535"),
+    ("RETRO_FAST__MAX_RECORDS", "0", "greater than or equal to 1"),
+    ("RETRO_SLOW__TIMEOUT_SECONDS", "0", "greater than 0"),
+    ("RETRO_FAST__MAX_WAIT_SECONDS", "-1", "greater than 0"),
+    ("RETRO_MODEL__RPM", "0", "greater than or equal to 1"),
+    ("RETRO_MODEL__CACHE_SIZE", "0", "greater than or equal to 1"),
+    ("RETRO_MODEL__AIMD_DECREASE_FACTOR", "1", "less than 1"),
+    ("RETRO_MODEL__BASE_URL", "localhost:8000/v1", "http://127.0.0.1:8000/v1"),
+    ("RETRO_MODEL__BASE_URL", "http://host:port/v1", "http or https"),
+    ("RETRO_MODEL__REDIS_URL", "127.0.0.1:6379", "redis://127.0.0.1:6379/0"),
+    ("RETRO_KAFKA__MAX_MESSAGE_BYTES", "0", "greater than or equal to 1"),
+    ("RETRO_TOPICS__RETENTION_MS", "0", "-1 to keep records forever"),
+    ("RETRO_TOPICS__REPORTS", "my reports", "Kafka topic name"),
+    ("RETRO_CLEAN__DEFAULT_TIMEZONE", "Mars/Olympus", "Europe/Paris"),
+    ("RETRO_CLEAN__MAX_RECORD_BYTES", "0", "greater than or equal to 1"),
+    ("RETRO_LOG_LEVEL", "LOUD", "DEBUG, INFO, WARNING, ERROR, CRITICAL"),
+])
+def test_a_bad_value_is_one_line_naming_the_variable_the_value_and_what_is_allowed(
+        monkeypatch: pytest.MonkeyPatch, env: str, value: str, allowed: str) -> None:
+    monkeypatch.setenv(env, value)
+    with pytest.raises(ConfigError) as caught:
+        load_settings()
+    line = str(caught.value)
+    assert "\n" not in line
+    assert line.startswith(f"{env}={value!r}: "), line
+    assert allowed in line
+    dotted = env.removeprefix("RETRO_").lower().replace("__", ".")
+    assert f"--set {dotted}=" in line
+
+
+def test_the_edges_of_what_is_allowed_are_accepted(monkeypatch: pytest.MonkeyPatch) -> None:
+    for name, value in [("RETRO_WEB_PORT", "65535"), ("RETRO_TOPICS__RETENTION_MS", "-1"),
+                        ("RETRO_MODEL__BASE_URL", ""), ("RETRO_LOG_LEVEL", "debug"),
+                        ("RETRO_MODEL__REDIS_URL", "unix:///run/redis.sock"),
+                        ("RETRO_CLEAN__DEFAULT_TIMEZONE", "Europe/Paris"),
+                        ("RETRO_MODEL__AIMD_INCREASE", "0"), ("RETRO_STALL_SECONDS", "0")]:
+        monkeypatch.setenv(name, value)
+    s = load_settings()
+    assert s.web_port == 65535 and s.topics.retention_ms == -1
+    assert s.model.base_url is None and s.model.effective_backend == "rules"
+    assert s.log_level == "DEBUG"
+    assert load_settings(web_port=1).web_port == 1
+    assert load_settings(model={"redis_url": "rediss://cache:6380/1"}).model.redis_url
+
+
+def test_a_refused_value_never_shows_a_secret(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("RETRO_MODEL__REDIS_URL", "redis://:hunter2@cache:port/0")
+    with pytest.raises(ConfigError) as caught:
+        load_settings()
+    assert "hunter2" not in str(caught.value) and "redis://:***@cache" in str(caught.value)
+    monkeypatch.delenv("RETRO_MODEL__REDIS_URL")
+    with pytest.raises(ConfigError) as caught:
+        load_settings(kafka={"sasl_password": ["s3cret"]})
+    assert "s3cret" not in str(caught.value) and "RETRO_KAFKA__SASL_PASSWORD" in str(caught.value)
+
+
+def test_several_bad_values_name_the_first_and_count_the_rest(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("RETRO_WEB_PORT", "0")
+    monkeypatch.setenv("RETRO_FAST__MAX_RECORDS", "0")
+    with pytest.raises(ConfigError, match=r"^RETRO_FAST__MAX_RECORDS='0': .*; and 1 more "
+                                          r"setting is wrong$"):
+        load_settings()

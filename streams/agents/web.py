@@ -16,7 +16,7 @@ from streams.kafka.probe import BrokerProbe
 from streams.kafka.stall import StallDetector
 from streams.metrics import Metrics
 from streams.report.store import ReportFollower
-from streams.report.view import render_html, render_index_html
+from streams.report.view import render_html, render_index_html, top_incident
 
 Handler = Callable[..., Awaitable[Any]]
 PROBE_SECONDS = 2.0  # between readiness probes of the bootstrap servers
@@ -52,15 +52,32 @@ def check_web_port(host: str, port: int) -> None:
                         "RETRO_WEB_PORT to a free port (and RETRO_WEB_HOST to listen elsewhere)")
 
 
-def _summary(report: Any) -> dict[str, Any]:
+Titles = dict[str, tuple[tuple[Any, ...], str]]  # report id -> (its revision, top incident)
+
+
+def summary(report: Any, titles: Titles | None = None) -> dict[str, Any]:
+    """A report's line in /reports and on the index page; its ``top_incident`` is the
+    post-mortem's title, as its page shows it (``streams.report.view.top_incident``)."""
     return {
         "id": report.id, "version": report.version, "updated_at": report.updated_at,
         "first_seen": report.first_seen, "last_seen": report.last_seen,
         "record_count": report.record_count, "incidents": len(report.incidents),
-        "top_incident": report.incidents[0].event if report.incidents else None,
+        "top_incident": _top_incident(report, titles),
         "services": report.services,
         "url": f"/view/{report.id}", "json": f"/reports/{report.id}",
     }
+
+
+def _top_incident(report: Any, titles: Titles | None) -> str:
+    """Derived once per revision: a post-mortem reads every incident, and the index asks
+    for every report's each time it is loaded."""
+    if titles is None:
+        return top_incident(report)
+    revision = (report.version, report.updated_at, report.record_count)
+    held = titles.get(report.id)
+    if held is None or held[0] != revision:
+        held = titles[report.id] = (revision, top_incident(report))
+    return held[1]
 
 
 def newest_first(reports: Any) -> list[Any]:
@@ -101,6 +118,7 @@ def wire_web(app: Any, metrics: Metrics, follower: ReportFollower,
     """The HTTP views; with ``token`` every page but /livez, /healthz and /metrics
     requires it."""
     guard = guarded(token)
+    titles: Titles = {}
 
     @app.page("/livez")
     async def livez(web: Any, request: Any) -> Any:
@@ -131,7 +149,7 @@ def wire_web(app: Any, metrics: Metrics, follower: ReportFollower,
     @guard
     async def list_reports(web: Any, request: Any) -> Any:
         items = newest_first(follower.reports.values())
-        return web.json([_summary(r) for r in items])
+        return web.json([summary(r, titles) for r in items])
 
     # report ids are "<window>/<group>", e.g. "2026-11-29/all"
     @app.page("/reports/{window}/{group}")
@@ -147,15 +165,15 @@ def wire_web(app: Any, metrics: Metrics, follower: ReportFollower,
     async def view_report(web: Any, request: Any, window: str, group: str) -> Any:
         report = follower.reports.get(f"{window}/{group}")
         if report is None:
-            return web.html(render_index_html([_summary(r) for r in follower.reports.values()]),
-                            status=404)
+            return web.html(render_index_html(
+                [summary(r, titles) for r in follower.reports.values()]), status=404)
         return web.html(render_html(report, refresh_url=f"/reports/{window}/{group}"))
 
     @app.page("/")
     @guard
     async def index(web: Any, request: Any) -> Any:
         items = newest_first(follower.reports.values())
-        return web.html(render_index_html([_summary(r) for r in items]))
+        return web.html(render_index_html([summary(r, titles) for r in items]))
 
     if broker is not None:
         metrics.broker_reachable.set(1)

@@ -13,6 +13,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -211,11 +212,24 @@ async def _audit_while_running(settings: Settings, worker: subprocess.Popen[byte
         if result.ok or result.double_counted or time.monotonic() >= deadline:
             return result
         if worker.poll() is not None:
-            log = log_path.read_text(errors="replace")
-            if "address already in use" in log:
-                raise PortInUse(f"the worker could not listen on port {settings.web_port}: "
-                                "it is in use; set RETRO_WEB_PORT to a free port")
-            raise RetroError(f"the worker exited with code {worker.returncode}; see {log_path}")
+            raise worker_failure(log_path.read_text(errors="replace"), worker.returncode,
+                                 settings.web_port, log_path)
+
+
+def worker_failure(log: str, code: int, port: int, log_path: Path) -> RetroError:
+    """Why the demo's worker exited, in one line: its last error line, then where the
+    whole log is (settings were checked before it started; this is what remains)."""
+    if "address already in use" in log:
+        return PortInUse(f"the worker could not listen on port {port}: it is in use; set "
+                         "RETRO_WEB_PORT to a free port")
+    lines = [line.strip() for line in log.splitlines() if line.strip()]
+    last = next((line for line in reversed(lines) if _ERROR_LINE.search(line)),
+                lines[-1] if lines else "")
+    said = f": {last[:300]}" if last else ""
+    return RetroError(f"the worker exited with code {code}{said} (whole log: {log_path})")
+
+
+_ERROR_LINE = re.compile(r"^retro: |\b[A-Za-z]*(Error|Exception)\b|\bERROR\b")
 
 
 async def _summarized_reports(settings: Settings, *, wait_seconds: float) -> dict:

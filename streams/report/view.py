@@ -122,13 +122,21 @@ def rank_reports(
     return ranked
 
 
+def top_incident(report: Report, pm: PostMortem | None = None) -> str:
+    """A report's top incident, one definition for every view: its post-mortem's title,
+    the page's heading (the most significant episode, led by its suspected origin), not
+    the incident with the most records. ``pm``: the report's post-mortem, if derived."""
+    return (pm if pm is not None else derive(report)).title
+
+
 def one_line(item: Ranked) -> str:
     """A window in one line: ``2026-01-29/all: no incident (1,234 records)``."""
     report, pm = item.report, item.pm
     if not item.significant:
         return f"{report.id}: no incident ({pm.records:,} records)"
     ep = pm.episodes[0]
-    return f"{report.id}: {pm.title} ({ep.top.severity}, {ep.records:,} records; {pm.status})"
+    return (f"{report.id}: {top_incident(report, pm)} ({ep.top.severity}, {ep.records:,} "
+            f"records; {pm.status})")
 
 
 def render_reports(
@@ -159,7 +167,7 @@ def _parked(review_count: int | None, parked_count: int | None) -> int | None:
 
 
 def _render_postmortem(report: Report, pm: PostMortem, f: Markup) -> str:
-    out = [f"# Post-mortem: {f.text(pm.title)}", "",
+    out = [f"# Post-mortem: {f.text(top_incident(report, pm))}", "",
            f"{f.text(_status_line(report, pm))}", ""]
     for title, lines in postmortem_sections(pm, f):
         while lines and not lines[-1]:
@@ -169,10 +177,10 @@ def _render_postmortem(report: Report, pm: PostMortem, f: Markup) -> str:
 
 
 def _status_line(report: Report, pm: PostMortem) -> str:
-    """Whatever the report's revision, the retro is a first version: a draft from the logs
-    for a person to confirm (the HTML view shows the revision and what changed)."""
-    return (f"Report {report.id}, status: {pm.status}; first version, written from the logs "
-            f"(updated at {report.updated_at or 'never'}). Details: the HTML view and the JSON.")
+    """The header under the title, the one place a view names the report's revision: the
+    post-mortem is a draft written from the logs for a person to confirm, at any version."""
+    return (f"Report {report.id}, status: {pm.status}; {_version_line(report)}; a draft "
+            "written from the logs. Details: the HTML view and the JSON.")
 
 
 def render_html(
@@ -186,9 +194,9 @@ def render_html(
     """A self-contained page; with ``refresh_url`` it polls that JSON every 2 s."""
     pm = derive(report, deadletters=deadletter_count, review=_parked(review_count, parked_count))
     body = [
-        f"<h1>Post-mortem: {_h(pm.title)}</h1>",
+        f"<h1>Post-mortem: {_h(top_incident(report, pm))}</h1>",
         f'<p class="meta" id="report-version" data-version="{report.version}">'
-        f"{_h(_status_line(report, pm))} {_h(_version_line(report))}</p>",
+        f"{_h(_status_line(report, pm))}</p>",
     ]
     for title, lines in postmortem_sections(pm, Markup(False)):
         slug = "pm-" + re.sub(r"\W+", "-", title.lower())
@@ -206,7 +214,8 @@ def render_html(
 
 
 def render_index_html(reports: list[dict[str, Any]]) -> str:
-    """A list of reports; each dict is a report's JSON or a summary with an optional url."""
+    """A list of reports; each dict is a report's JSON or a summary with an optional url.
+    A summary's ``top_incident`` is ``top_incident(report)``; a report's is derived here."""
     rows = []
     for item in sorted(reports, key=lambda r: str(r.get("id", "")), reverse=True):
         rid = str(item.get("id", "?"))
@@ -215,8 +224,8 @@ def render_index_html(reports: list[dict[str, Any]]) -> str:
         incidents = item.get("incidents", item.get("incident_count", 0))
         count = len(incidents) if isinstance(incidents, list) else incidents
         top = item.get("top_incident")
-        if top is None and isinstance(incidents, list) and incidents:
-            top = incidents[0].get("event") if isinstance(incidents[0], dict) else None
+        if top is None and isinstance(incidents, list):
+            top = _top_of_json(item)
         cells = [
             name,
             _h(item.get("version", "")),
@@ -466,7 +475,9 @@ def _changed_title(report: Report) -> str:
 
 def _changes(report: Report, f: Markup) -> list[str]:
     ch = report.changes
-    if ch.from_version == 0:
+    if report.version < 1:
+        return f.para("Nothing yet: no version of the report has been written.")
+    if report.version == 1:
         return f.para("This is the first version of the report.")
     items = [f"New: {f.strong(_event(report, c.key))} ({_num(c.after)} records)"
              for c in ch.new_incidents]
@@ -487,8 +498,20 @@ def _event(report: Report, key: str) -> str:
     return inc.event if inc is not None else key
 
 
+def _top_of_json(item: dict[str, Any]) -> str | None:
+    """The top incident of a report given as its JSON (None if it is not one)."""
+    try:
+        report = Report.model_validate(item)
+    except ValueError:
+        return None
+    return top_incident(report)
+
+
 def _version_line(report: Report) -> str:
-    return f"version {report.version}, updated at {report.updated_at or 'never'}"
+    """``first version`` only at version 1: a report at version 41 is not a first one."""
+    which = ("no version yet" if report.version < 1 else "first version" if report.version == 1
+             else f"version {report.version}")
+    return f"{which}, updated at {report.updated_at or 'never'}"
 
 
 def _stale(inc: Incident) -> str:

@@ -7,6 +7,8 @@ import hashlib
 import html
 import re
 
+import pytest
+
 from streams.records import Evidence, Fragment, TimeWindow
 from streams.report.merge import merge
 from streams.report.model import Report
@@ -17,6 +19,7 @@ from streams.report.view import (
     render_index_html,
     render_json,
     render_markdown,
+    top_incident,
 )
 
 from helpers import make_fragment, shared_file
@@ -54,7 +57,8 @@ def test_markdown_reads_like_a_post_mortem_in_order() -> None:
     report = _report()
     md = render_markdown(report, review_count=3, deadletter_count=2)
     assert md.startswith("# Post-mortem: ")
-    assert "Report 2026-11-29/all" in md and "first version" in md
+    assert "Report 2026-11-29/all" in md and "version 3, updated at" in md
+    assert "first version" not in md  # version 3 is not a first version
     headings = re.findall(r"^## (.+)$", md, flags=re.M)
     assert headings == [h for h in POSTMORTEM_SECTIONS if h in headings]
     assert {"Summary", "Impact", "Root cause chain", "Action items"} <= set(headings)
@@ -231,3 +235,62 @@ def test_json_output_escapes_the_controls_json_would_leave_raw() -> None:
     text = render_json(report)
     assert not re.search(r"[\x00-\x08\x0b\x0c\x0e-\x1f\x7f-\x9f]", text)
     assert json.loads(text)["incidents"][0]["event"] == nasty
+
+
+def _pool_and_disk() -> Report:
+    """'Disk full' has the most records and leads the report's incidents; the post-mortem
+    leads with the connection pool, which failed across services and answered 503s."""
+    night = TimeWindow(start="2026-11-29T03:00:00Z", end="2026-11-29T03:05:00Z")
+    frags = [make_fragment("d", {"disk/0": [[0, 299]]}, record_count=300, event="Disk full",
+                           cause="No space left on /data", severity="critical", service="hdfs",
+                           timestamp=night.start, window=night,
+                           evidence=[Evidence(template="No space left <*>", count=300,
+                                              examples=["No space left /data"])])]
+    for i, svc in enumerate(["api", "checkout", "payments"]):
+        frags.append(make_fragment(
+            f"c{i}", {f"pool/{i}": [[0, 29]]}, record_count=30,
+            event="Connection pool exhausted", severity="critical", service=svc,
+            cause="pool of db connections exhausted, answering 503",
+            timestamp="2026-11-29T10:02:00Z",
+            evidence=[Evidence(template="Connection pool exhausted <*>", count=30,
+                               examples=["Connection pool exhausted after 30s"])]))
+    report = None
+    for frag in frags:
+        report, _ = merge(report, frag, report_id="2026-11-29/all", now="2026-11-29T12:00:00Z")
+    assert report is not None
+    return report
+
+
+def test_the_index_and_the_page_name_the_same_top_incident() -> None:
+    report = _pool_and_disk()
+    most_records = max(report.incidents, key=lambda i: i.count)
+    assert report.incidents[0].event == most_records.event == "Disk full"
+    title = top_incident(report)
+    assert title.startswith("Connection pool exhausted")
+    page = render_html(report)
+    assert f"<h1>Post-mortem: {html.escape(title)}</h1>" in page
+    assert render_markdown(report).startswith(f"# Post-mortem: {title}\n")
+    # the index, given the report's JSON or a summary carrying top_incident
+    for item in (report.model_dump(mode="json"),
+                 {"id": report.id, "version": report.version, "top_incident": title}):
+        index = render_index_html([item | {"url": "/view/2026-11-29/all"}])
+        cells = re.findall(r"<td>(.*?)</td>", index)
+        assert cells[-1] == html.escape(title), cells
+        assert "Disk full" not in index
+
+
+@pytest.mark.parametrize("version, says, never", [
+    (0, "no version yet", ("first version", "version 0")),
+    (1, "first version, updated at", ("version 1,",)),
+    (41, "version 41, updated at", ("first version",)),
+])
+def test_the_header_names_the_version_once_and_consistently(
+        version: int, says: str, never: tuple[str, ...]) -> None:
+    report = _pool_and_disk().model_copy(update={"version": version})
+    page = render_html(report)
+    header = re.search(r'<p class="meta" id="report-version"[^>]*>(.*?)</p>', page)[1]
+    md_header = render_markdown(report).splitlines()[2]
+    for text in (header, md_header, html.unescape(header)):
+        assert says in text and text.count("version") == 1, text
+        assert not any(word in text for word in never), text
+    assert ("first version of the report" in page) == (version == 1)
