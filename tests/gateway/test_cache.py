@@ -1,4 +1,8 @@
-"""Answer caches: TTL and size in memory, Redis only when configured and installed."""
+"""Answer caches: TTL and size in memory, Redis only when configured and installed.
+
+Against a hand-written Redis client; tests/gateway/test_cache_redis.py runs the same
+levels against a real redis-server.
+"""
 
 from __future__ import annotations
 
@@ -9,7 +13,7 @@ from typing import Any
 import pytest
 
 from streams.errors import ConfigError
-from streams.gateway.cache import MemoryCache, RedisCache, build_cache
+from streams.gateway.cache import MemoryCache, RedisCache, TieredCache, build_cache
 
 from helpers import FakeClock
 
@@ -72,13 +76,17 @@ class _FakeRedis:
         self.ttl: dict[str, Any] = {}
         self.fail = False
         self.closed = False
+        self.calls = 0
+        self.options: dict[str, Any] = {}
 
     async def get(self, key: str) -> str | None:
+        self.calls += 1
         if self.fail:
             raise _FakeRedisError("connection refused")
         return self.data.get(key)
 
     async def set(self, key: str, value: str, ex: int | None = None) -> None:
+        self.calls += 1
         if self.fail:
             raise _FakeRedisError("connection refused")
         self.data[key] = value
@@ -93,7 +101,11 @@ def fake_redis(monkeypatch: pytest.MonkeyPatch) -> _FakeRedis:
     client = _FakeRedis()
     module = types.ModuleType("redis.asyncio")
     module.RedisError = _FakeRedisError  # type: ignore[attr-defined]
-    module.from_url = lambda url, **kw: client  # type: ignore[attr-defined]
+    def from_url(url: str, **options: Any) -> _FakeRedis:
+        client.options = options
+        return client
+
+    module.from_url = from_url  # type: ignore[attr-defined]
     package = types.ModuleType("redis")
     package.asyncio = module  # type: ignore[attr-defined]
     monkeypatch.setitem(sys.modules, "redis", package)
@@ -103,12 +115,14 @@ def fake_redis(monkeypatch: pytest.MonkeyPatch) -> _FakeRedis:
 
 async def test_redis_cache_prefixes_keys_and_sets_the_ttl(fake_redis: _FakeRedis) -> None:
     cache = build_cache(redis_url="redis://:hunter2@127.0.0.1:6379/0", ttl_seconds=90, max_size=1)
-    assert isinstance(cache, RedisCache)
+    assert isinstance(cache, TieredCache)
+    assert isinstance(cache.shared, RedisCache)
     assert "hunter2" not in repr(cache)
     await cache.set("abc", "answer")
     assert fake_redis.data == {"retro:answer:abc": "answer"}
     assert fake_redis.ttl["retro:answer:abc"] == 90
-    assert await cache.get("abc") == "answer"
+    assert fake_redis.options["socket_timeout"] == fake_redis.options["socket_connect_timeout"] == 1
+    assert await cache.shared.get("abc") == "answer"
     assert await cache.get("other") is None
     await cache.close()
     assert fake_redis.closed
@@ -119,3 +133,46 @@ async def test_redis_failures_are_misses_not_errors(fake_redis: _FakeRedis) -> N
     fake_redis.fail = True
     await cache.set("k", "v")  # logged, not raised
     assert await cache.get("k") is None
+
+
+async def test_a_failing_redis_is_skipped_for_a_while_then_tried_again(
+    fake_redis: _FakeRedis,
+) -> None:
+    timer = FakeClock()
+    cache = RedisCache("redis://127.0.0.1:6379/0", 60, retry_after_seconds=5, timer=timer)
+    fake_redis.fail = True
+    assert await cache.get("k") is None
+    assert fake_redis.calls == 1
+    await cache.set("k", "v")  # skipped: no second wait on a Redis that just failed
+    assert await cache.get("k") is None
+    assert fake_redis.calls == 1
+    fake_redis.fail = False
+    timer.advance(5)
+    await cache.set("k", "v")  # tried again: Redis is back
+    assert await cache.get("k") == "v"
+    assert fake_redis.calls == 3
+
+
+async def test_the_memory_level_answers_first_and_keeps_shared_hits(
+    fake_redis: _FakeRedis,
+) -> None:
+    mine = build_cache(redis_url="redis://127.0.0.1:6379/0", ttl_seconds=60, max_size=10)
+    other = build_cache(redis_url="redis://127.0.0.1:6379/0", ttl_seconds=60, max_size=10)
+    assert isinstance(mine, TieredCache) and isinstance(other, TieredCache)
+    await other.set("k", "v")  # another worker's answer, through the shared level
+    assert await mine.memory.get("k") is None
+    assert await mine.get("k") == "v"
+    assert await mine.memory.get("k") == "v"  # kept: the next read does not ask Redis
+    calls = fake_redis.calls
+    assert await mine.get("k") == "v"
+    assert fake_redis.calls == calls
+
+
+async def test_the_memory_level_answers_while_redis_fails(fake_redis: _FakeRedis) -> None:
+    cache = build_cache(redis_url="redis://127.0.0.1:6379/0", ttl_seconds=60, max_size=10)
+    await cache.set("seen", "v")
+    fake_redis.fail = True
+    assert await cache.get("seen") == "v"
+    await cache.set("new", "w")  # Redis write fails: memory still has it
+    assert await cache.get("new") == "w"
+    assert await cache.get("never") is None
