@@ -706,9 +706,7 @@ async def run_pipeline(args: argparse.Namespace, ctx: dict[str, Any], workers: i
     state.mkdir()
     topics = {"raw": ctx["raw"], **{n: f"{prefix}.{n}" for n in PIPELINE_TOPICS}}
     env = base_env(ctx["bootstrap"], state)
-    env["RETRO_APP_ID"] = prefix  # with every role, the consumer group is the app id
-    env["RETRO_CLEAN__ENGINE"] = args.clean_engine
-    env["RETRO_BATCH__ENGINE"] = args.batch_engine
+    env["RETRO_APP_ID"] = prefix  # with every role, the loops' groups are the app id + -raw...
     env["RETRO_TOPICS__PARTITIONS"] = str(args.partitions)
     env.update({f"RETRO_TOPICS__{n.upper()}": t for n, t in topics.items()})
     env.update(dict(item.split("=", 1) for item in args.set))
@@ -1014,12 +1012,6 @@ def main(argv: list[str] | None = None) -> int:
                              "sample (default); sample: generated only; multiday: "
                              "write_multiday (4 days out of order)")
     parser.add_argument("--partitions", type=int, default=4, help="partitions of every topic")
-    parser.add_argument("--clean-engine", choices=("faust", "aiokafka"), default="aiokafka",
-                        help="RETRO_CLEAN__ENGINE of the workers: the clean stage as a faust "
-                             "agent or as a plain aiokafka loop (default)")
-    parser.add_argument("--batch-engine", choices=("faust", "aiokafka"), default="aiokafka",
-                        help="RETRO_BATCH__ENGINE of the workers: the lanes as faust agents "
-                             "or as a plain aiokafka loop (default)")
     parser.add_argument("--spread", type=int, default=4, help="retro produce --spread")
     parser.add_argument("--set", action="append", default=[], metavar="RETRO_X=VALUE",
                         help="a setting of the workers (repeatable), e.g. RETRO_MODEL__RPM=6000")

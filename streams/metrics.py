@@ -64,9 +64,8 @@ class Metrics:
         )
         self.offset_rereads = Counter(
             "retro_offset_rereads_total",
-            "Partitions re-read from their committed offset: a record never reached a faust "
-            "agent, or a stage loop rejoined (an output not delivered, a record held too "
-            "long)", ["topic"],
+            "Partitions re-read from their committed offset: a stage loop rejoined (an "
+            "output not delivered, a record held too long)", ["topic"],
             registry=r,
         )
         self.redactions = Counter(

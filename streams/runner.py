@@ -1,4 +1,4 @@
-"""Run the faust worker for `retro worker` (topics first, then the agents)."""
+"""Run the worker for `retro worker` (topics first, then the stage loops under faust)."""
 
 from __future__ import annotations
 
@@ -67,9 +67,6 @@ def run_worker(settings: Settings, *, roles: tuple[str, ...]) -> int:
             # after the batch loop: publish what its last fragments changed, commit
             await worker.compact_loop.drain(timeout=settings.shutdown_seconds)
         if worker.gateways is not None:
-            for processor in worker.processors.values():
-                # unflushed window records stay unacked and are re-read after restart
-                await processor.wait_in_flight(timeout=settings.shutdown_seconds)
             await worker.gateways.close()
 
     @worker.app.on_before_shutdown.connect

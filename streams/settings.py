@@ -80,7 +80,7 @@ class TopicSettings(BaseModel):
     # input topics, comma-separated; the first is the one `retro produce` writes to.
     # Topics other than the first are the user's: any partition count, never created
     raw: str = "retro.logs.raw"
-    # a regex; topics it matches are inputs too, e.g. ^logs\..* (aiokafka clean engine)
+    # a regex; topics it matches are inputs too, e.g. ^logs\..*
     raw_pattern: str | None = None
     fast: Topic = "retro.records.fast"
     slow: Topic = "retro.records.slow"
@@ -154,9 +154,6 @@ class CleanSettings(BaseModel):
             raise ValueError("use an IANA time zone such as UTC or Europe/Paris") from None
         return value
 
-    # faust: an agent, one event at a time; aiokafka: a plain loop in the worker with
-    # its own consumer group (<group>-raw), batched sends, commit after delivery
-    engine: Literal["faust", "aiokafka"] = "aiokafka"
     # envelopes are detected per message; this forces one per topic, e.g.
     # "otlp_logs=otlp_proto,app-logs=plain" (kinds: streams.clean.envelopes)
     envelope: str = ""
@@ -214,14 +211,6 @@ def parse_envelope_overrides(spec: str) -> dict[str, EnvelopeKind]:
                              f"{', '.join(kinds)}")
         out[topic] = kind  # type: ignore[assignment]
     return out
-
-
-class BatchSettings(BaseModel):
-    model_config = ConfigDict(frozen=True)
-
-    # aiokafka: one plain loop over both lanes with its own consumer group
-    # (<group>-lanes), batched sends, commit on delivery; faust: one agent per lane
-    engine: Literal["faust", "aiokafka"] = "aiokafka"
 
 
 class LaneSettings(BaseModel):
@@ -297,9 +286,6 @@ class ModelSettings(BaseModel):
 class ReportSettings(BaseModel):
     model_config = ConfigDict(frozen=True)
 
-    # aiokafka: a plain loop (its own group, <group>-fragments) whose state is the
-    # compacted reports topic; faust: the agent with a changelogged table
-    engine: Literal["faust", "aiokafka"] = "aiokafka"
     window: Literal["hour", "day", "week"] = "day"
     group_by: Literal["service", "source", "all"] = "all"
     # every N seconds, one model call rewrites the summary of each incident that grew;
@@ -340,10 +326,8 @@ class KafkaSettings(BaseModel):
     ssl_keyfile: Path | None = None
     # a crashed worker's partitions move after this long without heartbeats
     session_timeout_seconds: float = Field(30.0, ge=6.0)
-    # a partition whose commit has not moved for this long, with lag and nothing in
-    # flight, is re-read from its commit (see streams/kafka/faust_guards.py), and so is a
-    # fragments partition whose oldest fragment the compactor loop held this long
-    # (CompactLoop._held_too_long); 0 turns both off
+    # a fragments partition whose oldest fragment the compactor loop held this long is
+    # read again from its commit (CompactLoop._held_too_long); 0 turns it off
     reread_held_seconds: float = Field(20.0, ge=0.0)
     # reports are single messages that grow with the day; raise with the topic config
     max_message_bytes: PositiveInt = 8 * 1024 * 1024
@@ -362,7 +346,6 @@ class Settings(BaseSettings):
     kafka: KafkaSettings = KafkaSettings()
     topics: TopicSettings = TopicSettings()
     clean: CleanSettings = CleanSettings()
-    batch: BatchSettings = BatchSettings()
     fast: LaneSettings = LaneSettings()
     slow: SlowLaneSettings = SlowLaneSettings()
     model: ModelSettings = ModelSettings()

@@ -1,7 +1,8 @@
-"""faust agents: thin wiring between Kafka topics and the pure stages.
+"""The stage loops, each an aiokafka consumer group run as a task of the worker.
 
 clean.py      retro.logs.raw -> Cleaner -> retro.records.fast | .slow | retro.deadletter
 batch.py      retro.records.{fast,slow} -> LaneProcessor(TokenWindow, Gateway)
               -> retro.fragments | retro.review
-compactor.py  retro.fragments -> merge() in a changelogged table -> retro.reports
+compactor.py  retro.fragments -> fold() into reports loaded from retro.reports -> retro.reports
+redrive.py    retro.review (transient reasons) -> raw records again -> the lanes
 """

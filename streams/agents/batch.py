@@ -1,17 +1,11 @@
 """The batch stage (fast and slow lane): records -> token-budget batches -> model.
 
-Two ways to run it, chosen by ``RETRO_BATCH__ENGINE``:
-
-- ``aiokafka`` (default): one plain aiokafka loop per worker over both lane topics, in
-  its own consumer group (``<group>-lanes``): ``getmany``, hand records to the lanes'
-  :class:`LaneProcessor`, batched sends, and a commit of each partition's contiguous
-  prefix of records whose fragments or reviews are on the broker. faust's per-event
-  path cost the batch stage most of its CPU (README, "faust or aiokafka on the hot
-  path").
-- ``faust``: one faust agent per lane, acked the same way.
-
-Either way a record's offset is committed only after what covers it is delivered,
-and scaling out means more partitions and more workers in the consumer group.
+One plain aiokafka loop per worker over both lane topics, in its own consumer group
+(``<group>-lanes``): ``getmany``, hand records to the lanes' :class:`LaneProcessor`,
+batched sends, and a commit of each partition's contiguous prefix of records whose
+fragments or reviews are on the broker. A record's offset is committed only after
+what covers it is delivered, and scaling out means more partitions and more workers
+in the consumer group.
 """
 
 from __future__ import annotations
@@ -31,7 +25,7 @@ from aiokafka import (
 from aiokafka.errors import ConsumerStoppedError
 from pydantic import ValidationError
 
-from streams.agents.common import RejoiningLoop, Turns, ack_when_delivered, new_acker, send, track
+from streams.agents.common import RejoiningLoop, Turns
 from streams.batch.lane import LaneProcessor
 from streams.batch.window import TokenWindow
 from streams.clean.redact import Redactor
@@ -60,30 +54,24 @@ def wire_batch(
     app: Any,
     settings: Settings,
     metrics: Metrics,
-    topics: dict[str, Any],
     gateways: dict[str, Gateway],
     counter: TokenCounter,
     on_assignment: OnAssignment | None = None,
-) -> BatchLoop | dict[str, LaneProcessor]:
-    """The aiokafka loop (run as a worker task), or one faust agent per lane.
+) -> BatchLoop:
+    """The batch loop, run as a task of the worker; ``on_assignment`` hears its lane
+    partitions after every rebalance (the model quota follows them)."""
+    loop = BatchLoop(settings, metrics, gateways, counter,
+                     group=lanes_group(app.conf.id), on_assignment=on_assignment)
 
-    ``on_assignment`` hears the loop's lane partitions after every rebalance (the
-    model quota follows them); the faust agents do not call it."""
-    if settings.batch.engine == "aiokafka":
-        loop = BatchLoop(settings, metrics, gateways, counter,
-                         group=lanes_group(app.conf.id), on_assignment=on_assignment)
+    @app.task
+    async def batch_loop() -> None:
+        await loop.run()
 
-        @app.task
-        async def batch_loop() -> None:
-            await loop.run()
-
-        return loop
-    return {lane: _wire_lane(app, settings, metrics, topics, lane, gateways[lane], counter)
-            for lane in LANES}
+    return loop
 
 
 def lanes_group(worker_group: str) -> str:
-    """The consumer group of the aiokafka batch loop: its own, beside faust's."""
+    """The consumer group of the batch loop."""
     return f"{worker_group}-lanes"
 
 
@@ -116,44 +104,6 @@ def outcome_messages(outcome: BatchOutcome, settings: Settings
     for item in outcome.reviews:
         out.append(("review", item.id.encode(), item.model_dump_json().encode()))
     return out
-
-
-def _wire_lane(app: Any, settings: Settings, metrics: Metrics, topics: dict[str, Any],
-               lane: str, gateway: Gateway, counter: TokenCounter) -> LaneProcessor:
-    dead = topics["deadletter"]
-
-    async def publish(outcome: BatchOutcome) -> None:
-        futures = [await send(topics[role], key=key, value=value)
-                   for role, key, value in outcome_messages(outcome, settings)]
-        await asyncio.gather(*futures)
-
-    acker = new_acker()
-    processor = new_processor(settings, lane, gateway, counter, metrics,
-                              publish=publish, ack=acker.done)
-    records_in = metrics.records_in.labels(f"batch-{lane}")
-
-    async def lane_agent(stream: Any) -> None:
-        timer = asyncio.create_task(processor.run_timer())
-        try:
-            async for event in stream.noack().events():
-                records_in.inc()
-                handle = track(acker, event)
-                try:
-                    record = NormalizedRecord.model_validate_json(event.value)
-                except ValidationError as exc:
-                    m = event.message
-                    letter = _bad_record(m.topic, m.partition, m.offset, event.value, exc,
-                                         settings.clean.deadletter_sample_bytes,
-                                         Redactor.from_settings(settings))
-                    fut = await send(dead, key=b"", value=letter)
-                    ack_when_delivered(fut, acker, handle)
-                    continue
-                await processor.add(record, handle)
-        finally:
-            timer.cancel()
-
-    app.agent(topics[lane], name=f"batch-{lane}", concurrency=1)(lane_agent)
-    return processor
 
 
 class _Rebalance(ConsumerRebalanceListener):

@@ -1,21 +1,14 @@
 """The clean stage: raw bytes in, a normalized record (or a dead letter) out.
 
-Two ways to run it, chosen by ``RETRO_CLEAN__ENGINE``:
-
-- ``faust``: a faust agent, one event at a time, acked when its output is delivered.
-- ``aiokafka``: a plain aiokafka loop inside the worker (its own consumer group,
-  ``<group>-raw``): ``getmany``, clean, batched sends, commit once the whole fetch is
-  delivered. faust's per-event path cost most of the clean stage's CPU (README,
-  "faust or aiokafka on the hot path"); this loop skips it.
-
-Both route a record the same way (``route``), and both commit an offset only after
-what was produced for it is on the broker.
+A plain aiokafka loop inside the worker (its own consumer group, ``<group>-raw``):
+``getmany``, clean, batched sends, commit once the whole fetch is delivered, so an
+offset is committed only after what was produced for it is on the broker.
+``route`` is where a record goes; re-drive routes the same way.
 """
 
 from __future__ import annotations
 
 import asyncio
-import functools
 import logging
 from collections.abc import Iterable
 from dataclasses import dataclass
@@ -25,7 +18,7 @@ from typing import Any
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, ConsumerRecord, TopicPartition
 from aiokafka.errors import KafkaError
 
-from streams.agents.common import Turns, ack_when_delivered, new_acker, send, track
+from streams.agents.common import Turns
 from streams.clean.cleaner import Cleaner
 from streams.ingest.keys import source_of_key
 from streams.kafka.batching import BatchSender
@@ -73,48 +66,16 @@ def route(cleaner: Cleaner, *, value: bytes | None, key: bytes | None, topic: st
     return routed
 
 
-def wire_clean(app: Any, settings: Settings, metrics: Metrics, topics: dict[str, Any]) -> None:
-    cleaner = Cleaner.from_settings(settings, metrics=metrics)
-    if settings.clean.engine == "aiokafka":
-        loop = CleanLoop(settings, cleaner, metrics, group=clean_group(app.conf.id))
+def wire_clean(app: Any, settings: Settings, metrics: Metrics) -> CleanLoop:
+    """The clean loop, run as a task of the worker."""
+    loop = CleanLoop(settings, Cleaner.from_settings(settings, metrics=metrics), metrics,
+                     group=clean_group(app.conf.id))
 
-        @app.task
-        async def clean_loop() -> None:
-            await loop.run()
+    @app.task
+    async def clean_loop() -> None:
+        await loop.run()
 
-        return
-    targets = {"fast": topics["fast"], "slow": topics["slow"], "deadletter": topics["deadletter"]}
-    # labelled children looked up once: labels() per record cost 2-3% of a worker's CPU
-    records_in = metrics.records_in.labels("clean")
-    counters = RouteCounters(metrics, targets)
-
-    if settings.topics.raw_pattern:
-        logger.warning("the faust clean engine reads the listed topics %s only, not "
-                       "RETRO_TOPICS__RAW_PATTERN %r; use RETRO_CLEAN__ENGINE=aiokafka for it",
-                       settings.topics.raw, settings.topics.raw_pattern)
-
-    @app.agent(topics["raw"], name="clean", concurrency=1)
-    async def clean_agent(stream: Any) -> None:
-        acker = new_acker()
-        async for event in stream.noack().events():
-            handle = track(acker, event)
-            m = event.message
-            records_in.inc()
-            # faust's message timestamp is in seconds
-            stamp = int(m.timestamp * 1000) if m.timestamp else None
-            futures = []
-            for routed in route(cleaner, value=m.value, key=m.key, topic=m.topic,
-                                partition=m.partition, offset=m.offset, timestamp_ms=stamp):
-                fut = await send(targets[routed.lane], key=routed.key, value=routed.value)
-                fut.add_done_callback(functools.partial(_count_delivered, counters, routed))
-                futures.append(fut)
-            # acked once every record of the message is delivered
-            ack_when_delivered(_all_delivered(futures), acker, handle)
-
-
-def _count_delivered(counters: RouteCounters, routed: Routed, fut: asyncio.Future) -> None:
-    if not fut.cancelled() and fut.exception() is None:
-        counters.delivered(routed)
+    return loop
 
 
 class RouteCounters:
@@ -127,11 +88,6 @@ class RouteCounters:
     def __init__(self, metrics: Metrics, lanes: Iterable[str]) -> None:
         self.records_out = {lane: metrics.records_out.labels(lane) for lane in lanes}
         self.deadletters = metrics.deadletters
-
-    def delivered(self, routed: Routed) -> None:
-        self.records_out[routed.lane].inc()
-        if routed.reason is not None:
-            self.deadletters.labels(stage="clean", reason=routed.reason).inc()
 
     def delivered_all(self, routed: Iterable[Routed]) -> None:
         """A whole fetch delivered: one increment per lane and reason."""
@@ -147,13 +103,8 @@ class RouteCounters:
             self.deadletters.labels(stage="clean", reason=reason).inc(n)
 
 
-def _all_delivered(futures: list[asyncio.Future]) -> asyncio.Future:
-    """One future for many deliveries: fails if any does."""
-    return futures[0] if len(futures) == 1 else asyncio.gather(*futures)
-
-
 def clean_group(worker_group: str) -> str:
-    """The consumer group of the aiokafka clean loop: its own, beside faust's."""
+    """The consumer group of the clean loop."""
     return f"{worker_group}-raw"
 
 

@@ -5,10 +5,7 @@ its state is local to the worker that owns that partition. Fragments are buffere
 for ``RETRO_REPORT__PUBLISH_SECONDS``: each report is merged once per buffer and
 published once to the compacted ``retro.reports`` topic, which is what every reader
 uses; the buffered fragments are committed only after those writes are delivered.
-
-Two engines (``RETRO_REPORT__ENGINE``): ``aiokafka`` (default), a plain loop whose
-state is the reports topic itself (``CompactLoop``); ``faust``, an agent with a
-changelogged table (``wire_compactor``).
+The loop's state is the reports topic itself (``CompactLoop``).
 """
 
 from __future__ import annotations
@@ -25,10 +22,10 @@ from aiokafka.errors import ConsumerStoppedError, KafkaError
 from aiokafka.partitioner import DefaultPartitioner
 from pydantic import ValidationError
 
-from streams.agents.common import RejoiningLoop, Turns, new_acker, send, track
+from streams.agents.common import RejoiningLoop, Turns
 from streams.gateway.gateway import Gateway
 from streams.gateway.rollup_prompt import ROLLUP_KIND, rollup_messages
-from streams.kafka.acks import AckHandle, Commits, OrderedAcker
+from streams.kafka.acks import AckHandle, Commits
 from streams.kafka.connect import (
     commit_owned,
     stage_consumer,
@@ -50,13 +47,13 @@ from streams.settings import Settings
 logger = logging.getLogger(__name__)
 
 KIND_HEADER = "retro-kind"  # fragments topic messages that are not fragments say what they are
-FETCH_RECORDS = 2000  # fragments per getmany (aiokafka engine)
+FETCH_RECORDS = 2000  # fragments per getmany
 
 
 class ParsedReports:
-    """Parsed reports kept next to the table, so a busy day's report is not re-parsed
-    from JSON for every fragment. An entry is used only while the table still holds
-    the very string it was parsed from (a rebalance or recovery replaces it)."""
+    """Parsed reports kept next to their JSON, so a busy day's report is not re-parsed
+    for every buffer. An entry is used only while the loop still holds the very string
+    it was parsed from (a rebalance or a reload replaces it)."""
 
     def __init__(self, size: int = 64) -> None:
         self.size = size
@@ -80,131 +77,16 @@ class ParsedReports:
 
 
 def wire_compactor(app: Any, settings: Settings, metrics: Metrics,
-                   topics: dict[str, Any], gateway: Gateway | None = None) -> Any:
-    """The aiokafka loop (run as a worker task; ``RETRO_REPORT__ENGINE=aiokafka``, the
-    default), or the faust agent with its changelogged table (``faust``)."""
-    if settings.report.engine == "aiokafka":
-        loop = CompactLoop(settings, metrics, group=fragments_group(app.conf.id),
-                           gateway=gateway)
+                   gateway: Gateway | None = None) -> CompactLoop:
+    """The compactor loop, run as a task of the worker; ``gateway`` writes the
+    incidents' roll-ups when RETRO_REPORT__ROLLUP_SECONDS is set."""
+    loop = CompactLoop(settings, metrics, group=fragments_group(app.conf.id), gateway=gateway)
 
-        @app.task
-        async def compactor_loop() -> None:
-            await loop.run()
+    @app.task
+    async def compactor_loop() -> None:
+        await loop.run()
 
-        return loop
-    # values are the report JSON text; faust json-encodes the string in the changelog
-    table = app.Table("retro-reports", default=None, partitions=settings.topics.partitions,
-                      key_type=str, value_type=str, extra_topic_configs={
-                          "max.message.bytes": str(settings.kafka.max_message_bytes)})
-    reports = topics["reports"]
-    parsed = ParsedReports()
-    report_settings = settings.report
-
-    async def store(report_id: str, partition: int, updated: Report) -> list[Any]:
-        """Write a report to the table, its changelog partition and the reports topic
-        (serialized once); returns the delivery futures. The changelog partition is the
-        fragments partition the report lives on, named explicitly: a buffer of events
-        may mix partitions, so faust's "current event" is not the report's."""
-        body = updated.to_json()
-        table.data[report_id] = body
-        parsed.put(report_id, body, updated)
-        return [table.send_changelog(partition, report_id, body),
-                await send(reports, key=report_id.encode(), value=body.encode())]
-
-    buffer = _Buffer()
-    lock = asyncio.Lock()
-    acker = new_acker()
-    fragments_topic = settings.topics.fragments
-    ownership = Ownership()
-
-    @app.on_partitions_revoked.connect
-    async def _revoked(sender: Any, revoked: Any, **kwargs: Any) -> None:
-        mine = {tp for tp in revoked if tp.topic == fragments_topic}
-        ownership.revoke({tp.partition for tp in mine})
-        for tp in mine:
-            acker.forget(tp)
-
-    async def flush() -> None:
-        """Merge what the buffer holds, publish each changed report once, and ack its
-        events when every write is delivered (a failed write leaves them unacked, so
-        they are read again). Reports on partitions this worker no longer owns are
-        dropped unwritten: their new owner re-reads the fragments from its commit."""
-        async with lock:
-            work, held = buffer.take()
-            if not held:
-                return
-            owned = {tp.partition for tp in app.consumer.assignment()
-                     if tp.topic == fragments_topic}
-            since = ownership.snapshot(owned)
-            futures: list[Any] = []
-            for report_id, pending in work.items():
-                updated = None
-                if ownership.still(since, pending.partition):
-                    updated = await _fold(report_id, pending, table, parsed, topics, metrics)
-                # checked again after the await: a rebalance may have moved it meanwhile
-                if not ownership.still(since, pending.partition):
-                    logger.info("report %s moved to another worker; not written", report_id)
-                    continue
-                if updated is not None:
-                    futures += await store(report_id, pending.partition, updated)
-            delivered = asyncio.gather(*futures)
-            for handle in held:
-                if ownership.still(since, handle.token.message.partition):
-                    _ack_if_still_owned(delivered, acker, handle, ownership, since)
-                # else: an old ownership's event, forgotten at revocation, never acked
-
-    @app.agent(topics["fragments"], name="compactor", concurrency=1)
-    async def compactor_agent(stream: Any) -> None:
-        async for event in stream.noack().events():
-            buffer.add(event.message, event.value, track(acker, event), metrics)
-            if buffer.size >= report_settings.publish_max_fragments:
-                await flush()
-
-    @app.timer(interval=report_settings.publish_seconds)
-    async def publish_reports() -> None:
-        await flush()
-
-    if gateway is not None and settings.report.rollup_seconds > 0:
-        _wire_rollup(app, settings, table, parsed, gateway, topics["fragments"])
-    return table
-
-
-class Ownership:
-    """Fragments partitions owned, and how many times each was revoked.
-
-    A flush that started before a rebalance must neither write the reports of a
-    partition that moved nor ack its fragments: Kafka accepts a commit from a member
-    that rejoined without the partition, so a late ack committed past fragments whose
-    report write the new owner's table never saw (a report written twice as version
-    1, records missing in the audit). A flush snapshots the revocation counts and
-    acts on a partition only while its count is unchanged.
-    """
-
-    def __init__(self) -> None:
-        self._revoked: dict[int, int] = {}
-
-    def revoke(self, partitions: set[int]) -> None:
-        for p in partitions:
-            self._revoked[p] = self._revoked.get(p, 0) + 1
-
-    def snapshot(self, owned: set[int]) -> dict[int, int]:
-        return {p: self._revoked.get(p, 0) for p in owned}
-
-    def still(self, since: dict[int, int], partition: int) -> bool:
-        """Owned when ``since`` was taken and not revoked after."""
-        return partition in since and self._revoked.get(partition, 0) == since[partition]
-
-
-def _ack_if_still_owned(delivered: asyncio.Future[Any], acker: OrderedAcker,
-                        handle: AckHandle, ownership: Ownership, since: dict[int, int]) -> None:
-    def done(f: asyncio.Future[Any]) -> None:
-        if f.cancelled() or f.exception() is not None:
-            logger.error("report writes failed; their fragments stay unacked: %r",
-                         None if f.cancelled() else f.exception())
-        elif ownership.still(since, handle.token.message.partition):
-            acker.done(handle)
-
-    delivered.add_done_callback(done)
+    return loop
 
 
 @dataclass
@@ -229,7 +111,7 @@ class _Buffer:
 
     def add(self, message: Any, value: bytes | None, handle: AckHandle,
             metrics: Metrics) -> None:
-        """Buffer one fragments-topic message (a faust message or an aiokafka record)."""
+        """Buffer one fragments-topic record."""
         _collect(message, value or b"", self.work, metrics)
         self.handles.append(handle)
 
@@ -262,22 +144,6 @@ def _collect(message: Any, value: bytes, pending: dict[str, _Pending],
     work.fragments.append(fragment)
 
 
-async def _fold(report_id: str, work: _Pending, table: Any, parsed: ParsedReports,
-                topics: dict[str, Any], metrics: Metrics) -> Report | None:
-    """The report with this buffer's fragments and roll-ups in it, or None if unchanged;
-    fragments that cannot be merged go to review, so their records stay accounted for."""
-    current = parsed.get(report_id, table.get(report_id))
-    folded = fold(current, work.fragments, work.rollups, report_id=report_id,
-                  now=format_time(datetime.now(UTC)))
-    for result in folded.results:
-        metrics.report_updates.labels(result).inc()
-    for fragment, why in folded.rejected:
-        review = rejected_review(fragment, why, report_id)
-        await (await send(topics["review"], key=review.id.encode(),
-                          value=review.model_dump_json().encode()))
-    return folded.report
-
-
 def rejected_review(fragment: Fragment, why: str, report_id: str) -> Review:
     """A fragment the merge refused, parked so its records stay accounted for."""
     return Review(id=f"r-{fragment.id}", lane=fragment.lane, reason="bad_fragment",
@@ -293,20 +159,6 @@ def _kind(message: Any) -> str | None:
         if key == KIND_HEADER:
             return value.decode() if isinstance(value, bytes) else str(value)
     return None
-
-
-def _wire_rollup(app: Any, settings: Settings, table: Any, parsed: ParsedReports,
-                 gateway: Gateway, fragments: Any) -> None:
-    """On a timer, summarize incidents that grew; the summary goes back through the
-    fragments topic (keyed by report) because faust tables are written in-stream only."""
-
-    async def send_update(report_id: str, value: bytes) -> None:
-        await send(fragments, key=report_id.encode(), value=value,
-                   headers=[(KIND_HEADER, ROLLUP_KIND.encode())])
-
-    @app.timer(interval=settings.report.rollup_seconds)
-    async def rollup_incidents() -> None:
-        await rollup_pass(list(table.items()), parsed, gateway, settings, send_update)
 
 
 async def rollup_pass(items: list[tuple[str, str]], parsed: ParsedReports, gateway: Gateway,
@@ -334,11 +186,8 @@ async def rollup_pass(items: list[tuple[str, str]], parsed: ParsedReports, gatew
             await send_update(report_id, update.to_json().encode())
 
 
-# --- the aiokafka engine ---------------------------------------------------------------------
-
-
 def fragments_group(worker_group: str) -> str:
-    """The consumer group of the aiokafka compactor loop: its own, beside faust's."""
+    """The consumer group of the compactor loop."""
     return f"{worker_group}-fragments"
 
 
@@ -376,10 +225,7 @@ class CompactLoop(RejoiningLoop):
     Fragments fetched within ``publish_seconds`` (or ``publish_max_fragments`` of them)
     are merged at once, each changed report is published once, and their offsets are
     committed when those writes are delivered. A record merged again after a crash is
-    a no-op (the report's ledger already covers it). faust's per-event path gave the
-    compactor one fragment per turn of the event loop; it trailed thousands of
-    fragments behind, and after a rebalance a partition could sit unread until the
-    re-read guard fired (README, "faust or aiokafka on the hot path").
+    a no-op (the report's ledger already covers it).
     """
 
     name = "compactor loop"

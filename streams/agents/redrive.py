@@ -47,7 +47,7 @@ RAW_FETCH_TIMEOUT_MS = 2000
 
 
 def review_group(worker_group: str) -> str:
-    """The consumer group of the re-drive loop: its own, beside faust's."""
+    """The consumer group of the re-drive loop."""
     return f"{worker_group}-review"
 
 

@@ -1,9 +1,9 @@
 """One lane's pipeline step: records in, batches out, outcomes published, then acked.
 
-Pure asyncio (no faust): the faust agent hands every record over with an opaque
-ack token and this class decides when a window flushes, runs batches concurrently
-(bounded, so a slow model applies backpressure to the consumer instead of piling up
-memory), publishes the outcome, and only then acks the records' tokens. A record is
+Pure asyncio: the batch loop hands every record over with an opaque ack token and
+this class decides when a window flushes, runs batches concurrently (bounded, so a
+slow model applies backpressure to the consumer instead of piling up memory),
+publishes the outcome, and only then acks the records' tokens. A record is
 never acked before the fragments or reviews that cover it are on the broker.
 """
 
@@ -117,11 +117,6 @@ class LaneProcessor:
             await self._dispatch(batch)
         while self._tasks:
             await asyncio.gather(*list(self._tasks), return_exceptions=True)
-
-    async def wait_in_flight(self, timeout: float) -> None:
-        """Let batches already sent to the model finish (on shutdown); no new flush."""
-        if self._tasks:
-            await asyncio.wait(list(self._tasks), timeout=timeout)
 
     @property
     def in_flight(self) -> int:

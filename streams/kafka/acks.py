@@ -1,12 +1,10 @@
 """Ack records in offset order, whatever order their work finishes in.
 
-faust commits, per partition, up to the end of the first run of consecutive acked
-offsets, and with no committed offset yet (or a gap of exactly one) it does not
-check that this run starts where the last commit ended (faust-streaming issues 606
-and 707; tests/test_acks.py shows it on the installed version). Batches finish out
-of order, so acking each record as its batch completes could commit past a record
-still in flight and lose it in a crash. This class releases acks to faust only as a
-contiguous prefix of what was received on each partition.
+A Kafka commit is one offset per partition: everything below it counts as done.
+Batches finish out of order, so committing each record as its batch completes could
+commit past a record still in flight and lose it in a crash. ``OrderedAcker``
+releases acks only as a contiguous prefix of what was received on each partition;
+``Commits`` turns that prefix into the offsets a stage loop commits.
 """
 
 from __future__ import annotations
@@ -19,7 +17,7 @@ from typing import Any
 
 @dataclass(slots=True)
 class AckHandle:
-    """One received record: its partition key, the faust event, and whether it is done."""
+    """One received record: its partition key, its token, and whether it is done."""
 
     key: Hashable
     token: Any

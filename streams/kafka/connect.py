@@ -166,25 +166,6 @@ def aiokafka_kwargs(settings: Settings) -> dict[str, Any]:
     return kwargs
 
 
-def faust_credentials(settings: Settings) -> Any:
-    """faust's broker_credentials object for SASL/TLS, or None for PLAINTEXT."""
-    import faust
-
-    k = settings.kafka
-    context = ssl_context(settings)
-    if k.security_protocol.startswith("SASL"):
-        kwargs = aiokafka_kwargs(settings)
-        return faust.SASLCredentials(
-            username=kwargs["sasl_plain_username"],
-            password=kwargs["sasl_plain_password"],
-            mechanism=k.sasl_mechanism,
-            ssl_context=context,
-        )
-    if context is not None:
-        return faust.SSLCredentials(context)
-    return None
-
-
 async def stop_consumer(consumer: Any) -> None:
     """Stop an aiokafka consumer, absorbing the CancelledError its internal
     committed-offsets task can leak when a consumer is stopped soon after start

@@ -25,29 +25,3 @@ def test_an_otlp_message_routes_every_record_and_a_line_routes_one() -> None:
                     topic="raw", partition=0, offset=9, timestamp_ms=None)
     assert json.loads(line.value)["raw"] == {"topic": "raw", "partition": 0, "offset": 9}
     assert line.key == b"app.log"
-
-
-class _AgentRecorder:
-    """Records the topics a faust agent is declared on (wire_clean's only use of the app)."""
-
-    def __init__(self) -> None:
-        self.topics: list[object] = []
-
-    def agent(self, topic: object, **_: object):
-        self.topics.append(topic)
-        return lambda fn: fn
-
-
-def test_the_faust_engine_says_in_one_line_that_it_ignores_the_pattern(caplog) -> None:
-    from streams.agents.clean import wire_clean
-    from streams.metrics import Metrics
-
-    settings = Settings(clean={"engine": "faust"},
-                        topics={"raw": "a,b", "raw_pattern": r"^logs\..*"})
-    app = _AgentRecorder()
-    with caplog.at_level("WARNING", logger="streams.agents.clean"):
-        wire_clean(app, settings, Metrics(), {"raw": "raw-topics", "fast": 1, "slow": 2,
-                                              "deadletter": 3})
-    assert app.topics == ["raw-topics"]
-    lines = [r.getMessage() for r in caplog.records]
-    assert len(lines) == 1 and "RETRO_TOPICS__RAW_PATTERN" in lines[0], lines

@@ -1,4 +1,4 @@
-"""The compactor agent's parsed-report cache trusts only the exact stored string."""
+"""The compactor loop's parsed-report cache trusts only the exact stored string."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ def test_a_cached_report_is_reused_only_for_the_same_stored_string() -> None:
     first = cache.get("d/all", stored)
     assert first is not None and first.version == 3
     assert cache.get("d/all", stored) is first
-    # the table now holds another string (recovery, another worker): parse again
+    # the loop now holds another string (a reload, another worker): parse again
     replaced = Report(id="d/all", version=4).to_json()
     assert cache.get("d/all", replaced).version == 4
     assert cache.get("d/all", None) is None
@@ -25,20 +25,6 @@ def test_the_cache_is_bounded() -> None:
     assert len(cache._items) == 2
     assert cache.get("a/all", texts["a/all"]) is not reports["a/all"]  # evicted, re-parsed
     assert cache.get("c/all", texts["c/all"]) is reports["c/all"]
-
-
-def test_a_flush_acts_only_on_partitions_not_revoked_since_it_began() -> None:
-    """A late ack from a flush that began before a rebalance was committed by Kafka
-    after the new owner had recovered its table: that report lost records."""
-    from streams.agents.compactor import Ownership
-
-    ownership = Ownership()
-    since = ownership.snapshot({0, 1})
-    assert ownership.still(since, 0) and ownership.still(since, 1)
-    assert not ownership.still(since, 2)  # never owned by this flush
-    ownership.revoke({1})
-    assert ownership.still(since, 0) and not ownership.still(since, 1)
-    assert ownership.still(ownership.snapshot({1}), 1)  # owned again: a new flush may act
 
 
 def test_forgetting_a_partition_drops_its_unacked_records() -> None:

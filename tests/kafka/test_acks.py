@@ -1,9 +1,6 @@
-"""Ordered acks, and the faust behaviour that makes them necessary."""
+"""Ordered acks: what a stage loop commits never passes a record still in flight."""
 
 from __future__ import annotations
-
-from collections import defaultdict
-from types import SimpleNamespace
 
 from streams.kafka.acks import OrderedAcker
 
@@ -25,45 +22,24 @@ def test_acks_are_released_in_arrival_order_per_partition() -> None:
     assert acker.waiting() == 0
 
 
-def _faust_new_offset(acked: list[int], committed: int | None) -> int | None:
-    """faust's own commit decision for one partition (its Consumer._new_offset,
-    without the guard from streams/kafka/faust_guards.py)."""
-    from intervaltree import IntervalTree
+def test_commits_never_pass_a_record_still_in_flight() -> None:
+    """Batches finish out of order: the offset a loop is given to commit is never past
+    the first record not done, so a crash re-reads it instead of losing it."""
+    from streams.kafka.acks import Commits
 
-    from streams.kafka.faust_guards import faust_original
-
-    fake = SimpleNamespace(
-        _acked=defaultdict(list, {"tp": list(acked)}),
-        _acked_index=defaultdict(set, {"tp": set(acked)}),
-        _gap=defaultdict(IntervalTree),
-        _committed_offset=defaultdict(lambda: None, {"tp": committed}),
-    )
-    return faust_original("_new_offset")(fake, "tp")
-
-
-def test_faust_commits_past_an_unacked_record_when_acks_arrive_out_of_order() -> None:
-    """Why OrderedAcker exists: offsets 1 and 2 acked while 0 is still in flight.
-
-    With no commit yet, faust would commit offset 3, so a crash loses record 0; with
-    a commit at 8 and acks 9, 10 it commits 11 and skips 8. If this test starts to
-    fail, faust fixed it upstream and OrderedAcker becomes belt and braces.
-    """
-    assert _faust_new_offset([1, 2], committed=None) == 3
-    assert _faust_new_offset([9, 10], committed=8) == 11
-
-
-def test_in_order_acks_never_let_faust_skip_a_record() -> None:
     finished_order = [3, 1, 4, 0, 2, 5]
-    released: list[int] = []
-    acker = OrderedAcker(released.append)
-    handles = [acker.track("tp", i) for i in range(6)]
+    commits = Commits()
+    handles = [commits.acker.track("tp", ("tp", i)) for i in range(6)]
+    offered: list[int] = []
     for i in finished_order:
-        acker.done(handles[i])
-        if released:
-            # whatever faust commits is never past the first unfinished record
-            commit = _faust_new_offset(released, committed=None)
-            unfinished = [j for j in range(6) if not handles[j].done]
-            assert commit is None or not unfinished or commit <= min(unfinished)
+        commits.acker.done(handles[i])
+        unfinished = [j for j in range(6) if not handles[j].done]
+        commit = commits.take({"tp"}).get("tp")
+        if commit is not None:
+            offered.append(commit)
+            assert not unfinished or commit <= min(unfinished)
+    assert offered == [2, 5, 6]
+    assert commits.take({"tp"}) == {}
 
 
 def test_a_record_holding_a_commit_back_is_reported_once_it_is_held_long_enough() -> None:
