@@ -28,6 +28,7 @@ import logging
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -93,7 +94,10 @@ def make_settings(args: argparse.Namespace) -> Settings:
     return Settings(model=model, fast=lanes, slow=lanes)
 
 
-def windows_for(settings: Settings, gateways: GatewaySet) -> dict[str, TokenWindow]:
+def windows_for(settings: Settings, gateways: GatewaySet,
+                clock: Callable[[], float] | None = None) -> dict[str, TokenWindow]:
+    """One token window per lane, as the batch stage builds them (``clock`` dates
+    ``max_wait_seconds``; the monotonic clock by default)."""
     counter = gateways.window_counter(settings.model.name)
     out = {}
     for lane in ("fast", "slow"):
@@ -106,6 +110,7 @@ def windows_for(settings: Settings, gateways: GatewaySet) -> dict[str, TokenWind
             max_records=ls.max_records,
             max_wait_seconds=ls.max_wait_seconds,
             counter=counter,
+            clock=clock or time.monotonic,
         )
     return out
 

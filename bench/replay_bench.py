@@ -63,7 +63,7 @@ from pathlib import Path
 from typing import Any
 
 from _common import add_tag_argument, command_line, free_port, table, write_result
-from batching_bench import MODEL, batch_all, check_coverage
+from batching_bench import MODEL, batch_all, check_coverage, windows_for
 
 from streams.batch.window import Batch, TokenWindow
 from streams.clean.cleaner import Cleaner
@@ -127,26 +127,6 @@ class LogClock:
 
     def __call__(self) -> float:
         return self.now
-
-
-def windows_for(settings: Settings, gateways: GatewaySet, clock: LogClock | None = None
-                ) -> dict[str, TokenWindow]:
-    """As in batching_bench.py, with the clock that dates ``max_wait_seconds``."""
-    counter = gateways.window_counter(settings.model.name)
-    out = {}
-    for lane in ("fast", "slow"):
-        ls = settings.lane(lane)  # type: ignore[arg-type]
-        out[lane] = TokenWindow(
-            lane=lane,  # type: ignore[arg-type]
-            input_budget=ls.input_budget,
-            context_window=ls.context_window,
-            output_reserve=ls.output_reserve,
-            max_records=ls.max_records,
-            max_wait_seconds=ls.max_wait_seconds,
-            counter=counter,
-            clock=clock or time.monotonic,
-        )
-    return out
 
 
 def batch_at_log_pace(records: list[NormalizedRecord], windows: dict[str, TokenWindow],

@@ -14,7 +14,7 @@ import subprocess
 import sys
 import time
 import urllib.request
-from collections.abc import Iterator
+from collections.abc import AsyncIterator, Iterator
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -23,6 +23,8 @@ import pytest
 
 from streams.clean.cleaner import Cleaner
 from streams.records import Evidence, Fragment, NormalizedRecord, RawCoord, TimeWindow
+from streams.report.merge import merge
+from streams.report.model import Report
 
 REPO = Path(__file__).resolve().parents[1]
 SHARED_DATA = REPO.parent / "shared" / "data"
@@ -281,3 +283,45 @@ def make_cleaner(now: datetime, **overrides: object) -> Cleaner:
     }
     kwargs.update(overrides)
     return Cleaner(**kwargs)  # type: ignore[arg-type]
+
+
+def pool_and_disk_report() -> Report:
+    """'Disk full' has the most records and leads the report's incidents; the post-mortem
+    leads with the connection pool, which failed across services and answered 503s."""
+    night = TimeWindow(start="2026-11-29T03:00:00Z", end="2026-11-29T03:05:00Z")
+    frags = [make_fragment("d", {"disk/0": [[0, 299]]}, record_count=300, event="Disk full",
+                           cause="No space left on /data", severity="critical", service="hdfs",
+                           timestamp=night.start, window=night,
+                           evidence=[Evidence(template="No space left <*>", count=300,
+                                              examples=["No space left /data"])])]
+    for i, svc in enumerate(["api", "checkout", "payments"]):
+        frags.append(make_fragment(
+            f"c{i}", {f"pool/{i}": [[0, 29]]}, record_count=30,
+            event="Connection pool exhausted", severity="critical", service=svc,
+            cause="pool of db connections exhausted, answering 503",
+            timestamp="2026-11-29T10:02:00Z",
+            evidence=[Evidence(template="Connection pool exhausted <*>", count=30,
+                               examples=["Connection pool exhausted after 30s"])]))
+    report = None
+    for frag in frags:
+        report, _ = merge(report, frag, report_id="2026-11-29/all", now="2026-11-29T12:00:00Z")
+    assert report is not None
+    return report
+
+
+@contextlib.asynccontextmanager
+async def serve_chat(handler: Any) -> AsyncIterator[str]:
+    """An aiohttp server on a loopback port answering ``/v1/chat/completions`` with
+    ``handler``; yields its base URL (``http://host:port/v1``)."""
+    from aiohttp import web
+
+    app = web.Application()
+    app.router.add_post("/v1/chat/completions", handler)
+    runner = web.AppRunner(app)
+    await runner.setup()
+    await web.TCPSite(runner, "127.0.0.1", 0).start()
+    host, port = runner.addresses[0][:2]
+    try:
+        yield f"http://{host}:{port}/v1"
+    finally:
+        await runner.cleanup()

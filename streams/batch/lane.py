@@ -91,7 +91,7 @@ class LaneProcessor:
         The wake-up is cleared *before* the flush: ``flush_due`` may wait minutes for
         a batch slot (a slow or throttled model), and a record added meanwhile must
         wake the next nap, or it waits in the window for a record that never comes
-        (issue 11: a slow lane held its commit for 25 minutes).
+        while its partition's commit is held back.
         """
         while True:
             self._wakeup.clear()

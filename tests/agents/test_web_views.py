@@ -9,14 +9,11 @@ from typing import Any
 from streams.agents.web import summary, wire_web
 from streams.kafka.stall import StallDetector
 from streams.metrics import Metrics
-from streams.records import Evidence, TimeWindow
-from streams.report.merge import merge
-from streams.report.model import Report
 from streams.report.store import ReportFollower
 from streams.report.view import top_incident
 from streams.settings import Settings
 
-from helpers import make_fragment
+from helpers import pool_and_disk_report
 
 
 class _App:
@@ -47,31 +44,8 @@ class _Web:
         return status, text
 
 
-def _pool_and_disk() -> Report:
-    """'Disk full' has the most records; the post-mortem leads with the connection pool."""
-    night = TimeWindow(start="2026-11-29T03:00:00Z", end="2026-11-29T03:05:00Z")
-    frags = [make_fragment("d", {"disk/0": [[0, 299]]}, record_count=300, event="Disk full",
-                           cause="No space left on /data", severity="critical", service="hdfs",
-                           timestamp=night.start, window=night,
-                           evidence=[Evidence(template="No space left <*>", count=300,
-                                              examples=["No space left /data"])])]
-    for i, svc in enumerate(["api", "checkout", "payments"]):
-        frags.append(make_fragment(
-            f"c{i}", {f"pool/{i}": [[0, 29]]}, record_count=30,
-            event="Connection pool exhausted", severity="critical", service=svc,
-            cause="pool of db connections exhausted, answering 503",
-            timestamp="2026-11-29T10:02:00Z",
-            evidence=[Evidence(template="Connection pool exhausted <*>", count=30,
-                               examples=["Connection pool exhausted after 30s"])]))
-    report = None
-    for frag in frags:
-        report, _ = merge(report, frag, report_id="2026-11-29/all", now="2026-11-29T12:00:00Z")
-    assert report is not None
-    return report
-
-
 async def test_reports_json_the_index_and_the_page_name_the_same_top_incident() -> None:
-    report = _pool_and_disk()
+    report = pool_and_disk_report()
     assert max(report.incidents, key=lambda i: i.count).event == "Disk full"
     follower = ReportFollower(Settings())
     follower.reports.put(f"{report.id}#0".encode(), report.model_dump_json().encode())
@@ -92,7 +66,7 @@ async def test_reports_json_the_index_and_the_page_name_the_same_top_incident() 
 
 
 def test_a_summary_derives_the_title_once_per_revision() -> None:
-    report = _pool_and_disk()
+    report = pool_and_disk_report()
     titles: dict[str, Any] = {}
     first = summary(report, titles)["top_incident"]
     titles[report.id] = (titles[report.id][0], "held")  # the same revision: not derived again

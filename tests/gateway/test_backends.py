@@ -29,6 +29,8 @@ from streams.gateway.backends import (
 )
 from streams.settings import ModelSettings
 
+from helpers import serve_chat
+
 KEY = "sk-test-0123456789abcdef-SECRET"
 ANSWER = {
     "fragments": [
@@ -148,17 +150,8 @@ class Provider:
 @pytest.fixture
 async def provider() -> AsyncIterator[tuple[Provider, str]]:
     state = Provider()
-    app = web.Application()
-    app.router.add_post("/v1/chat/completions", state.handle)
-    runner = web.AppRunner(app)
-    await runner.setup()
-    site = web.TCPSite(runner, "127.0.0.1", 0)
-    await site.start()
-    host, port = runner.addresses[0][:2]
-    try:
-        yield state, f"http://{host}:{port}/v1"
-    finally:
-        await runner.cleanup()
+    async with serve_chat(state.handle) as url:
+        yield state, url
 
 
 @pytest.fixture

@@ -36,7 +36,7 @@ from streams.gateway.redrive import PROBE_TOKENS, RedriveGate, backend_probe
 from streams.metrics import Metrics
 from streams.settings import Settings
 
-from helpers import FakeClock
+from helpers import FakeClock, serve_chat
 
 # --- 1. retry hints wherever gateways put them -------------------------------------
 
@@ -239,17 +239,8 @@ class Proxy:
 @pytest.fixture
 async def proxy() -> AsyncIterator[tuple[Proxy, str]]:
     state = Proxy()
-    app = web.Application()
-    app.router.add_post("/v1/chat/completions", state.handle)
-    runner = web.AppRunner(app)
-    await runner.setup()
-    site = web.TCPSite(runner, "127.0.0.1", 0)
-    await site.start()
-    host, port = runner.addresses[0][:2]
-    try:
-        yield state, f"http://{host}:{port}/v1"
-    finally:
-        await runner.cleanup()
+    async with serve_chat(state.handle) as url:
+        yield state, url
 
 
 async def chat(client: OpenAIBackend, model: str, content: str = "hi",

@@ -22,7 +22,7 @@ from streams.report.view import (
     top_incident,
 )
 
-from helpers import make_fragment, shared_file
+from helpers import make_fragment, pool_and_disk_report, shared_file
 
 XSS = "<script>alert('x')</script>"
 
@@ -237,32 +237,8 @@ def test_json_output_escapes_the_controls_json_would_leave_raw() -> None:
     assert json.loads(text)["incidents"][0]["event"] == nasty
 
 
-def _pool_and_disk() -> Report:
-    """'Disk full' has the most records and leads the report's incidents; the post-mortem
-    leads with the connection pool, which failed across services and answered 503s."""
-    night = TimeWindow(start="2026-11-29T03:00:00Z", end="2026-11-29T03:05:00Z")
-    frags = [make_fragment("d", {"disk/0": [[0, 299]]}, record_count=300, event="Disk full",
-                           cause="No space left on /data", severity="critical", service="hdfs",
-                           timestamp=night.start, window=night,
-                           evidence=[Evidence(template="No space left <*>", count=300,
-                                              examples=["No space left /data"])])]
-    for i, svc in enumerate(["api", "checkout", "payments"]):
-        frags.append(make_fragment(
-            f"c{i}", {f"pool/{i}": [[0, 29]]}, record_count=30,
-            event="Connection pool exhausted", severity="critical", service=svc,
-            cause="pool of db connections exhausted, answering 503",
-            timestamp="2026-11-29T10:02:00Z",
-            evidence=[Evidence(template="Connection pool exhausted <*>", count=30,
-                               examples=["Connection pool exhausted after 30s"])]))
-    report = None
-    for frag in frags:
-        report, _ = merge(report, frag, report_id="2026-11-29/all", now="2026-11-29T12:00:00Z")
-    assert report is not None
-    return report
-
-
 def test_the_index_and_the_page_name_the_same_top_incident() -> None:
-    report = _pool_and_disk()
+    report = pool_and_disk_report()
     most_records = max(report.incidents, key=lambda i: i.count)
     assert report.incidents[0].event == most_records.event == "Disk full"
     title = top_incident(report)
@@ -286,7 +262,7 @@ def test_the_index_and_the_page_name_the_same_top_incident() -> None:
 ])
 def test_the_header_names_the_version_once_and_consistently(
         version: int, says: str, never: tuple[str, ...]) -> None:
-    report = _pool_and_disk().model_copy(update={"version": version})
+    report = pool_and_disk_report().model_copy(update={"version": version})
     page = render_html(report)
     header = re.search(r'<p class="meta" id="report-version"[^>]*>(.*?)</p>', page)[1]
     md_header = render_markdown(report).splitlines()[2]
