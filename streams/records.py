@@ -102,6 +102,11 @@ class NormalizedRecord(BaseModel):
     redactions: dict[str, int] = Field(default_factory=dict)
 
 
+def service_of(record: NormalizedRecord) -> str:
+    """The service a record speaks for; the source (file or stream) when it names none."""
+    return record.service or record.source
+
+
 class DeadLetter(BaseModel):
     """A record no stage could use: the reason, a redacted sample, its size and hash.
 
@@ -154,6 +159,15 @@ class Review(BaseModel):
     model: str
     prompt_version: str
     output: str | None = None  # the raw model answer, if there was one
+
+
+def iso_utc(dt: datetime) -> str:
+    """Fixed-width UTC ISO-8601 with milliseconds, so strings sort like times."""
+    dt = dt.astimezone(UTC)
+    return (  # not strftime: %Y does not zero-pad years before 1000 on every platform
+        f"{dt.year:04d}-{dt.month:02d}-{dt.day:02d}T{dt.hour:02d}:{dt.minute:02d}:"
+        f"{dt.second:02d}.{dt.microsecond // 1000:03d}Z"
+    )
 
 
 @functools.lru_cache(maxsize=65536)

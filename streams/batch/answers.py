@@ -25,7 +25,6 @@ from typing import Any
 import jsonschema
 
 import streams
-from streams.batch.cost import service_of
 from streams.batch.entities import count_entities, top_entities, worth_counting
 from streams.batch.window import Batch, TemplateGroup, epoch_of, time_key
 from streams.errors import MalformedOutput, Truncated, ValidationFailed
@@ -38,6 +37,7 @@ from streams.records import (
     TimeWindow,
     count_minutes,
     failing_traces,
+    service_of,
 )
 
 logger = logging.getLogger(__name__)

@@ -2,7 +2,7 @@
 
 Split from ``streams.batch.window`` so the estimate (what the model will actually see:
 JSON-escaped text plus a fixed allowance per group) reads apart from the window
-that spends it. ``epoch_of`` / ``time_key`` / ``service_of`` are re-exported by
+that spends it. ``epoch_of`` and ``time_key`` are re-exported by
 ``streams.batch.window``.
 """
 
@@ -14,7 +14,7 @@ import re
 from datetime import UTC, datetime
 from typing import Protocol
 
-from streams.records import NormalizedRecord
+from streams.records import NormalizedRecord, service_of
 
 GROUP_OVERHEAD_TOKENS = 96  # keys, ref, level, count, two timestamps, punctuation of a group
 EXAMPLE_SEPARATOR_TOKENS = 1  # ", " between examples
@@ -49,11 +49,6 @@ def epoch_of(timestamp: str | None) -> float | None:
     if parsed.tzinfo is None:
         parsed = parsed.replace(tzinfo=UTC)
     return parsed.timestamp()
-
-
-def service_of(record: NormalizedRecord) -> str:
-    """The service a record speaks for; the source (file or stream) when it names none."""
-    return record.service or record.source
 
 
 def time_key(record: NormalizedRecord) -> tuple[int, float, str, int, int]:

@@ -33,13 +33,12 @@ from streams.batch.cost import (
     json_tokens,
     message_tokens,
     record_key,
-    service_of,
     time_key,
 )
 from streams.batch.prompt import prompt_overhead_tokens
 from streams.batch.templates import most_general
 from streams.intervals import Coverage
-from streams.records import Lane, NormalizedRecord
+from streams.records import Lane, NormalizedRecord, service_of
 
 logger = logging.getLogger(__name__)
 

@@ -22,12 +22,12 @@ from streams.clean.envelopes import Entry, EnvelopeError, EnvelopeKind, unwrap
 from streams.clean.formats import FormatParser, Parsed
 from streams.clean.redact import Redactor
 from streams.clean.templates import TemplateMiner
-from streams.clean.timestamps import from_number, iso_utc, match_leading
+from streams.clean.timestamps import from_number, match_leading
 from streams.clean.tokens import TokenCounter
 from streams.clean.trace import lift_trace
 from streams.errors import DecodeError, RecordError, RecordTooLarge
 from streams.metrics import Series
-from streams.records import DeadLetter, NormalizedRecord, RawCoord
+from streams.records import DeadLetter, NormalizedRecord, RawCoord, iso_utc
 
 if TYPE_CHECKING:
     from streams.metrics import Metrics

@@ -202,15 +202,6 @@ def load_zone(name: str) -> tzinfo:
         ) from exc
 
 
-def iso_utc(dt: datetime) -> str:
-    """Fixed-width UTC ISO-8601 with milliseconds, so strings sort like times."""
-    dt = dt.astimezone(UTC)
-    return (  # not strftime: %Y does not zero-pad years before 1000 on every platform
-        f"{dt.year:04d}-{dt.month:02d}-{dt.day:02d}T{dt.hour:02d}:{dt.minute:02d}:"
-        f"{dt.second:02d}.{dt.microsecond // 1000:03d}Z"
-    )
-
-
 class TimeResolver:
     """Turns a :class:`Stamp` into an aware UTC datetime plus the rule that completed it."""
 

@@ -27,9 +27,8 @@ from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
-from streams.clean.timestamps import iso_utc
 from streams.ingest.reader import iter_records, open_source
-from streams.records import Severity
+from streams.records import Severity, iso_utc
 
 DEFAULT_START = datetime(2026, 11, 28, 9, 0, tzinfo=UTC)  # fixed: reproducible output
 SPAN = timedelta(hours=1)

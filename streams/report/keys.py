@@ -13,9 +13,7 @@ import re
 from datetime import UTC, datetime
 from typing import Literal
 
-from streams.batch.cost import service_of
-from streams.clean.timestamps import iso_utc
-from streams.records import Fragment, NormalizedRecord
+from streams.records import Fragment, NormalizedRecord, iso_utc, service_of
 
 logger = logging.getLogger(__name__)
 

@@ -8,7 +8,7 @@ import pytest
 
 from streams.clean.access import status_level
 from streams.clean.formats import FormatParser
-from streams.clean.timestamps import iso_utc
+from streams.records import iso_utc
 
 NOW = datetime(2026, 6, 1, tzinfo=UTC)
 

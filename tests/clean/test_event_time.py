@@ -11,8 +11,8 @@ import pytest
 from streams.clean.cleaner import Cleaner
 from streams.clean.header import first_stamp
 from streams.clean.infer import learn
-from streams.clean.timestamps import TimeResolver, iso_utc, match_leading
-from streams.records import NormalizedRecord, RawCoord
+from streams.clean.timestamps import TimeResolver, match_leading
+from streams.records import NormalizedRecord, RawCoord, iso_utc
 
 from helpers import make_cleaner, otlp_logs
 

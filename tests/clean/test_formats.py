@@ -9,8 +9,9 @@ import pytest
 
 from streams.clean.formats import FormatParser, Parsed
 from streams.clean.levels import normalize_level, syslog_severity
-from streams.clean.timestamps import iso_utc, match_leading
+from streams.clean.timestamps import match_leading
 from streams.errors import ConfigError
+from streams.records import iso_utc
 
 NOW = datetime(2026, 3, 1, 12, 0, tzinfo=UTC)
 

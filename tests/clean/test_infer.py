@@ -15,9 +15,9 @@ from hypothesis import strategies as st
 from streams.clean.cleaner import Cleaner
 from streams.clean.formats import FormatParser
 from streams.clean.infer import LevelSpot, SourceLearner, StampSpot, Structure, learn
-from streams.clean.timestamps import TimeResolver, iso_utc
+from streams.clean.timestamps import TimeResolver
 from streams.dev.layouts import LAYOUTS, Layout, generate
-from streams.records import DeadLetter, NormalizedRecord, RawCoord
+from streams.records import DeadLetter, NormalizedRecord, RawCoord, iso_utc
 
 NOW = datetime(2026, 6, 1, 12, 0, tzinfo=UTC)
 START = datetime(2026, 3, 17, 16, 13, 38, tzinfo=UTC)
