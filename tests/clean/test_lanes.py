@@ -1,4 +1,4 @@
-"""The reference design's cost estimate, on hand-computed examples, and the lane it picks."""
+"""The lane cost score, on hand-computed examples, and the lane it picks."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from streams.clean.cost import DEFAULT_SLOW_THRESHOLD, choose_lane, cost_score, special_chars
+from streams.clean.lanes import DEFAULT_SLOW_THRESHOLD, choose_lane, cost_score, special_chars
 
 
 def test_empty() -> None:
@@ -57,7 +57,7 @@ def test_a_nested_stack_of_json_reaches_the_slow_lane() -> None:
 
 @given(st.text())
 def test_matches_the_reference_code(text: str) -> None:
-    # seed 000, section 3.3, estimate_cost, verbatim
+    # the formula written out with the regex alone, so the ASCII fast path must match it
     length_score = len(text) / 1000
     depth_score = text.count("{") + text.count("[")
     special_score = len(re.findall(r"[^\w\s]", text)) / 100
@@ -70,7 +70,7 @@ def test_lane_threshold_is_inclusive() -> None:
     assert choose_lane(5.0, 5.0) == "slow"
     assert choose_lane(7.5, 5.0) == "slow"
     assert choose_lane(0.0, 0.0) == "slow"
-    assert choose_lane(1.0) == "fast"  # default threshold: the reference design's 5.0
+    assert choose_lane(1.0) == "fast"  # default threshold: the formula's 5.0
     assert DEFAULT_SLOW_THRESHOLD == 5.0
 
 

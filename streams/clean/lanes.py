@@ -1,9 +1,7 @@
-"""A cheap cost estimate per record, and the lane it picks.
+"""The lane a record takes: a cheap cost score at cleaning time, slow at or above a threshold.
 
-Taken from the reference design (seed 000, section 3.3, ``estimate_cost``), which
-scores each record at cleaning time and sends the expensive few to a slow lane so
-they stop holding up the batches of cheap ones (under 5% of records, over 30% of
-the time when mixed in)::
+The expensive few records (long, bracket-heavy, full of punctuation) go to a slow
+lane so they stop holding up the batches of cheap ones. The score is this formula::
 
     def estimate_cost(record):
         length_score = len(record) / 1000
@@ -31,7 +29,7 @@ from typing import Literal
 
 from streams.records import Lane
 
-DEFAULT_SLOW_THRESHOLD = 5.0  # FAST_THRESHOLD of the reference design
+DEFAULT_SLOW_THRESHOLD = 5.0  # FAST_THRESHOLD of the formula above
 
 _SPECIAL = re.compile(r"[^\w\s]")
 # the ASCII word and whitespace characters, deleted by bytes.translate to count the rest
@@ -49,7 +47,7 @@ def special_chars(text: str) -> int:
 
 
 def cost_score(text: str) -> float:
-    """``len/1000 + (count('{') + count('['))*0.5 + special_chars/100*0.3`` (reference design)."""
+    """``len/1000 + (count('{') + count('['))*0.5 + special_chars/100*0.3``."""
     length_score = len(text) / 1000
     depth_score = text.count("{") + text.count("[")
     special_score = special_chars(text) / 100
@@ -57,6 +55,6 @@ def cost_score(text: str) -> float:
 
 
 def choose_lane(score: float, threshold: float = DEFAULT_SLOW_THRESHOLD) -> Literal["fast", "slow"]:
-    """``slow`` when the score reaches the threshold (``>=``), as in the reference design."""
+    """``slow`` when the score reaches the threshold (``>=``), as the formula's lane rule."""
     lane: Lane = "slow" if score >= threshold else "fast"
     return lane
