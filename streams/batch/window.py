@@ -19,23 +19,21 @@ import math
 import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
+from datetime import UTC, datetime
 from typing import Literal
 
-from streams.batch.cost import (
+from streams.batch.prompt import prompt_overhead_tokens
+from streams.batch.prompt_tokens import (
     EXAMPLE_SEPARATOR_TOKENS,
     GROUP_OVERHEAD_TOKENS,
     MARKER_RESERVE,
     MIN_CUT_TOKENS,
     TokenCounterLike,
     cut_to_cap,
-    epoch_of,
     group_cost,
     json_tokens,
     message_tokens,
-    record_key,
-    time_key,
 )
-from streams.batch.prompt import prompt_overhead_tokens
 from streams.batch.templates import most_general
 from streams.intervals import Coverage
 from streams.records import Lane, NormalizedRecord, service_of
@@ -46,6 +44,37 @@ logger = logging.getLogger(__name__)
 Trigger = Literal["budget", "count", "wait", "oversize", "split", "drain"]
 
 _LEVEL_RANK = {"TRACE": 0, "DEBUG": 1, "INFO": 2, "NOTICE": 3, "WARN": 4, "ERROR": 5, "FATAL": 6}
+
+
+# --- ordering -------------------------------------------------------------------
+
+
+@functools.lru_cache(maxsize=8192)
+def epoch_of(timestamp: str | None) -> float | None:
+    """Seconds since the epoch, or None; ISO strings do not sort by text alone.
+
+    Cached: a batch sorts and groups by time several times, and neighbouring records
+    share timestamps."""
+    if not timestamp:
+        return None
+    try:
+        parsed = datetime.fromisoformat(timestamp)
+    except ValueError:
+        return None
+    if parsed.tzinfo is None:
+        parsed = parsed.replace(tzinfo=UTC)
+    return parsed.timestamp()
+
+
+def time_key(record: NormalizedRecord) -> tuple[int, float, str, int, int]:
+    """Time order; records without a time go last, ties in arrival (offset) order."""
+    epoch = epoch_of(record.timestamp)
+    return (epoch is None, epoch or 0.0, record.raw.topic, record.raw.partition, record.raw.offset)
+
+
+def record_key(record: NormalizedRecord) -> tuple[str, tuple[int, float, str, int, int]]:
+    """Batch order: by service, then in time order within it."""
+    return (service_of(record), time_key(record))
 
 
 # --- values -----------------------------------------------------------------------

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 
-from streams.batch.cost import json_tokens, message_tokens
+from streams.batch.prompt_tokens import json_tokens, message_tokens
 from streams.clean.tokens import TokenCalibration, TokenCounter
 from streams.gateway.factory import CalibratedCounter
 

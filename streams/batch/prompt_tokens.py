@@ -1,20 +1,17 @@
-"""How a batch orders records and prices them in prompt tokens.
+"""What a batch's records cost in prompt tokens.
 
-Split from ``streams.batch.window`` so the estimate (what the model will actually see:
+Kept out of ``streams.batch.window`` so the estimate (what the model will actually see:
 JSON-escaped text plus a fixed allowance per group) reads apart from the window
-that spends it. ``epoch_of`` and ``time_key`` are re-exported by
-``streams.batch.window``.
+that spends it.
 """
 
 from __future__ import annotations
 
-import functools
 import json
 import re
-from datetime import UTC, datetime
 from typing import Protocol
 
-from streams.records import NormalizedRecord, service_of
+from streams.records import NormalizedRecord
 
 GROUP_OVERHEAD_TOKENS = 96  # keys, ref, level, count, two timestamps, punctuation of a group
 EXAMPLE_SEPARATOR_TOKENS = 1  # ", " between examples
@@ -29,40 +26,6 @@ class TokenCounterLike(Protocol):
     def count(self, text: str) -> int: ...
 
     def truncate(self, text: str, max_tokens: int) -> tuple[str, int | bool]: ...
-
-
-# --- ordering -------------------------------------------------------------------
-
-
-@functools.lru_cache(maxsize=8192)
-def epoch_of(timestamp: str | None) -> float | None:
-    """Seconds since the epoch, or None; ISO strings do not sort by text alone.
-
-    Cached: a batch sorts and groups by time several times, and neighbouring records
-    share timestamps (parsing them was 5% of a worker's CPU)."""
-    if not timestamp:
-        return None
-    try:
-        parsed = datetime.fromisoformat(timestamp)
-    except ValueError:
-        return None
-    if parsed.tzinfo is None:
-        parsed = parsed.replace(tzinfo=UTC)
-    return parsed.timestamp()
-
-
-def time_key(record: NormalizedRecord) -> tuple[int, float, str, int, int]:
-    """Time order; records without a time go last, ties in arrival (offset) order."""
-    epoch = epoch_of(record.timestamp)
-    return (epoch is None, epoch or 0.0, record.raw.topic, record.raw.partition, record.raw.offset)
-
-
-def record_key(record: NormalizedRecord) -> tuple[str, tuple[int, float, str, int, int]]:
-    """Batch order: by service, then in time order within it."""
-    return (service_of(record), time_key(record))
-
-
-# --- cost -------------------------------------------------------------------------
 
 
 def json_tokens(counter: TokenCounterLike, text: str) -> int:
