@@ -239,7 +239,7 @@ def select_report(reports: dict[str, Any], *, window: str | None, service: str |
 
 
 def cmd_audit(args: argparse.Namespace, settings: Settings) -> int:
-    from streams.dev.audit import audit_until_clean, dumps, missing_hint, summary_line
+    from streams.report.audit import audit_until_clean, dumps, missing_hint, summary_line
 
     kafka(settings)
     result = asyncio.run(audit_until_clean(settings, wait_seconds=args.wait))

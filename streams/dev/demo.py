@@ -22,13 +22,13 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import IO
 
-from streams.agents.web import check_web_port, free_port, port_free
-from streams.dev.audit import audit_until_clean, dumps
+from streams.worker.web import check_web_port, free_port, port_free
 from streams.dev.broker.launcher import LocalBroker
 from streams.errors import EXIT_AUDIT_FAILED, InputError, PortInUse, RetroError, UsageError
 from streams.ingest.reader import check_inputs
 from streams.kafka.connect import check_reachable
 from streams.kafka.topics import ensure_topics
+from streams.report.audit import audit_until_clean, dumps
 from streams.report.rollup import needs_rollup
 from streams.report.store import read_reports
 from streams.report.view import render_reports

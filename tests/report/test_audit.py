@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from streams.dev.audit import reconcile
 from streams.intervals import Coverage
+from streams.report.audit import reconcile
 
 
 def cov(part: str, *ranges: tuple[int, int]) -> Coverage:
@@ -98,7 +98,7 @@ def test_two_dead_letters_of_one_record_are_double_counted() -> None:
 
 
 def test_the_summary_names_analysed_parked_and_dead_lettered() -> None:
-    from streams.dev.audit import summary_line
+    from streams.report.audit import summary_line
 
     result = reconcile(RAW, {
         "reports": [cov("raw/0", (0, 89))],
@@ -119,7 +119,7 @@ def test_claims_outside_the_raw_topic_are_reported_but_not_double() -> None:
 
 
 def test_missing_records_come_with_a_hint_about_the_worker() -> None:
-    from streams.dev.audit import missing_hint
+    from streams.report.audit import missing_hint
 
     clean = reconcile(RAW, {"reports": [RAW]})
     assert missing_hint(clean) is None
