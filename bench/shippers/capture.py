@@ -70,7 +70,7 @@ def _args() -> argparse.Namespace:
     p.add_argument("--build", action="store_true",
                    help="build the collector from bench/shippers/otelcol-builder.yaml first")
     p.add_argument("--build-dir", default="/tmp/shippers-build")
-    p.add_argument("--batch", type=int, default=8, help="collector batch size (issue: 500)")
+    p.add_argument("--batch", type=int, default=8, help="collector batch size")
     return p.parse_args()
 
 

@@ -40,9 +40,9 @@ def message_tokens(counter: TokenCounterLike, record: NormalizedRecord) -> int:
     """``json_tokens`` of a record's message, reusing the count the clean stage made.
 
     A message JSON leaves as it is, only quoted, costs at most its own tokens plus the
-    two quotes (checked on every such line in ../shared/data: never more); counting it
-    again was the batch stage's largest cost. A counter that cannot take a count made
-    elsewhere (``of_counted``), or a message with characters to escape, is counted.
+    two quotes, so the clean stage's count bounds it without encoding the text again.
+    A counter that cannot take a count made elsewhere (``of_counted``), or a message
+    with characters to escape, is counted.
     """
     of_counted = getattr(counter, "of_counted", None)
     if of_counted is None or _JSON_ESCAPED.search(record.message) is not None:

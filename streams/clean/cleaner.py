@@ -320,8 +320,8 @@ class Cleaner:
             for kind, n in found.items():
                 counts[kind] = counts.get(kind, 0) + n
         template_id, template = self.templates.match(message.partition("\n")[0])
-        # the score is a number that never leaves the stage: scored on the raw text, so
-        # the whole line is not redacted a second time (a fifth of the stage's CPU)
+        # the score is a number that never leaves the stage, so it is taken on the raw
+        # text rather than paying to redact the whole line a second time
         score = cost_score(text)
         record = NormalizedRecord(
             id=coord.id,

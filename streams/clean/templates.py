@@ -63,8 +63,8 @@ _TIME = r"\d{1,2}:\d{2}(?::\d{2}(?:[.,]\d+)?)?"
 _IP = r"\d{1,3}(?:\.\d{1,3}){3}(?::\d{1,5})?"
 
 # (pattern, mask name, hints) in the order applied; earlier masks protect their text
-# from later ones. A mask runs only when its text holds one of its hints: most lines
-# need few of the substitutions, which were an eighth of the clean stage's CPU.
+# from later ones. A mask runs only when its text holds one of its hints, since most
+# lines need few of the substitutions and each one scans the whole line.
 MASKS: tuple[tuple[str, str, tuple[str, ...]], ...] = (
     # a date written inside the message ("at Sun Jul  3 13:52:21 2005") as one token:
     # its day and month names would otherwise read as words that tell events apart

@@ -76,10 +76,8 @@ class TokenCounter:
     def __init__(self, encoding: str = DEFAULT_ENCODING) -> None:
         self._enc = load_encoding(encoding)
         self.name: str = self._enc.name
-        # logs repeat whole messages (health checks, retries, the same error): of the
-        # cleaned messages of each ../shared/data file, 0% (HDFS) to 86% (Linux) had
-        # been seen among the previous 4,096, over 30% in half the files; encoding
-        # was a tenth of a worker's CPU
+        # logs repeat whole messages (health checks, retries, the same error), so a
+        # recent message is counted once instead of encoded again
         self._cached = functools.lru_cache(maxsize=CACHED_TEXTS)(self._count)
 
     def count(self, text: str) -> int:

@@ -28,7 +28,7 @@ MAX_SCAN_CHARS = 1024  # trace context sits in the first part of a line, not dee
 MIN_ID_DIGITS, MAX_ID_DIGITS = 8, 64  # 32-bit ids printed short, up to two 128-bit halves
 
 _PAIR = re.compile(
-    # the first character a key can start with, tested first: a third of the search time
+    # the first character a key can start with, tested first so most positions fail fast
     r"(?=[\"'tTsSpPdDxX])"
     # a key of its own: not the tail of a longer name, not a URL query parameter
     r"(?<![\w.\-/?&])(?P<q>[\"']?)"

@@ -1,8 +1,8 @@
 """Send many messages as one record batch per partition.
 
 ``AIOKafkaProducer.send`` costs a partitioner call, a serializer call and a delivery
-future per message; for a fetch of 2,000 cleaned records that was a tenth of a
-worker's CPU. The producer's own batch API (``create_batch`` / ``send_batch``) takes
+future per message, which adds up over a fetch of thousands of cleaned records. The
+producer's own batch API (``create_batch`` / ``send_batch``) takes
 a whole batch per partition with one future. Keys are partitioned exactly as
 ``send`` does (the Java-compatible murmur2 default partitioner), so a key still
 lands on the partition it always did.

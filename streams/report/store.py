@@ -31,8 +31,8 @@ def _reader(settings: Settings) -> AIOKafkaConsumer:
 class LatestReports:
     """The latest message per report id, decoded only when someone asks for it.
 
-    A busy report is published many times; decoding every version as it passes cost a
-    loaded worker a quarter of its CPU. Only the bytes are kept until a view asks.
+    A busy report is published many times, and decoding every version as it passes
+    would cost far more than the few a view reads. Only the bytes are kept until a view asks.
     """
 
     def __init__(self) -> None:
