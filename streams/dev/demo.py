@@ -22,7 +22,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import IO
 
-from streams.worker.web import check_web_port, free_port, port_free
+from streams.agents.web import check_web_port, free_port, port_free
 from streams.dev.broker.launcher import LocalBroker
 from streams.errors import EXIT_AUDIT_FAILED, InputError, PortInUse, RetroError, UsageError
 from streams.ingest.reader import check_inputs
