@@ -2,10 +2,12 @@
 
 Fragments come from the real stages, offline: the generated sample, ``--copies``
 times under different raw topics (one day's traffic, K times over, so every copy
-adds new coordinates to the same report), cleaned, batched by the lane windows and
-analyzed by the offline ``rules`` model. They are then merged in a fresh child
-process the way the compactor agent does it: per fragment, the stored report JSON
-is parsed, ``streams.report.merge.merge`` runs, and the new JSON is stored.
+adds new coordinates to the same report), cleaned, batched by the lane windows,
+analyzed by the offline ``rules`` model and cut one fragment per day/all report by
+each record's own time, as the lane does. They are then merged in a fresh child
+process the way the compactor does it: per fragment, the stored report JSON of the
+report the fragment names is parsed, ``streams.report.merge.merge`` runs, and the
+new JSON is stored.
 
 The child reports its peak RSS before merging (imports and fragments loaded) and
 after, so the merge's memory is the difference, measured in the same run; and at
@@ -20,6 +22,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import functools
 import gc
 import json
 import subprocess
@@ -31,18 +34,21 @@ from typing import Any
 
 from _common import add_tag_argument, peak_rss_mib, table, write_result
 
+from streams.batch.answers import place_fragments
 from streams.batch.window import Batch, TokenWindow
 from streams.clean.cleaner import Cleaner
 from streams.dev.sample import write_sample
 from streams.gateway.factory import build_gateways
 from streams.ingest.reader import iter_records, open_source
 from streams.records import Fragment, NormalizedRecord, RawCoord
-from streams.report.keys import report_key
+from streams.report.keys import record_place
 from streams.report.merge import merge
 from streams.report.model import Report
 from streams.settings import Settings
 
 NOW = "2026-11-29T00:00:00Z"  # a fixed updated_at: sizes do not depend on the clock
+# one report per UTC day, unsharded: the benches measure whole reports
+PLACE = functools.partial(record_place, window="day", group_by="all")
 
 
 def cleaned_sample(records: int, tmp: Path, settings: Settings) -> list[NormalizedRecord]:
@@ -78,7 +84,8 @@ def recoordinate(records: list[NormalizedRecord], copy: int) -> list[NormalizedR
 async def fragments_of(
     records: list[NormalizedRecord], settings: Settings, copies: int
 ) -> tuple[list[Fragment], int]:
-    """Fragments of every copy through the lane windows and the offline rules model."""
+    """Fragments of every copy through the lane windows and the offline rules model, cut
+    one per report and naming it in ``report_id``, as the lane publishes them."""
     gateways = build_gateways(settings)
     counter = gateways.window_counter(settings.model.name)
     fragments: list[Fragment] = []
@@ -103,7 +110,8 @@ async def fragments_of(
             todo.extend(b for w in windows.values() if (b := w.flush("drain")) is not None)
             batches += len(todo)
             outcomes = await asyncio.gather(*(gateways.lane(b.lane).analyze(b) for b in todo))
-            fragments.extend(f for o in outcomes for f in o.fragments)
+            for batch, outcome in zip(todo, outcomes, strict=True):
+                fragments.extend(place_fragments(outcome.fragments, batch.records, PLACE))
     finally:
         await gateways.close()
     return fragments, batches
@@ -131,7 +139,8 @@ def merge_child(path: Path, checkpoints: int) -> dict[str, Any]:
     stretch_start, stretch_n = time.perf_counter(), 0
     started = stretch_start
     for n, fragment in enumerate(fragments, 1):
-        rid = report_key(fragment, window="day", group_by="all")
+        rid = fragment.report_id
+        assert rid is not None  # fragments_of names every fragment's report
         stored = store.get(rid)
         current = Report.from_json(stored) if stored else None
         updated, result = merge(current, fragment, report_id=rid, now=NOW)

@@ -2,9 +2,10 @@
 
 Reports are built offline the way the pipeline builds them: log files (the real
 logs of ``../shared/data`` unless ``--no-real``, and the generated sample) are
-cleaned, batched by the lane windows, analyzed by the offline ``rules`` model and
-merged into day/all reports with ``streams.report.merge``, ``--flush`` fragments
-at a time like the compactor. Each report is then serialized as the worker's
+cleaned, batched by the lane windows, analyzed by the offline ``rules`` model, cut
+one fragment per day/all report by each record's own time like the lane, and merged
+into the report each fragment names with ``streams.report.merge``, ``--flush``
+fragments at a time like the compactor. Each report is then serialized as the worker's
 ``/reports/{window}/{group}`` serves it (``json.dumps`` of ``model_dump``, compact),
 and its bytes are split by top-level field and, inside incidents and their
 evidence, by sub-field (a member's key, value and separator count as its bytes).
@@ -29,7 +30,6 @@ from memory_bench import NOW, cleaned_files, fragments_of
 
 from streams.dev.sample import write_sample
 from streams.records import Fragment
-from streams.report.keys import report_key
 from streams.report.merge import merge_all
 from streams.report.model import Report
 from streams.settings import Settings
@@ -65,7 +65,8 @@ def build_reports(fragments: list[Fragment], flush: int) -> list[Report]:
     """Day/all reports, ``flush`` fragments of a report merged at once (one version each)."""
     by_report: dict[str, list[Fragment]] = defaultdict(list)
     for f in fragments:
-        by_report[report_key(f, window="day", group_by="all")].append(f)
+        assert f.report_id is not None  # fragments_of names every fragment's report
+        by_report[f.report_id].append(f)
     reports = []
     for rid, mine in sorted(by_report.items()):
         report: Report | None = None

@@ -186,7 +186,7 @@ class ReportChanges(BaseModel):
 class Report(BaseModel):
     """The post-mortem of one retro window: ``schemas/report.schema.json``."""
 
-    id: str  # e.g. "2026-11-29/all", from report_key
+    id: str  # e.g. "2026-11-29/all", from record_place
     version: int = 0
     updated_at: str | None = None
     first_seen: str | None = None

@@ -26,7 +26,7 @@ from streams.records import (
     smallest_traces,
 )
 from streams.report.buckets import add_minutes
-from streams.report.keys import record_place, report_key, report_of
+from streams.report.keys import record_place, report_of
 from streams.report.merge import merge
 from streams.report.model import Report
 
@@ -78,9 +78,11 @@ def fragments_of(records: list[NormalizedRecord], answer=answer_all_in_one, *,
 
 
 def compact(fragments: list[Fragment]) -> dict[str, Report]:
+    """Each fragment merged into the report it names, as the compactor merges them."""
     reports: dict[str, Report] = {}
     for fragment in fragments:
-        rid = report_key(fragment, window="day", group_by="all")
+        rid = fragment.report_id
+        assert rid is not None  # place_fragments names every part's report
         reports[rid], _ = merge(reports.get(rid), fragment, report_id=rid, now="x")
     return reports
 

@@ -30,7 +30,6 @@ from streams.records import (
     smallest_traces,
 )
 from streams.report.buckets import add_minutes, minute_counts
-from streams.report.keys import report_key
 from streams.report.merge import (
     compose,
     incident_key,
@@ -391,39 +390,6 @@ def test_schema_names_every_model_field() -> None:
         assert set(SCHEMA["$defs"][ref]["properties"]) == set(
             generated["$defs"][name]["properties"]
         )
-
-
-@pytest.mark.parametrize(
-    ("stamp", "window", "group_by", "expected"),
-    [
-        ("2026-11-29T13:45:00Z", "day", "all", "2026-11-29/all"),
-        ("2026-11-29T13:45:00Z", "hour", "service", "2026-11-29T13/hdfs"),
-        ("2026-11-29T13:45:00Z", "week", "all", "2026-W48/all"),
-        ("2026-11-30T00:00:00Z", "week", "all", "2026-W49/all"),
-        ("2027-01-01T08:00:00Z", "week", "service", "2026-W53/hdfs"),
-        ("2026-11-29T23:30:00-02:00", "day", "all", "2026-11-30/all"),  # converted to UTC
-        ("2026-11-29T23:30:00", "hour", "all", "2026-11-29T23/all"),  # naive means UTC
-        (None, "day", "all", "undated/all"),
-        ("not a time", "day", "service", "undated/hdfs"),
-    ],
-)
-def test_report_key(stamp, window, group_by, expected) -> None:
-    frag = one_fragment("a", {"t/0": [[0, 0]]}, timestamp=stamp, window=TimeWindow())
-    assert report_key(frag, window=window, group_by=group_by) == expected
-
-
-def test_report_key_falls_back_to_window_and_groups_by_source() -> None:
-    frag = one_fragment(
-        "a",
-        {"HDFS_2k.log/0": [[0, 3]]},
-        timestamp=None,
-        window=TimeWindow(start="2026-11-28T23:59:00Z"),
-        service="a/b c",
-    )
-    assert report_key(frag, window="day", group_by="source") == "2026-11-28/HDFS_2k.log"
-    assert report_key(frag, window="day", group_by="service") == "2026-11-28/a_b_c"
-    with pytest.raises(ValueError, match="window"):
-        report_key(frag, window="month", group_by="all")  # type: ignore[arg-type]
 
 
 def _lines(indexes: list[int]) -> dict[str, list[list[int]]]:
