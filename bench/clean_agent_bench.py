@@ -5,7 +5,7 @@ to a raw topic, then measures, each with its own consumer group and output topic
 
 * pass-through: an aiokafka consumer of the raw topic that produces the same bytes
   to another topic (what moving the records costs, with no cleaning at all);
-* ``python -m streams worker --agents clean`` with 1 worker process, and with
+* ``python -m streams worker --roles clean`` with 1 worker process, and with
   ``--workers K`` (K > 1) also K processes in one consumer group.
 
 One poller (end offsets of the output topics, every ``--poll`` seconds) times all
@@ -141,7 +141,7 @@ def start_worker(settings: Settings, state_dir: Path, log: Path) -> subprocess.P
         env[f"RETRO_TOPICS__{name.upper()}"] = getattr(settings.topics, name)
     with log.open("wb") as out:
         return subprocess.Popen(
-            [sys.executable, "-m", "streams", "worker", "--agents", "clean"],
+            [sys.executable, "-m", "streams", "worker", "--roles", "clean"],
             env=env,
             stdout=out,
             stderr=subprocess.STDOUT,

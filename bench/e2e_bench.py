@@ -531,9 +531,9 @@ def stage_of(files: list[str]) -> str:
     if not task:
         return "event loop itself (dispatch, select, wait)"
     for f in task:
-        m = re.match(r"streams/agents/(\w+)\.py", f)
+        m = re.match(r"streams/(\w+)/step\.py", f)
         if m:
-            return f"agent {m.group(1)}"
+            return f"stage {m.group(1)}"
         if f.startswith("streams/report/store.py"):
             return "report follower"
         if f.startswith("streams/"):

@@ -12,18 +12,12 @@ deployments: each role set names its groups (``retro-stream`` for all roles,
 from __future__ import annotations
 
 import logging
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import faust
 from faust.app import BootStrategy
 
-from streams.agents.batch import BatchLoop, lanes_group, wire_batch
-from streams.agents.clean import clean_group, wire_clean
-from streams.agents.compactor import CompactLoop, fragments_group, wire_compactor
-from streams.agents.redrive import wire_redrive
-from streams.agents.web import wire_web
-from streams.agents.web_auth import web_token
 from streams.gateway.factory import GatewaySet, build_gateways
 from streams.kafka.connect import bootstrap_addresses, resolve_bootstrap
 from streams.kafka.lag import LagMonitor
@@ -31,7 +25,19 @@ from streams.kafka.probe import BrokerProbe
 from streams.kafka.stall import StallDetector
 from streams.metrics import Metrics
 from streams.report.store import ReportFollower
+from streams.runtime.loop import StageLoop
 from streams.settings import Settings
+from streams.worker.stages import (
+    clean_group,
+    clean_loop,
+    compact_loop,
+    fragments_group,
+    lanes_group,
+    lanes_loop,
+    redrive_loop,
+)
+from streams.worker.web import wire_web
+from streams.worker.web_auth import web_token
 
 logger = logging.getLogger(__name__)
 
@@ -58,9 +64,12 @@ class Worker:
     metrics: Metrics
     roles: tuple[str, ...]
     gateways: GatewaySet | None = None
-    batch_loop: BatchLoop | None = None
-    compact_loop: CompactLoop | None = None
+    loops: list[StageLoop] = field(default_factory=list)  # in flow order
     follower: ReportFollower | None = None
+
+    def loop(self, name: str) -> StageLoop | None:
+        """The stage loop called ``name`` ("clean loop", "batch loop", ...), if any."""
+        return next((loop for loop in self.loops if loop.name == name), None)
 
 
 def group_id(settings: Settings, roles: tuple[str, ...]) -> str:
@@ -105,33 +114,45 @@ def build_app(settings: Settings, *, roles: tuple[str, ...] = ROLES,
     )
     worker = Worker(app=app, settings=settings, metrics=metrics, roles=tuple(roles))
     if "clean" in roles:
-        wire_clean(app, settings, metrics)
+        worker.loops.append(clean_loop(settings, metrics, gid))
     if "batch" in roles:
-        worker.gateways = build_gateways(settings, metrics=metrics)
-        worker.batch_loop = wire_batch(
-            app, settings, metrics,
-            {"fast": worker.gateways.fast, "slow": worker.gateways.slow},
-            worker.gateways.window_counter(settings.model.name),
-            on_assignment=worker.gateways.follow_assignment)
-        wire_redrive(app, settings, metrics, worker.gateways)
+        gateways = worker.gateways = build_gateways(settings, metrics=metrics)
+        worker.loops.append(lanes_loop(
+            settings, metrics, gid, {"fast": gateways.fast, "slow": gateways.slow},
+            gateways.window_counter(settings.model.name),
+            on_assignment=gateways.follow_assignment))
+        if settings.review.redrive:
+            worker.loops.append(redrive_loop(settings, metrics, gid, gateways))
     if "compactor" in roles:
         rollup = None
         if settings.report.rollup_seconds > 0:
             worker.gateways = worker.gateways or build_gateways(settings, metrics=metrics)
             rollup = worker.gateways.fast
-        worker.compact_loop = wire_compactor(app, settings, metrics, gateway=rollup)
+        worker.loops.append(compact_loop(settings, metrics, gid, gateway=rollup))
+    for loop in worker.loops:
+        _run_as_task(app, loop)
     health = StallDetector(stall_seconds=settings.stall_seconds)
     if web:
         worker.follower = ReportFollower(settings)
         wire_web(app, metrics, worker.follower, health, broker=BrokerProbe(
             bootstrap_addresses(resolve_bootstrap(settings))), token=web_token(settings))
-    _wire_lag(app, settings, metrics, roles, health, worker.batch_loop, worker.compact_loop)
+    watched = [loop for loop in worker.loops if loop.name in ("batch loop", "compactor loop")]
+    _wire_lag(app, settings, metrics, roles, health, watched)
     return worker
 
 
+def _run_as_task(app: Any, loop: StageLoop) -> None:
+    """A stage loop runs as a task of the faust app (started and cancelled with it)."""
+
+    async def run() -> None:
+        await loop.run()
+
+    run.__name__ = run.__qualname__ = loop.name.replace(" ", "_").replace("-", "_")
+    app.task(run)
+
+
 def _wire_lag(app: Any, settings: Settings, metrics: Metrics, roles: tuple[str, ...],
-              health: StallDetector, batch_loop: BatchLoop | None,
-              compact_loop: CompactLoop | None) -> None:
+              health: StallDetector, watched: list[StageLoop]) -> None:
     """Publish consumer lag and the oldest uncommitted record's age per input topic,
     and feed the stall detector with the partitions this worker's batch and compactor
     loops own (one long-lived LagMonitor; see ``streams/kafka/lag.py``)."""
@@ -151,9 +172,8 @@ def _wire_lag(app: Any, settings: Settings, metrics: Metrics, roles: tuple[str, 
             await monitor.close()  # reconnect from scratch next time
             return
         owned: set[tuple[str, int]] = set()
-        for loop in (batch_loop, compact_loop):
-            if loop is not None:
-                owned |= {(tp.topic, tp.partition) for tp in loop.assignment()}
+        for loop in watched:
+            owned |= {(tp.topic, tp.partition) for tp in loop.assignment()}
         mine = {k: v for k, v in offsets.items() if k in owned}
         health.observe({k: c for k, (c, _) in mine.items()},
                        {k: lag for k, (_, lag) in mine.items()})

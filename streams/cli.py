@@ -89,14 +89,14 @@ def cmd_broker(args: argparse.Namespace, settings: Settings) -> int:
 
 
 def cmd_worker(args: argparse.Namespace, settings: Settings) -> int:
-    from streams.agents.web import check_web_port
-    from streams.agents.web_auth import web_token
     from streams.app import ROLES
     from streams.runner import run_worker
+    from streams.worker.web import check_web_port
+    from streams.worker.web_auth import web_token
 
-    roles = tuple(r.strip() for r in args.agents.split(",") if r.strip())
+    roles = tuple(r.strip() for r in args.roles.split(",") if r.strip())
     if not roles or set(roles) - set(ROLES):
-        raise UsageError(f"--agents {args.agents!r}: choose from {', '.join(ROLES)}")
+        raise UsageError(f"--roles {args.roles!r}: choose from {', '.join(ROLES)}")
     check_web_port(settings.web_host, settings.web_port)  # faust would fail after joining
     web_token(settings)  # off loopback the pages need a token: say so before joining
     kafka(settings)
@@ -269,7 +269,7 @@ def cmd_review(args: argparse.Namespace, settings: Settings) -> int:
     kafka(settings)
     entries, analysed, unreadable = asyncio.run(read_reviews(settings))
     if args.redrive:
-        from streams.agents.redrive import redrive_coverage
+        from streams.worker.stages import redrive_coverage
 
         chosen = parked_coverage(entries, analysed, set(args.reason) if args.reason else None)
         sent = asyncio.run(redrive_coverage(settings, chosen)) if len(chosen) else 0
@@ -284,8 +284,8 @@ def cmd_review(args: argparse.Namespace, settings: Settings) -> int:
 
 
 def cmd_fake_llm(args: argparse.Namespace, settings: Settings) -> int:
-    from streams.agents.web import port_free
     from streams.dev.fakellm import FakeLLMConfig, serve
+    from streams.worker.web import port_free
 
     try:
         config = FakeLLMConfig(
@@ -376,9 +376,11 @@ def make_parser() -> argparse.ArgumentParser:
     b.add_argument("--kafka-version", default="4.1.1", metavar="X.Y.Z",
                    help="Apache Kafka release to fetch from Maven Central (default 4.1.1)")
 
-    w = command("worker", "run the pipeline's agents (a faust worker; scale by running more)",
+    w = command("worker", "run the pipeline's stage loops (scale by running more workers)",
                 cmd_worker)
-    w.add_argument("--agents", default="clean,batch,compactor", metavar="ROLES",
+    # --agents is the flag's earlier name, still accepted in existing manifests
+    w.add_argument("--roles", "--agents", dest="roles", default="clean,batch,compactor",
+                   metavar="ROLES",
                    help="comma-separated roles to run: clean, batch, compactor (default all); "
                         "each role set is its own consumer group")
 

@@ -301,7 +301,7 @@ class ReportSettings(BaseModel):
 
 
 class ReviewSettings(BaseModel):
-    """Re-driving parked records (``streams/agents/redrive.py``, ``retro review``)."""
+    """Re-driving parked records (``streams/gateway/redrive.py``, ``retro review``)."""
 
     model_config = ConfigDict(frozen=True)
 
@@ -327,7 +327,7 @@ class KafkaSettings(BaseModel):
     # a crashed worker's partitions move after this long without heartbeats
     session_timeout_seconds: float = Field(30.0, ge=6.0)
     # a fragments partition whose oldest fragment the compactor loop held this long is
-    # read again from its commit (CompactLoop._held_too_long); 0 turns it off
+    # read again from its commit (StageLoop, the compactor's step); 0 turns it off
     reread_held_seconds: float = Field(20.0, ge=0.0)
     # reports are single messages that grow with the day; raise with the topic config
     max_message_bytes: PositiveInt = 8 * 1024 * 1024

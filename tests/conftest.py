@@ -91,7 +91,7 @@ class Pipeline:
                      **extra_env: str) -> subprocess.Popen[bytes]:
         args = [sys.executable, "-m", "streams", "worker"]
         if roles:
-            args += ["--agents", ",".join(roles)]
+            args += ["--roles", ",".join(roles)]
         log = open(self.state_dir / f"{log_name}-{len(self.workers)}.log", "wb")  # noqa: SIM115
         proc = subprocess.Popen(args, env={**os.environ, **self.env, **extra_env}, stdout=log,
                                 stderr=subprocess.STDOUT, cwd=self.state_dir,

@@ -134,11 +134,11 @@ def container(deployment: dict[str, Any]) -> dict[str, Any]:
 def agents_role(deployment: dict[str, Any]) -> str:
     argv = [*container(deployment).get("command", []), *container(deployment).get("args", [])]
     for i, arg in enumerate(argv):
-        if arg == "--agents":
+        if arg == "--roles":
             return argv[i + 1]
-        if arg.startswith("--agents="):
+        if arg.startswith("--roles="):
             return arg.split("=", 1)[1]
-    raise AssertionError(f"{deployment['metadata']['name']}: no --agents in {argv}")
+    raise AssertionError(f"{deployment['metadata']['name']}: no --roles in {argv}")
 
 
 def selects(selector: dict[str, str], labels: dict[str, str]) -> bool:
@@ -251,7 +251,7 @@ def test_one_deployment_per_role_running_its_agents() -> None:
     by_role = deployments()
     assert set(by_role) == set(ROLES)
     for role, d in by_role.items():
-        assert container(d)["command"][:3] == ["retro", "worker", "--agents"]
+        assert container(d)["command"][:3] == ["retro", "worker", "--roles"]
         assert d["metadata"]["name"] == f"retro-worker-{role}"
         assert load_docs(f"worker-{role}.yaml")[0] is not None
 

@@ -1,7 +1,7 @@
 """The package layout shows the data flow: imports point one way, with no cycles.
 
-cli -> app -> agents -> stages (ingest, clean, batch, gateway, report, in flow
-order) -> Kafka plumbing -> shared vocabulary. Development tools (``streams.dev``)
+cli -> app -> worker (Kafka wiring) -> stages (ingest, clean, batch, gateway,
+report, in flow order) -> the stage runtime -> Kafka plumbing -> shared vocabulary. Development tools (``streams.dev``)
 may use anything; only the command line may use them.
 """
 
@@ -18,9 +18,9 @@ PACKAGE = Path(__file__).resolve().parents[1] / "streams"
 LEVELS: dict[str, int] = {
     "errors": 0, "intervals": 0, "records": 0, "schemas": 0, "settings": 0, "metrics": 0,
     "clock": 0,
-    "kafka": 1,
+    "kafka": 1, "runtime": 2,
     "ingest": 2, "clean": 3, "batch": 4, "gateway": 5, "report": 6,
-    "agents": 7, "app": 8, "runner": 9,
+    "worker": 7, "app": 8, "runner": 9,
     "cli": 10, "__main__": 11,
     "dev": 10,
 }

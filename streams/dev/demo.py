@@ -22,7 +22,6 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import IO
 
-from streams.agents.web import check_web_port, free_port, port_free
 from streams.dev.broker.launcher import LocalBroker
 from streams.errors import EXIT_AUDIT_FAILED, InputError, PortInUse, RetroError, UsageError
 from streams.ingest.reader import check_inputs
@@ -33,6 +32,7 @@ from streams.report.rollup import needs_rollup
 from streams.report.store import read_reports
 from streams.report.view import render_reports
 from streams.settings import Settings
+from streams.worker.web import check_web_port, free_port, port_free
 
 SKIP_SUFFIXES = ("_structured.csv", "_templates.csv", ".json", ".md")
 SKIP_NAMES = {"LICENSE", "CITATION"}

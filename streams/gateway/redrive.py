@@ -1,8 +1,11 @@
 """When to re-drive parked records: a health probe, exponential backoff, a bounded rate.
 
-Pure asyncio with an injected sleep, so the policy is tested on a fake clock; the
-Kafka side (reading reviews, fetching raw records, sending to the lanes) is
-``streams/agents/redrive.py``.
+Pure asyncio with an injected sleep, so the policy is tested on a fake clock.
+``RedriveStep`` is the re-drive stage on the stage runtime: it consumes the review
+topic, and for a transient review reads its records again from the raw topic
+(through ``RawRecords``, Kafka-side), cleans them and sends them to their lanes; the
+review is done once they are delivered, so a crash re-drives it again rather than
+dropping it (the merge counts a record once).
 """
 
 from __future__ import annotations
@@ -16,13 +19,18 @@ from typing import Protocol
 
 from pydantic import ValidationError
 
+from streams.clean.cleaner import Cleaner
+from streams.clean.step import route
 from streams.clock import Clock, Sleep
 from streams.errors import PermanentModelError, RateLimited, TransientModelError
 from streams.gateway.backends import ChatBackend
 from streams.gateway.buckets import TokenBucket
 from streams.gateway.reasons import is_transient
+from streams.intervals import Coverage
 from streams.metrics import Metrics
-from streams.records import Review
+from streams.records import NormalizedRecord, Review
+from streams.runtime.step import Context, Fetch, Message, Out, Step
+from streams.settings import Settings
 
 logger = logging.getLogger(__name__)
 
@@ -207,3 +215,87 @@ async def redrive_fetch(fetched: Mapping[Hashable, Sequence[ReviewMessage]], gat
                 await gate.pace(sent)
             out.done[tp] = m.offset + 1
     return out
+
+
+class RawRecords(Protocol):
+    """Reads raw messages again by their coordinates."""
+
+    async def read(self, covered: Coverage) -> list[Message]: ...
+
+    async def close(self) -> None: ...
+
+
+def to_lanes(cleaner: Cleaner, lanes: Mapping[str, str], messages: Sequence[Message], *,
+             wanted: Coverage | None = None) -> list[Out]:
+    """``messages`` cleaned again, as lane messages for the records in ``wanted`` (all
+    when None).
+
+    A record that now cleans into a dead letter is not sent: it was analysable once,
+    and a dead letter beside its review would count it twice.
+    """
+    outs: list[Out] = []
+    wanted_parts = wanted.parts() if wanted is not None else None
+    for m in messages:
+        for routed in route(cleaner, value=m.value, key=m.key, topic=m.topic,
+                            partition=m.partition, offset=m.offset, timestamp_ms=m.timestamp):
+            if routed.lane not in lanes:
+                logger.warning("%s[%s]@%s now cleans into a dead letter; left in review",
+                               m.topic, m.partition, m.offset)
+                continue
+            if wanted_parts is not None:
+                key, value = NormalizedRecord.model_validate_json(routed.value).raw.ledger_entry()
+                if value not in wanted_parts.get(key, ()):
+                    continue  # another record of a message carrying many
+            outs.append(Out(lanes[routed.lane], routed.key, routed.value))
+    return outs
+
+
+class RedriveStep(Step):
+    """Re-drives the transient reviews of a fetch once the provider answers its probe.
+
+    When the probe fails, the rest of each partition is read again after the backoff;
+    a review is done once its records are on the lanes.
+    """
+
+    name = "re-drive loop"
+
+    def __init__(self, settings: Settings, cleaner: Cleaner, metrics: Metrics,
+                 gate: RedriveGate, raw: RawRecords) -> None:
+        self.cleaner = cleaner
+        self.metrics = metrics
+        self.gate = gate
+        self.raw = raw
+        self.lanes = {"fast": settings.topics.fast, "slow": settings.topics.slow}
+
+    async def take(self, fetch: Fetch, ctx: Context) -> None:
+        deliveries = []
+
+        async def redrive(review: Review) -> int:
+            covered = Coverage.from_json(review.covered)
+            outs = to_lanes(self.cleaner, self.lanes, await self.raw.read(covered),
+                            wanted=covered)
+            deliveries.append(await ctx.send(outs))
+            self.metrics.redriven_records.labels(review.reason).inc(len(outs))
+            logger.info("re-driving review %s (%s, %s lane): %d records back to the lanes",
+                        review.id, review.reason, review.lane, len(outs))
+            return len(outs)
+
+        outcome = await redrive_fetch(fetch, self.gate, redrive)
+        if outcome.blocked:
+            self.metrics.redrive_probes_failed.inc()
+        handles = []
+        for part, messages in fetch.items():
+            done = outcome.done.get(part)
+            if done is not None:
+                handles.append(ctx.track(part, done - 1))
+            if done is None or done <= messages[-1].offset:  # not done: read again
+                ctx.reread(part, messages[0].offset if done is None else done)
+        delivered = await asyncio.gather(*deliveries, return_exceptions=True)
+        if any(isinstance(d, BaseException) for d in delivered):
+            logger.error("re-driven records were not delivered; their reviews are read again")
+            return  # the runtime rejoins from the committed offsets
+        for handle in handles:
+            ctx.done(handle)
+
+    async def drain(self, ctx: Context) -> None:
+        await self.raw.close()

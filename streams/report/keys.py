@@ -13,7 +13,7 @@ import re
 from datetime import UTC, datetime
 from typing import Literal
 
-from streams.records import Fragment, NormalizedRecord, iso_utc, service_of
+from streams.records import NormalizedRecord, iso_utc, service_of
 
 logger = logging.getLogger(__name__)
 
@@ -51,21 +51,6 @@ def report_of(key: str) -> str:
     return key.split(SHARD_MARK, 1)[0]
 
 
-def report_key(fragment: Fragment, *, window: Window, group_by: GroupBy) -> str:
-    """The report of a fragment: its ``report_id`` when it has one, which every fragment
-    cut by ``streams.batch.answers.place_fragments`` has; else (older producers) from
-    its earliest timestamp and its service or topics."""
-    _check(window, group_by)
-    if fragment.report_id:
-        return fragment.report_id
-    when = None
-    for value in (fragment.timestamp, fragment.window.start, fragment.window.end):
-        when = parse_time(value)
-        if when is not None:
-            break
-    return f"{_bucket(when, window)}/{_group(fragment, group_by)}"
-
-
 def _check(window: str, group_by: str) -> None:
     if window not in ("hour", "day", "week"):
         raise ValueError(f"report window must be hour, day or week, not {window!r}")
@@ -98,19 +83,6 @@ def _bucket(when: datetime | None, window: Window) -> str:
         return when.strftime("%Y-%m-%d")
     iso = when.isocalendar()
     return f"{iso.year}-W{iso.week:02d}"
-
-
-def _group(fragment: Fragment, group_by: GroupBy) -> str:
-    if group_by == "all":
-        return "all"
-    if group_by == "service":
-        value = fragment.service
-    else:
-        # Fragments carry no source field yet; offline runs use the file name as topic.
-        value = getattr(fragment, "source", None) or "+".join(
-            sorted({k.rsplit("/", 1)[0] for k in fragment.covered})
-        )
-    return _clean_group(value)
 
 
 def _clean_group(value: str) -> str:

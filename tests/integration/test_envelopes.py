@@ -94,8 +94,8 @@ def test_shipper_topics_are_audited_by_log_record(pipeline_factory) -> None:
     assert not result["problems"]
 
     # lag is measured on the pattern's topics too
-    from streams.agents.clean import clean_group
     from streams.app import consumer_offsets
+    from streams.worker.stages import clean_group
 
     settings = p.settings()
     lag = asyncio.run(consumer_offsets(settings, clean_group(settings.app_id),

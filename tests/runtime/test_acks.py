@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from streams.kafka.acks import OrderedAcker
+from streams.runtime.acks import OrderedAcker
 
 
 def test_acks_are_released_in_arrival_order_per_partition() -> None:
@@ -25,7 +25,7 @@ def test_acks_are_released_in_arrival_order_per_partition() -> None:
 def test_commits_never_pass_a_record_still_in_flight() -> None:
     """Batches finish out of order: the offset a loop is given to commit is never past
     the first record not done, so a crash re-reads it instead of losing it."""
-    from streams.kafka.acks import Commits
+    from streams.runtime.acks import Commits
 
     finished_order = [3, 1, 4, 0, 2, 5]
     commits = Commits()
@@ -43,8 +43,8 @@ def test_commits_never_pass_a_record_still_in_flight() -> None:
 
 
 def test_a_record_holding_a_commit_back_is_reported_once_it_is_held_long_enough() -> None:
-    from streams.kafka.acks import Commits
     from streams.kafka.stall import StallDetector
+    from streams.runtime.acks import Commits
     from tests.helpers import FakeClock
 
     clock = FakeClock()
@@ -69,3 +69,26 @@ def test_a_record_holding_a_commit_back_is_reported_once_it_is_held_long_enough(
     assert held() == []  # p0 has nothing pending; p1 only 6 s
     clock.advance(20)
     assert held() == ["p1"]
+
+
+def test_commits_skip_partitions_no_longer_owned() -> None:
+    from streams.runtime.acks import Commits
+
+    commits = Commits()
+    for tp in ("p0", "p1"):
+        commits.acker.done(commits.acker.track(tp, (tp, 5)))
+    assert commits.take({"p1"}) == {"p1": 6}
+
+
+def test_forgetting_a_partition_drops_its_unacked_records() -> None:
+    acked: list[str] = []
+    acker = OrderedAcker(acked.append)
+    old = [acker.track("p1", f"old{i}") for i in range(3)]
+    acker.done(old[1])
+    acker.forget("p1")  # revoked: none of the old ones may be acked now
+    for handle in old:
+        acker.done(handle)
+    assert acked == []
+    new = acker.track("p1", "new0")  # the partition came back: a fresh queue
+    acker.done(new)
+    assert acked == ["new0"]

@@ -10,13 +10,13 @@ from typing import Any
 
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
-from streams.agents.web_auth import COOKIE, authorized
 from streams.errors import PortInUse
 from streams.kafka.probe import BrokerProbe
 from streams.kafka.stall import StallDetector
 from streams.metrics import Metrics
 from streams.report.store import ReportFollower
 from streams.report.view import render_html, render_index_html, top_incident
+from streams.worker.web_auth import COOKIE, authorized
 
 Handler = Callable[..., Awaitable[Any]]
 PROBE_SECONDS = 2.0  # between readiness probes of the bootstrap servers
@@ -87,7 +87,7 @@ def newest_first(reports: Any) -> list[Any]:
 
 def guarded(token: str | None) -> Callable[[Handler], Handler]:
     """A page decorator: with a token, answer 401 to requests that do not carry it
-    (``streams/agents/web_auth.py``); a token given as ``?token=`` becomes a cookie."""
+    (``streams/worker/web_auth.py``); a token given as ``?token=`` becomes a cookie."""
 
     def wrap(handler: Handler) -> Handler:
         if token is None:

@@ -6,12 +6,12 @@ import html
 import re
 from typing import Any
 
-from streams.agents.web import summary, wire_web
 from streams.kafka.stall import StallDetector
 from streams.metrics import Metrics
 from streams.report.store import ReportFollower
 from streams.report.view import top_incident
 from streams.settings import Settings
+from streams.worker.web import summary, wire_web
 
 from helpers import pool_and_disk_report
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import asyncio
 
-from streams.agents.common import Turns
+from streams.runtime.turns import Turns
 from tests.helpers import FakeClock
 
 

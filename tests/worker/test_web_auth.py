@@ -7,9 +7,9 @@ from pathlib import Path
 import pytest
 from pydantic import SecretStr
 
-from streams.agents.web_auth import COOKIE, authorized, is_loopback, web_token
 from streams.errors import ConfigError
 from streams.settings import Settings
+from streams.worker.web_auth import COOKIE, authorized, is_loopback, web_token
 
 
 def test_loopback_needs_no_token_and_any_other_address_refuses_to_start() -> None:

@@ -1,0 +1,65 @@
+"""The clean step: one output per log record, sent together, done on delivery."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+
+from streams.clean.cleaner import Cleaner
+from streams.clean.step import CleanStep, route
+from streams.metrics import Metrics
+from streams.runtime.memory import MemoryRun, Part, Record
+from streams.settings import CleanSettings, Settings
+
+from helpers import otlp_logs
+
+
+def test_an_otlp_message_routes_every_record_and_a_line_routes_one() -> None:
+    cleaner = Cleaner.from_settings(Settings())
+    raw = otlp_logs([{"body": f"2017-12-01 06:33:0{i} ERROR boom {i}"} for i in range(3)],
+                    resource={"service.name": "checkout"})
+    routed = route(cleaner, value=raw, key=None, topic="otlp", partition=2, offset=5,
+                   timestamp_ms=1_700_000_000_000)
+    assert [r.lane for r in routed] == ["fast"] * 3
+    docs = [json.loads(r.value) for r in routed]
+    assert [d["id"] for d in docs] == ["otlp/2/5/0", "otlp/2/5/1", "otlp/2/5/2"]
+    assert {r.key for r in routed} == {b"checkout"}  # no Kafka key: the envelope's stream
+    (line,) = route(cleaner, value=b"2017-12-01 06:33:04 INFO ok", key=b"app.log",
+                    topic="raw", partition=0, offset=9, timestamp_ms=None)
+    assert json.loads(line.value)["raw"] == {"topic": "raw", "partition": 0, "offset": 9}
+    assert line.key == b"app.log"
+
+
+def _fetch() -> list[Record]:
+    stamp = 1_764_000_000_000
+    return [Record("raw", 0, 0, b"app", b"2026-11-28T10:00:00Z INFO ok", stamp),
+            Record("raw", 0, 1, b"app", b"x" * 500, stamp),
+            Record("raw", 0, 2, b"app", b"y" * 500, stamp)]
+
+
+def test_a_fetch_is_done_and_counted_only_once_it_is_delivered() -> None:
+    """Counting when a record was cleaned counted every attempt: a fetch read again
+    after a failed delivery showed 9 dead letters where the topic held 4."""
+    settings = Settings(clean=CleanSettings(max_record_bytes=100))
+    metrics = Metrics()
+    step = CleanStep(settings, Cleaner.from_settings(settings), metrics)
+
+    def count(name: str, labels: dict[str, str]) -> float:
+        return metrics.registry.get_sample_value(name, labels) or 0.0
+
+    async def scenario() -> None:
+        failing = MemoryRun(step, [Part("raw", 0)])
+        failing.sink.refuse = True  # a broker restart
+        await failing.fetch(*_fetch())
+        assert failing.committed == {} and failing.ctx.failed is not None
+        assert count("retro_deadletter_total", {"stage": "clean", "reason": "too_large"}) == 0
+        again = MemoryRun(step, [Part("raw", 0)])  # rejoined: read from the commit
+        await again.fetch(*_fetch())
+        assert len(again.sent_to(settings.topics.deadletter)) == 2
+        assert [o.key for o in again.sent_to(settings.topics.fast)] == [b"app"]
+        assert again.committed == {Part("raw", 0): 3}
+
+    asyncio.run(scenario())
+    assert count("retro_deadletter_total", {"stage": "clean", "reason": "too_large"}) == 2
+    assert count("retro_records_routed_total", {"lane": "deadletter"}) == 2
+    assert count("retro_records_routed_total", {"lane": "fast"}) == 1
