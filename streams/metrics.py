@@ -27,6 +27,13 @@ RETRY_REASONS = ("rate_limited", "timeout", "server_error", "connection", "malfo
 REVIEW_REASONS = ("model_unavailable", "retry_budget_exhausted", "malformed_output",
                   "validation_failed")
 SPLIT_REASONS = ("context_length", "truncated")
+# Dead letters a worker counts, by stage: the clean stage's (streams/clean/cleaner.py and
+# the RecordError reasons of streams/errors.py) and a lane message that is no record.
+DEADLETTER_REASONS = {
+    "clean": ("undecodable", "binary", "too_large", "bad_envelope", "empty_envelope",
+              "parse_error", "clean_error", "bad_record"),
+    "batch": ("bad_record",),
+}
 QUOTA_KINDS = ("requests", "tokens")  # the provider's x-ratelimit-* kinds
 # OpenTelemetry GenAI semantic conventions (gen_ai.client.*), in Prometheus form.
 GENAI_TOKEN_BUCKETS = (1, 4, 16, 64, 256, 1024, 4096, 16384, 65536, 262144, 1048576)
@@ -256,6 +263,10 @@ class Metrics:
             self.bucket_available.labels(kind)
         for result in ("healthy", "unhealthy"):
             self.redrive_probes.labels(result)
+        # increase() needs a sample before the first dead letter, or it reads 0
+        for stage, reasons in DEADLETTER_REASONS.items():
+            for reason in reasons:
+                self.deadletters.labels(stage, reason)
         for result in ("applied", "duplicate", "partial"):
             self.report_updates.labels(result)
 
