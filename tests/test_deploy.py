@@ -17,7 +17,7 @@ import pytest
 import yaml
 from pydantic import BaseModel
 
-from streams.app import ROLES, consumer_groups
+from streams.app import ROLES, build_app, consumer_groups, group_id
 from streams.settings import Settings, TopicSettings
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -41,9 +41,10 @@ EXPECTED_KINDS: dict[str, set[tuple[str, str]]] = {
     "topics.yaml": {("kafka.strimzi.io/v1", "KafkaTopic")},
     "kafka-exporter.yaml": {("monitoring.coreos.com/v1", "PodMonitor")},
     "kafkausers.yaml": {("kafka.strimzi.io/v1", "KafkaUser")},
+    "kafka.yaml": {("kafka.strimzi.io/v1", "Kafka"), ("kafka.strimzi.io/v1", "KafkaNodePool")},
 }
 NOT_IN_KUSTOMIZATION = {"kustomization.yaml", "secret.example.yaml", "topics.yaml",
-                        "kafka-exporter.yaml", "kafkausers.yaml"}
+                        "kafka-exporter.yaml", "kafkausers.yaml", "kafka.yaml"}
 # KEDA's name for each RETRO_KAFKA__SASL_MECHANISM.
 KEDA_SASL = {
     None: "none",
@@ -115,6 +116,26 @@ def settings(monkeypatch: pytest.MonkeyPatch) -> Settings:
             monkeypatch.delenv(key)
     for key, value in {**configmap_env(), **secret_env()}.items():
         monkeypatch.setenv(key, str(value))
+    return Settings()
+
+
+def pod_env(role: str) -> dict[str, str]:
+    """The environment of a role's pod: the ConfigMap, then the container's own env (a
+    Secret's value stands in as a placeholder)."""
+    env = {k: str(v) for k, v in configmap_env().items()}
+    for item in container(deployments()[role]).get("env", []):
+        env[item["name"]] = str(item.get("value", "from-a-secret"))
+    return env
+
+
+def pod_settings(monkeypatch: pytest.MonkeyPatch, role: str) -> Settings:
+    import os
+
+    for key in list(os.environ):
+        if key.upper().startswith("RETRO_"):
+            monkeypatch.delenv(key)
+    for key, value in pod_env(role).items():
+        monkeypatch.setenv(key, value)
     return Settings()
 
 
@@ -235,8 +256,12 @@ def test_every_retro_name_mentioned_in_deploy_and_grafana_is_a_setting() -> None
     assert bad == {}
 
 
-def test_configmap_builds_settings_fit_for_a_pod(settings: Settings) -> None:
+@pytest.mark.parametrize("role", ROLES)
+def test_configmap_builds_settings_fit_for_a_pod(role: str,
+                                                 monkeypatch: pytest.MonkeyPatch) -> None:
+    settings = pod_settings(monkeypatch, role)
     assert settings.web_host == "0.0.0.0"  # probes and scrapes come from outside the pod
+    assert settings.web_token is not None  # required off loopback
     assert settings.state_dir.is_absolute()
     assert settings.kafka.bootstrap
     if settings.kafka.security_protocol.startswith("SASL"):
@@ -445,8 +470,10 @@ def test_keda_max_replicas_equal_partitions(settings: Settings) -> None:
         assert spec["cooldownPeriod"] > 0
 
 
-def test_trigger_authentication_reads_existing_secrets() -> None:
-    secret = one("Secret")
+def test_trigger_authentication_logs_in_as_the_keda_user() -> None:
+    """Not as a worker: KEDA's user may only describe what it scales on."""
+    users = {u["metadata"]["name"] for u in load_docs("kafkausers.yaml")}
+    copied = readme_copied_user_secrets()
     mounted = {
         v["secret"]["secretName"]
         for d in of_kind("Deployment")
@@ -454,13 +481,14 @@ def test_trigger_authentication_reads_existing_secrets() -> None:
         if "secret" in v
     }
     for auth in of_kind("TriggerAuthentication"):
-        refs = auth["spec"]["secretTargetRef"]
-        assert {r["parameter"] for r in refs} >= {"username", "password"}
-        for ref in refs:
-            if ref["name"] == secret["metadata"]["name"]:
-                assert ref["key"] in secret["stringData"], ref
-            else:
-                assert ref["name"] in mounted, ref  # e.g. the Kafka CA the workers mount
+        refs = {r["parameter"]: r for r in auth["spec"]["secretTargetRef"]}
+        assert refs["username"]["name"] == refs["password"]["name"] == KEDA_USER
+        assert KEDA_USER in users
+        # the User Operator's Secret, copied into the namespace with a username key
+        assert {refs["username"]["key"], refs["password"]["key"]} <= copied[KEDA_USER]
+        for parameter, ref in refs.items():
+            if parameter not in ("username", "password"):
+                assert ref["name"] in mounted, ref  # the Kafka CA the workers mount
 
 
 # --- topics ------------------------------------------------------------------------------
@@ -533,33 +561,236 @@ def test_network_policy_admits_only_the_http_port_to_worker_pods() -> None:
 
 
 def _acls(user: dict[str, Any]) -> dict[tuple[str, str, str], set[str]]:
-    return {(a["resource"]["type"], a["resource"]["name"], a["resource"]["patternType"]):
-            set(a["operations"]) for a in user["spec"]["authorization"]["acls"]}
+    acls = user["spec"]["authorization"]["acls"]
+    out = {(a["resource"]["type"], a["resource"]["name"], a["resource"]["patternType"]):
+           set(a["operations"]) for a in acls}
+    assert len(out) == len(acls), f"{user['metadata']['name']}: one entry per resource"
+    return out
 
 
-def test_kafka_users_give_each_role_only_what_it_uses(settings: Settings) -> None:
-    users = {u["metadata"]["name"]: u for u in load_docs("kafkausers.yaml")}
+READ, WRITE, DESCRIBE = {"Read", "Describe"}, {"Write", "Describe"}, {"Describe"}
+KEDA_USER = "retro-stream-keda"
+Access = dict[tuple[str, str, str], set[str]]
+
+
+def _grant(access: Access, kind: str, name: str, ops: set[str]) -> None:
+    access.setdefault((kind, name, "literal"), set()).update(ops)
+
+
+def role_access(settings: Settings, role: str, state_dir: Path) -> Access:
+    """What a pod running ``retro worker --roles <role>`` does on Kafka, read off the
+    worker build_app builds for it: its loops' groups and subscriptions, what each step
+    writes and reads outside a group, and what every worker does at start."""
+    from streams.batch.step import LaneStep
+    from streams.clean.step import CleanStep
+    from streams.gateway.redrive import RedriveStep
+    from streams.kafka.topics import topic_specs
+    from streams.report.step import CompactStep
+    from streams.worker.stages import RawReader, ReportsReader
+
+    worker = build_app(settings.model_copy(update={"state_dir": state_dir}), roles=(role,))
     t = settings.topics
-    assert set(users) == {f"retro-stream-{r}" for r in (*ROLES, "reader", "producer")}
+    access: Access = {}
+    # at start ensure_topics lists the topics and creates those it cannot see
+    for spec in topic_specs(settings):
+        _grant(access, "topic", spec.name, DESCRIBE)
+    # at start ensure_group_offsets commits the missing offsets; every 15 s the lag
+    # monitor reads committed and end offsets and the oldest uncommitted record
+    for group, topics in consumer_groups(settings, (role,)).items():
+        _grant(access, "group", group, READ)
+        for topic in topics:
+            _grant(access, "topic", topic, READ)
+    if worker.follower is not None:  # the HTTP views follow the reports, in no group
+        _grant(access, "topic", t.reports, READ)
+    for loop in worker.loops:
+        assert loop.subscription.pattern is None, (
+            "RETRO_TOPICS__RAW_PATTERN: give clean and batch prefix ACLs on its topics "
+            "and teach this test the prefix")
+        _grant(access, "group", loop.group, READ)  # join, heartbeat, commit, fetch offsets
+        for topic in loop.subscription.topics:
+            _grant(access, "topic", topic, READ)
+        step = loop.step
+        if isinstance(step, CleanStep):
+            writes = list(step.targets.values())
+        elif isinstance(step, LaneStep):  # outcome_outs, and lane messages that are no record
+            writes = [t.fragments, t.review, t.deadletter]
+        elif isinstance(step, RedriveStep):  # raw records again by offset, then the lanes
+            assert isinstance(step.raw, RawReader)
+            for topic in t.raw_topics:
+                _grant(access, "topic", topic, READ)
+            writes = list(step.lanes.values())
+        elif isinstance(step, CompactStep):  # reports read back; rejected fragments, roll-ups
+            assert isinstance(step.source, ReportsReader)
+            _grant(access, "topic", t.reports, READ)
+            writes = [t.reports, t.review, t.fragments]
+        else:
+            raise AssertionError(f"{step.name}: say here what it reads and writes")
+        for topic in writes:
+            _grant(access, "topic", topic, WRITE)
+    return access
+
+
+def kafka_users() -> dict[str, dict[str, Any]]:
+    return {u["metadata"]["name"]: u for u in load_docs("kafkausers.yaml")}
+
+
+@pytest.mark.parametrize("role", ROLES)
+def test_each_role_user_grants_exactly_what_its_worker_does(
+        role: str, monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    settings = pod_settings(monkeypatch, role)
+    user = pod_env(role)["RETRO_KAFKA__SASL_USERNAME"]
+    assert user == f"retro-stream-{role}"
+    assert _acls(kafka_users()[user]) == role_access(settings, role, tmp_path)
+
+
+def test_role_access_sees_the_redrive_and_the_groups(settings: Settings,
+                                                     tmp_path: Path) -> None:
+    batch = role_access(settings, "batch", tmp_path)
+    t = settings.topics
+    assert batch[("topic", t.raw, "literal")] == READ  # the re-drive reads raw records
+    assert batch[("topic", t.fast, "literal")] == READ | WRITE
+    assert {name for kind, name, _ in batch if kind == "group"} == {
+        "retro-stream-batch-lanes", "retro-stream-batch-review"}
+
+
+def test_the_keda_user_may_describe_what_the_triggers_read() -> None:
+    expected: Access = {}
+    for so in of_kind("ScaledObject"):
+        for trigger in so["spec"]["triggers"]:
+            _grant(expected, "topic", trigger["metadata"]["topic"], DESCRIBE)
+            _grant(expected, "group", trigger["metadata"]["consumerGroup"], DESCRIBE)
+    assert _acls(kafka_users()[KEDA_USER]) == expected
+
+
+def test_the_producer_user_may_do_what_retro_produce_does(settings: Settings) -> None:
+    from streams.kafka.topics import topic_specs
+
+    t = settings.topics
+    expected: Access = {}
+    for spec in topic_specs(settings):  # ensure_topics
+        _grant(expected, "topic", spec.name, DESCRIBE)
+    _grant(expected, "topic", t.produce_topic, WRITE | {"DescribeConfigs"})  # max.message.bytes
+    _grant(expected, "topic", t.deadletter, WRITE)  # records too large to send
+    assert _acls(kafka_users()["retro-stream-producer"]) == expected
+
+
+def test_kafka_users_are_scram_and_never_administer(settings: Settings) -> None:
+    users = kafka_users()
+    t = settings.topics
+    assert set(users) == {f"retro-stream-{r}" for r in (*ROLES, "reader", "producer", "keda")}
     for name, user in users.items():
         acls = _acls(user)
         assert user["spec"]["authentication"]["type"] == "scram-sha-512", name
         for (kind, resource, pattern), ops in acls.items():
-            assert not ops & {"All", "Delete", "Alter", "AlterConfigs"}, (name, resource)
-            if kind == "topic" and pattern == "literal":
+            assert not ops & {"All", "Delete", "Alter", "AlterConfigs", "Create"}, (name, resource)
+            assert kind in ("topic", "group") and pattern == "literal", (name, resource)
+            if kind == "topic":
                 assert resource in t.model_dump().values(), (name, resource)
-                assert "Create" not in ops, (name, resource)  # data topics: topics.yaml
-    for role in ROLES:  # reads exactly its inputs (plus reports, for the HTTP views)
-        acls = _acls(users[f"retro-stream-{role}"])
-        reads = {r for (k, r, p), ops in acls.items() if k == "topic" and p == "literal"
-                 and "Read" in ops}
-        [(group, inputs)] = consumer_groups(settings, (role,)).items()
-        assert reads == set(inputs) | {t.reports}, role
-        assert any(k == "group" and p == "prefix" and group.startswith(r)
-                   for (k, r, p) in acls), role
-    raw_readers = [n for n, u in users.items()
-                   if "Read" in _acls(u).get(("topic", t.raw, "literal"), set())]
-    assert raw_readers == ["retro-stream-clean"]  # unredacted lines: one role only
+    raw_readers = sorted(n for n, u in users.items()
+                         if "Read" in _acls(u).get(("topic", t.raw, "literal"), set()))
+    # unredacted lines: the clean role, and the batch role's re-drive
+    assert raw_readers == ["retro-stream-batch", "retro-stream-clean"]
     reader = _acls(users["retro-stream-reader"])
     assert not any("Write" in ops for ops in reader.values())
     assert reader[("topic", t.raw, "literal")] == {"Describe"}  # audit: offsets only
+
+
+# --- the Kafka cluster: listener, authorization, exporter ----------------------------------
+
+
+def every_group_the_code_names(settings: Settings) -> set[str]:
+    """Consumer groups of a worker with any one role, and of the all-in-one worker."""
+    from streams.worker.stages import clean_group, fragments_group, lanes_group, review_group
+
+    stages = (clean_group, lanes_group, review_group, fragments_group)
+    roles = [(r,) for r in ROLES] + [ROLES]
+    return {stage(group_id(settings, r)) for r in roles for stage in stages}
+
+
+def test_kafka_example_is_the_cluster_the_manifests_assume(settings: Settings) -> None:
+    kafka = one("Kafka")
+    name = kafka["metadata"]["name"]
+    spec = kafka["spec"]["kafka"]
+    host, port = settings.kafka.bootstrap.rsplit(":", 1)
+    assert host.startswith(f"{name}-kafka-bootstrap.")
+    [listener] = [li for li in spec["listeners"] if li["port"] == int(port)]
+    assert listener["tls"] == (settings.kafka.security_protocol in ("SSL", "SASL_SSL"))
+    assert listener["authentication"]["type"] == settings.kafka.sasl_mechanism.lower()
+    assert spec["authorization"]["type"] == "simple"  # what the KafkaUsers' ACLs need
+    config = spec["config"]
+    assert config["default.replication.factor"] == settings.topics.replication
+    assert config["min.insync.replicas"] < settings.topics.replication
+    pools = of_kind("KafkaNodePool")
+    assert sum(p["spec"]["replicas"] for p in pools if "broker" in p["spec"]["roles"]) >= (
+        settings.topics.replication)
+    labelled = [*pools, *load_docs("kafkausers.yaml"), *load_docs("topics.yaml")]
+    assert {d["metadata"]["labels"]["strimzi.io/cluster"] for d in labelled} == {name}
+    assert {"topicOperator", "userOperator"} <= set(kafka["spec"]["entityOperator"])
+
+
+def test_kafka_exporter_reports_every_group_and_topic_of_the_pipeline(
+        settings: Settings) -> None:
+    kafka = one("Kafka")
+    exporter = kafka["spec"]["kafkaExporter"]
+    # Go regular expressions, matched anywhere in the name (kafka_exporter)
+    groups, topics = re.compile(exporter["groupRegex"]), re.compile(exporter["topicRegex"])
+    for group in sorted(every_group_the_code_names(settings)):
+        assert groups.search(group), group
+    for topic in sorted(topic_names().values()):
+        assert topics.search(topic), topic
+    monitor = one("PodMonitor")
+    assert monitor["spec"]["selector"]["matchLabels"] == {
+        "strimzi.io/kind": "Kafka",
+        "strimzi.io/name": f"{kafka['metadata']['name']}-kafka-exporter"}
+
+
+def test_the_exporter_patch_for_an_existing_cluster_is_the_example_block() -> None:
+    import json
+
+    text = (DEPLOY / "kafka.yaml").read_text("utf-8")
+    match = re.search(r"#\s+kubectl -n \w+ patch kafka (\S+) --type merge -p \\\n#\s+'(.*)'",
+                      text)
+    assert match, "kafka.yaml shows no patch for an existing cluster"
+    kafka = one("Kafka")
+    assert match.group(1) == kafka["metadata"]["name"]
+    assert json.loads(match.group(2)) == {"spec": {"kafkaExporter": kafka["spec"]["kafkaExporter"]}}
+
+
+# --- README: what step 3 and 4 create is what the pods and KEDA read ---------------------
+
+
+def _readme_commands() -> list[str]:
+    """The shell commands of deploy/README.md's code blocks, continuation lines joined."""
+    text = (DEPLOY / "README.md").read_text("utf-8")
+    blocks = re.findall(r"```sh\n(.*?)```", text, flags=re.S)
+    return [c for b in blocks for c in re.sub(r"\\\n\s*", " ", b).splitlines()]
+
+
+def readme_copied_user_secrets() -> dict[str, set[str]]:
+    """Secret name -> keys, for the Kafka users' Secrets README.md copies into `retro`."""
+    text = "\n".join(_readme_commands())
+    match = re.search(r"for user in ([\w -]+); do\n(.*?)\ndone", text, flags=re.S)
+    assert match, "README.md copies no Kafka user Secrets"
+    keys = set(re.findall(r"--from-literal=(\w+)=", match.group(2)))
+    return {user: keys for user in match.group(1).split()}
+
+
+def test_readme_creates_the_secret_keys_the_pods_read() -> None:
+    secret = one("Secret")
+    name = secret["metadata"]["name"]
+    read = {e["valueFrom"]["secretKeyRef"]["key"] for d in of_kind("Deployment")
+            for e in container(d).get("env", [])
+            if e.get("valueFrom", {}).get("secretKeyRef", {}).get("name") == name}
+    [command] = [c for c in _readme_commands() if f"create secret generic {name}" in c]
+    created = set(re.findall(r"--from-literal=(\w+)=", command))
+    assert created == read == set(secret["stringData"])  # RETRO_WEB_TOKEN among them
+    assert "RETRO_WEB_TOKEN" in created
+
+
+def test_readme_copies_every_kafka_user_secret_the_pods_read() -> None:
+    copied = readme_copied_user_secrets()
+    for role, d in deployments().items():
+        env = {e["name"]: e for e in container(d).get("env", [])}
+        ref = env["RETRO_KAFKA__SASL_PASSWORD"]["valueFrom"]["secretKeyRef"]
+        assert ref["key"] in copied.get(ref["name"], set()), role
+    assert set(copied) <= set(kafka_users())

@@ -3,8 +3,9 @@ schemas (kubernetes-validate, strict: unknown fields fail), custom resources aga
 their CRDs.
 
 Core: every version from 1.29 to the newest the package ships. Custom resources:
-with ``DEPLOY_CRDS_DIR`` naming a folder of CRD files (Strimzi's
-``043-Crd-kafkatopic.yaml``, KEDA's ``keda.sh_scaledobjects.yaml`` and
+with ``DEPLOY_CRDS_DIR`` naming a folder of CRD files (Strimzi's ``040-Crd-kafka.yaml``,
+``043-Crd-kafkatopic.yaml``, ``044-Crd-kafkauser.yaml`` and
+``045-Crd-kafkanodepool.yaml``, KEDA's ``keda.sh_scaledobjects.yaml`` and
 ``keda.sh_triggerauthentications.yaml``, prometheus-operator's
 ``monitoring.coreos.com_servicemonitors.yaml``, ``_podmonitors.yaml`` and
 ``_prometheusrules.yaml``; any file names), each object is
@@ -30,7 +31,8 @@ ROOT = Path(__file__).resolve().parents[1]
 DEPLOY = ROOT / "deploy"
 MANIFESTS = ("configmap.yaml", "secret.example.yaml", "service.yaml", "worker-clean.yaml",
              "worker-batch.yaml", "worker-compactor.yaml", "servicemonitor.yaml",
-             "keda-scaledobjects.yaml", "topics.yaml", "kafka-exporter.yaml")
+             "keda-scaledobjects.yaml", "topics.yaml", "kafka-exporter.yaml",
+             "kafkausers.yaml", "kafka.yaml")
 CUSTOM_GROUPS = ("kafka.strimzi.io", "keda.sh", "monitoring.coreos.com")
 
 # The spec fields of each custom resource, as its CRD defines them (a subset: what a
@@ -39,6 +41,34 @@ CUSTOM_GROUPS = ("kafka.strimzi.io", "keda.sh", "monitoring.coreos.com")
 CRD_FIELDS: dict[tuple[str, str], dict[str, Any]] = {
     ("kafka.strimzi.io/v1", "KafkaTopic"): {
         "topicName": str, "partitions": int, "replicas": int, "config": "map",
+    },
+    ("kafka.strimzi.io/v1", "KafkaUser"): {
+        "authentication": {"type": str},
+        "authorization": {"type": str, "acls": [{
+            "type": str, "host": str, "operations": [str],
+            "resource": {"type": str, "name": str, "patternType": str}}]},
+        "quotas": "map", "template": "map",
+    },
+    ("kafka.strimzi.io/v1", "KafkaNodePool"): {
+        "replicas": int, "roles": [str], "storage": "map", "resources": "map",
+        "jvmOptions": "map", "template": "map",
+    },
+    ("kafka.strimzi.io/v1", "Kafka"): {
+        "kafka": {"version": str, "metadataVersion": str, "image": str,
+                  "listeners": [{"name": str, "port": int, "type": str, "tls": bool,
+                                 "authentication": {"type": str}, "configuration": "map",
+                                 "networkPolicyPeers": [dict]}],
+                  "authorization": {"type": str, "superUsers": [str]},
+                  "config": "map", "rack": "map", "metricsConfig": "map",
+                  "logging": "map", "template": "map", "quotas": "map"},
+        "entityOperator": {"topicOperator": "map", "userOperator": "map", "template": "map"},
+        "kafkaExporter": {"groupRegex": str, "topicRegex": str, "groupExcludeRegex": str,
+                          "topicExcludeRegex": str, "image": str, "resources": "map",
+                          "logging": str, "enableSaramaLogging": bool,
+                          "showAllOffsets": bool, "template": "map",
+                          "livenessProbe": "map", "readinessProbe": "map"},
+        "clientsCa": "map", "clusterCa": "map", "cruiseControl": "map",
+        "maintenanceTimeWindows": [str],
     },
     ("keda.sh/v1alpha1", "ScaledObject"): {
         "scaleTargetRef": {"name": str, "kind": str, "apiVersion": str,
