@@ -113,6 +113,8 @@ def build_app(settings: Settings, *, roles: tuple[str, ...] = ROLES,
         autodiscover=False,
     )
     worker = Worker(app=app, settings=settings, metrics=metrics, roles=tuple(roles))
+    for role in roles:  # RetroStreamRoleAbsent asks which roles run, whatever the pods' labels
+        metrics.worker_roles.labels(role).set(1)
     if "clean" in roles:
         worker.loops.append(clean_loop(settings, metrics, gid))
     if "batch" in roles:

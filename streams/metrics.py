@@ -162,6 +162,11 @@ class Metrics:
             "1 while a Kafka bootstrap server accepts connections, 0 while none has for a "
             "few seconds (readiness fails then)", registry=r,
         )
+        self.worker_roles = Gauge(
+            "retro_worker_role_info",
+            "1 for each role this worker runs: clean, batch, compactor (all three in the "
+            "all-in-one worker)", ["worker_role"], registry=r,
+        )
         self.consumer_lag = Gauge(
             "retro_consumer_lag_messages",
             "Messages behind the log end, as the worker measures it (kafka-exporter's "

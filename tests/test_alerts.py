@@ -1,9 +1,9 @@
 """The alert rules under promtool: they load, and every alert fires in its scenario.
 
 ``promtool`` comes from Debian's ``prometheus`` package (.ci/test installs it when
-root); without it these tests skip. promtool compares annotations verbatim, so the
-unit tests run on a copy of alerts.yaml without them (their templates are checked by
-``promtool check rules`` on the real file).
+root); without it these tests skip. They run the shipped files with the standard
+commands: promtool compares annotations verbatim, so every expected alert in
+alerts.test.yaml lists its rendered annotations.
 """
 
 from __future__ import annotations
@@ -53,16 +53,41 @@ def test_promtool_check_rules() -> None:
 
 
 @needs_promtool
-def test_promtool_unit_tests_pass(tmp_path: Path) -> None:
-    doc = yaml.safe_load((GRAFANA / "alerts.yaml").read_text("utf-8"))
-    for group in doc["groups"]:
-        for rule in group["rules"]:
-            rule.pop("annotations", None)
-    (tmp_path / "alerts.yaml").write_text(yaml.safe_dump(doc, sort_keys=False))
-    shutil.copy(GRAFANA / "alerts.test.yaml", tmp_path / "alerts.test.yaml")
-    done = _promtool("test", "rules", "alerts.test.yaml", cwd=tmp_path)
+def test_promtool_unit_tests_pass_on_the_shipped_files() -> None:
+    """`promtool test rules grafana/alerts.test.yaml`, as an operator would run it."""
+    done = _promtool("test", "rules", "alerts.test.yaml", cwd=GRAFANA)
     assert done.returncode == 0, done.stdout + done.stderr
     assert "SUCCESS" in done.stdout
+
+
+def test_every_expected_alert_lists_its_annotations() -> None:
+    """Without them promtool expects none and fails on every alert that has some."""
+    annotated = {r["alert"]: set(r.get("annotations", {})) for r in _rules() if "alert" in r}
+    missing = []
+    for case in _unit_tests()["tests"]:
+        for check in case.get("alert_rule_test", []):
+            for alert in check.get("exp_alerts", []):
+                keys = set(alert.get("exp_annotations", {}))
+                if keys != annotated[check["alertname"]]:
+                    missing.append((case["name"], check["alertname"], check["eval_time"]))
+    assert missing == []
+
+
+def test_alerts_on_recorded_series_follow_their_rules_in_one_group() -> None:
+    """Rules of one group are evaluated in order, groups side by side: an alert in
+    another group than the rule it reads sees the rule's value of this evaluation or of
+    the last one, as it happens (and its annotations' $value with it)."""
+    doc = yaml.safe_load((GRAFANA / "alerts.yaml").read_text("utf-8"))
+    where = {}
+    for group in doc["groups"]:
+        for n, rule in enumerate(group["rules"]):
+            if "record" in rule:
+                where[rule["record"]] = (group["name"], n)
+    for group in doc["groups"]:
+        for n, rule in enumerate(group["rules"]):
+            for record, (home, at) in where.items():
+                if record in rule["expr"]:
+                    assert (group["name"], n > at) == (home, True), (rule.get("alert"), record)
 
 
 def test_every_alert_has_a_scenario_where_it_fires() -> None:
@@ -72,6 +97,14 @@ def test_every_alert_has_a_scenario_where_it_fires() -> None:
             (fired if check.get("exp_alerts") else quiet).add(check["alertname"])
     assert fired == _alerts(), f"never shown firing: {sorted(_alerts() - fired)}"
     assert {"RetroStreamBacklogNotMoving", "RetroStreamConsumerLagGrowing"} <= quiet
+
+
+def test_an_all_in_one_worker_is_no_absent_role() -> None:
+    (case,) = [c for c in _unit_tests()["tests"] if c["name"] == "all-in-one worker"]
+    pods = {re.search(r'pod="([^"]+)"', s["series"]).group(1) for s in case["input_series"]}
+    assert len(pods) == 1
+    quiet = {c["alertname"] for c in case["alert_rule_test"] if not c.get("exp_alerts")}
+    assert "RetroStreamRoleAbsent" in quiet
 
 
 def test_the_dead_worker_and_flat_backlog_scenario_is_there() -> None:
