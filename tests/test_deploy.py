@@ -370,6 +370,34 @@ def test_grace_periods_cover_in_flight_work(settings: Settings) -> None:
     assert all(g >= 30 for g in grace.values()), grace
 
 
+def test_the_model_quota_is_the_accounts_and_only_the_code_divides_it(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """The batch pods share RETRO_MODEL__RPM/TPM by their lane partitions: a full fleet
+    uses the ConfigMap's quota, so the ConfigMap gives the account's, undivided."""
+    from streams.gateway.factory import build_gateways
+
+    pod_settings(monkeypatch, "batch")
+    monkeypatch.setenv("RETRO_MODEL__BASE_URL", "https://llm.example.internal/v1")  # a provider
+    settings = Settings()
+    comment = (DEPLOY / "configmap.yaml").read_text("utf-8")
+    stated = re.search(r"account quota of (\d+) requests and (\d+) tokens a minute", comment)
+    assert stated, "configmap.yaml states the account's quota it sets"
+    assert (settings.model.rpm, settings.model.tpm) == tuple(map(int, stated.groups()))
+    [batch] = [so for so in of_kind("ScaledObject")
+               if so["spec"]["scaleTargetRef"]["name"] == "retro-worker-batch"]
+    partitions = {settings.topics.fast: settings.topics.partitions,
+                  settings.topics.slow: settings.topics.partitions}
+    for pods in (1, batch["spec"]["maxReplicaCount"]):
+        rpm = tpm = 0.0
+        for pod in range(pods):  # round-robin: pod N gets partition N (mod pods) of both lanes
+            gateways = build_gateways(settings)
+            gateways.follow_assignment([(t, p) for t, n in partitions.items()
+                                        for p in range(n) if p % pods == pod], partitions)
+            rpm += gateways.quota.rpm.rate_per_minute
+            tpm += gateways.quota.tpm.rate_per_minute
+        assert (round(rpm), round(tpm)) == (settings.model.rpm, settings.model.tpm), pods
+
+
 def test_pod_disruption_budgets_cover_each_role() -> None:
     pdbs = of_kind("PodDisruptionBudget")
     for role, d in deployments().items():
