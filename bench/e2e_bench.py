@@ -522,18 +522,18 @@ PLUMBING = (*ENTRY_FILES, "asyncio/", "<frozen", "threading.py", "selectors.py",
 
 def stage_of(files: list[str]) -> str:
     """Which part of the worker a stack belongs to. The stack is cut below the event
-    loop's callback dispatch (asyncio/events.py; faust's consumer thread runs a loop
-    of its own), leaving the running task: its outermost project frame (an agent
-    coroutine, or a task a lane processor started), else its outermost library frame
-    (faust's fetcher, mode's method queue to the consumer thread, aiokafka's sender)."""
+    loop's callback dispatch (asyncio/events.py), leaving the running task: the stage
+    whose step is on it (a stage loop, or a task a lane processor started), else its
+    outermost project frame, else its outermost library frame (aiokafka's sender)."""
     cut = max((i for i, f in enumerate(files) if f == "asyncio/events.py"), default=-1)
     task = [f for f in files[cut + 1:] if not f.startswith(PLUMBING)]
     if not task:
         return "event loop itself (dispatch, select, wait)"
     for f in task:
-        m = re.match(r"streams/(\w+)/step\.py", f)
+        m = re.match(r"streams/(\w+)/(step|lane)\.py", f)
         if m:
-            return f"stage {m.group(1)}"
+            return f"stage {'lanes' if m.group(1) == 'batch' else m.group(1)}"
+    for f in task:
         if f.startswith("streams/report/store.py"):
             return "report follower"
         if f.startswith("streams/"):
