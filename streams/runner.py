@@ -5,6 +5,9 @@ from __future__ import annotations
 import asyncio
 import gc
 import logging
+import time
+from collections.abc import Callable, Sequence
+from typing import Protocol
 
 from streams.app import build_app, consumer_groups
 from streams.kafka.connect import bootstrap_addresses, resolve_bootstrap
@@ -33,6 +36,21 @@ def tune_gc(gen0: int = GC_GEN0_THRESHOLD) -> None:
     gc.set_threshold(gen0, gen1, gen2)
 
 
+class Drains(Protocol):
+    async def drain(self, timeout: float) -> None: ...
+
+
+async def drain_within(loops: Sequence[Drains], seconds: float, *,
+                       clock: Callable[[], float] = time.monotonic) -> None:
+    """Drain the stage loops in flow order within ``seconds`` in all
+    (RETRO_SHUTDOWN_SECONDS), so the pod's grace period bounds the whole shutdown: what
+    a stage delivers while draining reaches the next before that one drains, and a loop
+    left no time still commits what it finished and leaves its group."""
+    deadline = clock() + seconds
+    for loop in loops:
+        await loop.drain(timeout=max(0.0, deadline - clock()))
+
+
 def run_worker(settings: Settings, *, roles: tuple[str, ...]) -> int:
     from faust import Worker
 
@@ -57,10 +75,8 @@ def run_worker(settings: Settings, *, roles: tuple[str, ...]) -> int:
     faust_worker.on_setup_root_logger = on_setup_root_logger  # type: ignore[method-assign]
 
     async def _close_gateways() -> None:
-        # in flow order, each bounded: what a stage delivers while draining reaches the
-        # next before that one drains (the batch loop's last fragments, the compactor)
-        for loop in worker.loops:
-            await loop.drain(timeout=settings.shutdown_seconds)
+        # the batch loop's last fragments reach the compactor before it drains
+        await drain_within(worker.loops, settings.shutdown_seconds)
         if worker.gateways is not None:
             await worker.gateways.close()
 

@@ -353,8 +353,9 @@ class Settings(BaseSettings):
     review: ReviewSettings = ReviewSettings()
     # /healthz fails when an assigned partition has lag and no commit for this long
     stall_seconds: float = Field(600.0, ge=0.0)
-    # on SIGTERM, batches get this long to finish before the worker leaves its groups;
-    # keep it well under the pods' termination grace period (deploy/: 60 s)
+    # on SIGTERM, the stage loops get this long in all to finish what they hold and
+    # commit before the worker leaves its groups; keep it under the pods' termination
+    # grace period, less about 20 s (deploy/ sets it per role)
     shutdown_seconds: float = Field(20.0, ge=0.0)
     web_port: Port = 6066
     web_host: str = "127.0.0.1"

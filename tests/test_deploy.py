@@ -345,6 +345,8 @@ def test_deployment_env_comes_from_the_configmap_and_secret(role: str) -> None:
         if env["name"] == "RETRO_KAFKA__SASL_USERNAME":  # the role's own KafkaUser
             assert env["value"] == f"retro-stream-{role}" and env["value"] in users
             continue
+        if env["name"] == "RETRO_SHUTDOWN_SECONDS":  # sized to the role's grace period
+            continue
         ref = env["valueFrom"]["secretKeyRef"]
         if env["name"] == "RETRO_KAFKA__SASL_PASSWORD":  # Strimzi writes it for the user
             assert ref == {"name": f"retro-stream-{role}", "key": "password"}
@@ -396,6 +398,25 @@ def test_the_model_quota_is_the_accounts_and_only_the_code_divides_it(
             rpm += gateways.quota.rpm.rate_per_minute
             tpm += gateways.quota.tpm.rate_per_minute
         assert (round(rpm), round(tpm)) == (settings.model.rpm, settings.model.tpm), pods
+
+
+# After the stage loops drained (RETRO_SHUTDOWN_SECONDS, all loops together), a worker
+# still commits, leaves its groups, closes its clients and lets faust stop.
+SHUTDOWN_MARGIN_SECONDS = 20
+
+
+@pytest.mark.parametrize("role", ROLES)
+def test_shutdown_drain_fits_the_grace_period(role: str,
+                                              monkeypatch: pytest.MonkeyPatch) -> None:
+    settings = pod_settings(monkeypatch, role)
+    grace = deployments()[role]["spec"]["template"]["spec"]["terminationGracePeriodSeconds"]
+    drain = settings.shutdown_seconds
+    assert "RETRO_SHUTDOWN_SECONDS" in {e["name"] for e in container(deployments()[role])["env"]}
+    # killed before it has drained, a pod loses what it holds: the next owner redoes it
+    assert drain + SHUTDOWN_MARGIN_SECONDS <= grace, (role, drain, grace)
+    assert drain >= grace / 3, (role, drain, grace)  # the grace period is there to be used
+    if role == "batch":  # a model call in flight at SIGTERM is answered, not paid twice
+        assert drain >= max(settings.fast.timeout_seconds, settings.slow.timeout_seconds)
 
 
 def test_pod_disruption_budgets_cover_each_role() -> None:
