@@ -283,9 +283,18 @@ def test_dashboard_is_grafana_10_with_a_datasource_variable(name: str) -> None:
     variables = {v["name"]: v for v in d["templating"]["list"]}
     assert variables["datasource"]["type"] == "datasource"
     assert variables["datasource"]["query"] == "prometheus"
-    # no hard-coded UIDs: the only uid anywhere is the variable
-    assert set(map(str, walk(d, "uid"))) == {"${datasource}"}
+    # no hard-coded data source UIDs: the only uid below the top is the variable
+    assert set(map(str, walk({k: v for k, v in d.items() if k != "uid"}, "uid"))) == {
+        "${datasource}"}
     assert all(ds == DATASOURCE for ds in walk(d, "datasource"))
+
+
+def test_dashboards_have_stable_distinct_uids() -> None:
+    """A stable uid keeps links, bookmarks and alert annotations pointing at the same
+    dashboard across imports, and lets provisioning update it instead of adding a copy."""
+    uids = [load_dashboard(name).get("uid") for name in DASHBOARDS]
+    assert all(isinstance(u, str) and re.fullmatch(r"[a-z0-9-]{1,40}", u) for u in uids), uids
+    assert len(set(uids)) == len(uids)
 
 
 @pytest.mark.parametrize("name", DASHBOARDS)
