@@ -60,6 +60,20 @@ def test_promtool_unit_tests_pass_on_the_shipped_files() -> None:
     assert "SUCCESS" in done.stdout
 
 
+def test_the_prometheus_rule_is_alerts_yaml() -> None:
+    """grafana/prometheusrule.yaml is generated from alerts.yaml by the command in its
+    header: its header up to `spec:`, then alerts.yaml indented."""
+    text = (GRAFANA / "prometheusrule.yaml").read_text("utf-8")
+    head = text[:text.index("\nspec:\n") + len("\nspec:\n")]
+    rules = (GRAFANA / "alerts.yaml").read_text("utf-8")
+    indented = "".join("  " + line if line.strip("\n") else line
+                       for line in rules.splitlines(keepends=True))
+    assert text == head + indented, "regenerate grafana/prometheusrule.yaml (see its header)"
+    rule = yaml.safe_load(text)
+    assert (rule["apiVersion"], rule["kind"]) == ("monitoring.coreos.com/v1", "PrometheusRule")
+    assert rule["metadata"]["labels"]["release"] == "kube-prometheus-stack"
+
+
 def test_every_expected_alert_lists_its_annotations() -> None:
     """Without them promtool expects none and fails on every alert that has some."""
     annotated = {r["alert"]: set(r.get("annotations", {})) for r in _rules() if "alert" in r}

@@ -213,9 +213,78 @@ def test_every_deploy_yaml_has_the_expected_kinds() -> None:
 def test_kustomization_lists_the_applyable_manifests() -> None:
     (k,) = load_docs("kustomization.yaml")
     assert k["namespace"] == "retro"
-    assert set(k["resources"]) == set(EXPECTED_KINDS) - NOT_IN_KUSTOMIZATION
-    for resource in k["resources"]:
+    files = [r for r in k["resources"] if not r.startswith("../")]
+    assert set(files) == set(EXPECTED_KINDS) - NOT_IN_KUSTOMIZATION
+    for resource in files:
         assert (DEPLOY / resource).is_file(), resource
+    # the alert rules and dashboards come from grafana/'s own kustomization
+    assert [r for r in k["resources"] if r.startswith("../")] == ["../grafana"]
+    assert (ROOT / "grafana" / "kustomization.yaml").is_file()
+
+
+def test_grafana_kustomization_ships_the_rules_and_every_dashboard() -> None:
+    k = yaml.safe_load((ROOT / "grafana" / "kustomization.yaml").read_text("utf-8"))
+    assert k["resources"] == ["prometheusrule.yaml"]
+    [dashboards] = k["configMapGenerator"]
+    assert set(dashboards["files"]) == {p.name for p in (ROOT / "grafana").glob("*.json")}
+    options = dashboards["options"]
+    assert options["labels"]["grafana_dashboard"] == "1"  # the sidecar's default label
+    # a hash suffix would leave the old ConfigMap behind: two copies of each dashboard
+    assert options["disableNameSuffixHash"] is True
+
+
+def _package_version() -> str:
+    import tomllib
+
+    return tomllib.loads((ROOT / "pyproject.toml").read_text("utf-8"))["project"]["version"]
+
+
+def test_the_image_is_pinned_to_a_version() -> None:
+    """`latest` with IfNotPresent runs whichever image a node pulled first."""
+    (k,) = load_docs("kustomization.yaml")
+    version = _package_version()
+    names = set()
+    for d in of_kind("Deployment"):
+        c = container(d)
+        name, _, tag = c["image"].rpartition(":")
+        names.add(name)
+        assert tag == version, c["image"]
+        assert c["imagePullPolicy"] == "IfNotPresent"
+    [image] = [i for i in k["images"] if i["name"] in names]
+    assert image.get("digest", "").startswith("sha256:") or image["newTag"] == version
+    assert image.get("newTag") != "latest"
+
+
+def _kustomize() -> list[str] | None:
+    import shutil
+
+    if shutil.which("kustomize"):
+        return ["kustomize", "build"]
+    if shutil.which("kubectl"):
+        return ["kubectl", "kustomize"]
+    return None
+
+
+@pytest.mark.skipif(_kustomize() is None, reason="neither kustomize nor kubectl is installed")
+def test_kustomize_build_holds_the_rules_dashboards_and_pinned_image() -> None:
+    import json
+    import subprocess
+
+    done = subprocess.run([*(_kustomize() or []), str(DEPLOY)], capture_output=True,
+                          text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    built = [d for d in yaml.safe_load_all(done.stdout) if d]
+    assert {d["metadata"].get("namespace") for d in built} == {"retro"}
+    [rule] = [d for d in built if d["kind"] == "PrometheusRule"]
+    assert rule["spec"] == yaml.safe_load((ROOT / "grafana" / "alerts.yaml").read_text("utf-8"))
+    [dashboards] = [d for d in built if d["kind"] == "ConfigMap"
+                    and d["metadata"]["name"] == "retro-stream-dashboards"]
+    assert dashboards["metadata"]["labels"]["grafana_dashboard"] == "1"
+    for name, text in dashboards["data"].items():
+        assert json.loads(text) == json.loads((ROOT / "grafana" / name).read_text("utf-8"))
+    images = {c["image"] for d in built if d["kind"] == "Deployment"
+              for c in d["spec"]["template"]["spec"]["containers"]}
+    assert images == {f"registry.example.com/platform/retro-stream:{_package_version()}"}
 
 
 def test_resource_names_are_unique_per_kind() -> None:
@@ -607,6 +676,14 @@ def test_network_policy_admits_only_the_http_port_to_worker_pods() -> None:
         ports = {p["name"] for p in container(deployment)["ports"]}
         assert "http" in ports, role
     assert rule["from"], "an empty from would admit everyone"
+
+
+def test_readme_says_what_the_network_policy_does() -> None:
+    (k,) = load_docs("kustomization.yaml")
+    readme = " ".join((DEPLOY / "README.md").read_text("utf-8").split())
+    assert "networkpolicy.yaml" in k["resources"]
+    assert not re.search(r"no NetworkPolicy is included", readme, flags=re.I)
+    assert "`networkpolicy.yaml` admits to port 6066" in readme
 
 
 def _acls(user: dict[str, Any]) -> dict[tuple[str, str, str], set[str]]:

@@ -211,12 +211,12 @@ def test_custom_resources_match_their_crds() -> None:
 
 @pytest.mark.skipif(not os.environ.get("DEPLOY_CRDS_DIR"),
                     reason="set DEPLOY_CRDS_DIR to a folder of the CRD files")
-def test_alerts_wrapped_as_a_prometheus_rule_match_the_crd() -> None:
-    """grafana/README.md wraps alerts.yaml in a PrometheusRule for the operator."""
+def test_the_prometheus_rule_matches_the_crd() -> None:
+    """grafana/prometheusrule.yaml, alerts.yaml for the operator (kustomization)."""
     schema = strict(_crd_schemas()[("monitoring.coreos.com/v1", "PrometheusRule")] or {})
     schema["properties"].pop("metadata", None)
-    spec = yaml.safe_load((ROOT / "grafana" / "alerts.yaml").read_text("utf-8"))
-    body = {"apiVersion": "monitoring.coreos.com/v1", "kind": "PrometheusRule", "spec": spec}
+    rule = yaml.safe_load((ROOT / "grafana" / "prometheusrule.yaml").read_text("utf-8"))
+    body = {k: v for k, v in rule.items() if k != "metadata"}
     errors = [e.message for e in jsonschema.Draft7Validator(schema).iter_errors(body)]
     assert errors == []
 
