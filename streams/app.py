@@ -27,6 +27,7 @@ from streams.metrics import Metrics
 from streams.report.store import ReportFollower
 from streams.runtime.loop import StageLoop
 from streams.settings import Settings
+from streams.worker.notify import notify_loop
 from streams.worker.stages import (
     clean_group,
     clean_loop,
@@ -131,13 +132,18 @@ def build_app(settings: Settings, *, roles: tuple[str, ...] = ROLES,
             worker.gateways = worker.gateways or build_gateways(settings, metrics=metrics)
             rollup = worker.gateways.fast
         worker.loops.append(compact_loop(settings, metrics, gid, gateway=rollup))
+        if settings.notify.configured:  # the notifier reads the reports the views read
+            worker.follower = ReportFollower(settings)
+            worker.loops.append(notify_loop(settings, metrics, gid, worker.follower))
     for loop in worker.loops:
         _run_as_task(app, loop)
     health = StallDetector(stall_seconds=settings.stall_seconds)
     if web:
-        worker.follower = ReportFollower(settings)
+        worker.follower = worker.follower or ReportFollower(settings)
         wire_web(app, metrics, worker.follower, health, broker=BrokerProbe(
             bootstrap_addresses(resolve_bootstrap(settings))), token=web_token(settings))
+    elif worker.follower is not None:
+        app.task(worker.follower.run)
     watched = [loop for loop in worker.loops if loop.name in ("batch loop", "compactor loop")]
     _wire_lag(app, settings, metrics, roles, health, watched)
     return worker

@@ -35,6 +35,8 @@ DEADLETTER_REASONS = {
     "batch": ("bad_record",),
 }
 QUOTA_KINDS = ("requests", "tokens")  # the provider's x-ratelimit-* kinds
+NOTIFY_SINKS = ("alertmanager", "webhook")
+NOTIFY_OUTCOMES = ("sent", "retried", "failed", "rejected", "dropped")
 # OpenTelemetry GenAI semantic conventions (gen_ai.client.*), in Prometheus form.
 GENAI_TOKEN_BUCKETS = (1, 4, 16, 64, 256, 1024, 4096, 16384, 65536, 262144, 1048576)
 GENAI_DURATION_BUCKETS = (0.01, 0.02, 0.04, 0.08, 0.16, 0.32, 0.64, 1.28, 2.56, 5.12, 10.24,
@@ -235,6 +237,13 @@ class Metrics:
             "retro_report_updates_total", "Fragments merged into reports", ["result"],
             registry=r,  # result: applied | duplicate | partial
         )
+        self.notifications = Counter(
+            "retro_notifications_total",
+            "Incident notifications by sink and outcome: sent (a request taken), retried (an "
+            "attempt that failed and is tried again), failed (given up for this round), "
+            "rejected (refused for good, not sent again), dropped (the send queue was full)",
+            ["sink", "outcome"], registry=r,
+        )
         self.start_at_zero()
 
     def start_at_zero(self) -> None:
@@ -274,6 +283,9 @@ class Metrics:
                 self.deadletters.labels(stage, reason)
         for result in ("applied", "duplicate", "partial"):
             self.report_updates.labels(result)
+        for sink in NOTIFY_SINKS:
+            for outcome in NOTIFY_OUTCOMES:
+                self.notifications.labels(sink, outcome)
 
 
 class Series:

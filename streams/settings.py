@@ -30,7 +30,7 @@ from pydantic import (
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
 from streams.errors import ConfigError
-from streams.records import EnvelopeKind
+from streams.records import EnvelopeKind, Severity
 
 _TOPIC_NAME = re.compile(r"[A-Za-z0-9._-]{1,249}")
 LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL")
@@ -88,6 +88,8 @@ class TopicSettings(BaseModel):
     fragments: Topic = "retro.fragments"
     review: Topic = "retro.review"
     reports: Topic = "retro.reports"
+    # compacted: per report, what was notified about its incidents (streams/notify/)
+    notifications: Topic = "retro.notifications"
     partitions: int = Field(4, ge=1, description="partitions of the data topics")
     replication: int = Field(1, ge=1)
     retention_ms: int = 7 * 24 * 3600 * 1000  # -1: kept forever, as Kafka has it
@@ -313,6 +315,66 @@ class ReviewSettings(BaseModel):
     records_per_second: float = Field(200.0, gt=0.0)  # re-driven records, at most
 
 
+def sink_urls(value: str, *, many: bool) -> list[str]:
+    """The http(s) URLs of a notification sink (comma-separated when ``many``);
+    ValueError says what is wrong without repeating the value (it is a credential)."""
+    check = _url(("http", "https"), "https://host.example:9093/path").func
+    parts = [p.strip() for p in value.split(",")] if many else [value.strip()]
+    for part in parts:
+        check(part)
+    return parts
+
+
+def _secret_urls(many: bool) -> Any:
+    """A validator of a sink's address, kept a SecretStr: a chat webhook's URL is its
+    credential; '' means unset."""
+
+    def check(value: SecretStr | None) -> SecretStr | None:
+        if value is None or not value.get_secret_value().strip():
+            return None
+        sink_urls(value.get_secret_value(), many=many)
+        return SecretStr(value.get_secret_value().strip())
+
+    return AfterValidator(check)
+
+
+class NotifySettings(BaseModel):
+    """Telling the on-call about incidents as they open, escalate and end
+    (``streams/notify/``); nothing is sent while no sink is set."""
+
+    model_config = ConfigDict(frozen=True)
+
+    # Alertmanager's base URL (alerts go to <url>/api/v2/alerts); several, comma-separated,
+    # for an HA pair, which wants every alert from every sender
+    alertmanager_url: Annotated[SecretStr | None, _secret_urls(many=True)] = None
+    alertmanager_url_file: Path | None = None  # or read it from this file (a mounted Secret)
+    # a Slack-compatible incoming webhook (Slack, Mattermost, Teams adapters): its URL
+    # carries its token, so it is a secret
+    webhook_url: Annotated[SecretStr | None, _secret_urls(many=False)] = None
+    webhook_url_file: Path | None = None
+    # incidents of at least this severity are notified; once open, one stays open
+    # (and is refreshed) until it ends, whatever its severity does meanwhile
+    min_severity: Severity = "high"
+    # where people open the report pages, for links (default: this worker's web address)
+    external_url: Annotated[str | None, _url(("http", "https"),
+                                             "https://retro.example.com")] = None
+    # open alerts are posted again this often with endsAt 4 refreshes ahead, so
+    # Alertmanager keeps them active while the worker lives and lets them lapse if not
+    refresh_seconds: Seconds = 60.0
+    # an incident is ended once the logs have shown its end this long: a report composed
+    # of shares at different positions can look ended for a moment while one catches up
+    end_after_seconds: float = Field(60.0, ge=0.0)
+    timeout_seconds: Seconds = 10.0  # per HTTP request
+    max_attempts: PositiveInt = 5  # per send, with backoff; then it waits for the next round
+    backoff_base_seconds: float = Field(1.0, ge=0.0)  # 1, 2, 4, 8 s with jitter
+    queue_size: PositiveInt = 1000  # sends waiting per sink; beyond, they are dropped and counted
+
+    @property
+    def configured(self) -> bool:
+        return any((self.alertmanager_url, self.alertmanager_url_file, self.webhook_url,
+                    self.webhook_url_file))
+
+
 class KafkaSettings(BaseModel):
     model_config = ConfigDict(frozen=True)
 
@@ -351,6 +413,7 @@ class Settings(BaseSettings):
     model: ModelSettings = ModelSettings()
     report: ReportSettings = ReportSettings()
     review: ReviewSettings = ReviewSettings()
+    notify: NotifySettings = NotifySettings()
     # /healthz fails when an assigned partition has lag and no commit for this long
     stall_seconds: float = Field(600.0, ge=0.0)
     # on SIGTERM, the stage loops get this long in all to finish what they hold and
@@ -376,7 +439,8 @@ class Settings(BaseSettings):
         return self.fast if name == "fast" else self.slow
 
 
-_SECRET_FIELDS = {"api_key", "sasl_password", "web_token"}
+_SECRET_FIELDS = {"api_key", "sasl_password", "web_token", "alertmanager_url",
+                  "webhook_url"}
 
 
 def load_settings(**overrides: Any) -> Settings:

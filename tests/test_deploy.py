@@ -711,7 +711,9 @@ def role_access(settings: Settings, role: str, state_dir: Path) -> Access:
     from streams.clean.step import CleanStep
     from streams.gateway.redrive import RedriveStep
     from streams.kafka.topics import topic_specs
+    from streams.notify.step import NotifyStep
     from streams.report.step import CompactStep
+    from streams.worker.notify import LedgerReader
     from streams.worker.stages import RawReader, ReportsReader
 
     worker = build_app(settings.model_copy(update={"state_dir": state_dir}), roles=(role,))
@@ -749,6 +751,10 @@ def role_access(settings: Settings, role: str, state_dir: Path) -> Access:
             assert isinstance(step.source, ReportsReader)
             _grant(access, "topic", t.reports, READ)
             writes = [t.reports, t.review, t.fragments]
+        elif isinstance(step, NotifyStep):  # ledgers loaded on assignment, then written
+            assert isinstance(step.source, LedgerReader)
+            _grant(access, "topic", t.notifications, READ)
+            writes = [t.notifications]
         else:
             raise AssertionError(f"{step.name}: say here what it reads and writes")
         for topic in writes:

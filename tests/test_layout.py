@@ -20,10 +20,10 @@ LEVELS: dict[str, int] = {
     "errors": 0, "intervals": 0, "records": 0, "schemas": 0, "settings": 0, "metrics": 0,
     "clock": 0,
     "kafka": 1, "runtime": 2,
-    "ingest": 2, "clean": 3, "batch": 4, "gateway": 5, "report": 6,
-    "worker": 7, "app": 8, "runner": 9,
-    "cli": 10, "__main__": 11,
-    "dev": 10,
+    "ingest": 2, "clean": 3, "batch": 4, "gateway": 5, "report": 6, "notify": 7,
+    "worker": 8, "app": 9, "runner": 10,
+    "cli": 11, "__main__": 12,
+    "dev": 11,
 }
 MAY_IMPORT_DEV = {"cli", "__main__", "dev"}
 

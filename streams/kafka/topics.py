@@ -48,6 +48,12 @@ def topic_specs(settings: Settings) -> list[TopicSpec]:
             "segment.ms": str(3600 * 1000),
             "max.message.bytes": str(settings.kafka.max_message_bytes),
         }),
+        # per report, what was notified of its incidents: the notifier's state, kept
+        TopicSpec(t.notifications, t.partitions, {
+            "cleanup.policy": "compact",
+            "min.cleanable.dirty.ratio": "0.1",
+            "segment.ms": str(3600 * 1000),
+        }),
     ]
 
 

@@ -533,6 +533,9 @@ def _origin_title(ep: Episode, origin: Origin) -> str:
     return f"{origin.service} unreachable: {ep.top.title} in its callers{tail}"
 
 
+origin_title = _origin_title  # an episode's title where alerts name it too
+
+
 def _origin_sentence(ep: Episode, pm: PostMortem) -> str:
     """The summary's first words: the suspected origin and its first anomaly time."""
     origin = ep.origin

@@ -75,6 +75,10 @@ class LatestReports:
                  if (r := self._shard(key)) is not None]
         return compose(report_id, parts) if parts else None
 
+    def ids(self) -> list[str]:
+        """The ids of the reports held, sorted (nothing is decoded)."""
+        return sorted(self._keys)
+
     def values(self) -> list[Report]:
         return [r for rid in sorted(self._keys) if (r := self.get(rid)) is not None]
 

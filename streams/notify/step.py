@@ -1,0 +1,316 @@
+"""The notifier as a step: report versions in, incident changes decided, sent, recorded.
+
+The loop is a consumer group of its own on the compacted notifications topic, where
+each report's ledger (``streams.notify.ledger``) is one message keyed by the report
+id. Owning a partition of that topic is what makes a member the one notifier of the
+reports whose ids hash to it, however many workers run: on assignment it loads those
+ledgers, as the compactor loads its reports; before a partition moves it finishes the
+send in hand and records it, so the next owner knows what was said.
+
+A report is composed of shares that other members compact, so the notifier reads the
+composed reports a follower of the reports topic holds (the one the HTTP views use).
+On each new version, and every second meanwhile, it plans: ``alerts_for`` the report,
+``Planner.plan`` against the ledger, and any change decided is written to the ledger
+before it is sent (so a restart sends it, never forgets it). Sends run off that path:
+each sink has a bounded queue and a task of its own, so a slow or failing sink never
+holds the reports, the ledger or the other sink back; a full queue drops the send and
+counts it, and the next round queues it again, as the ledger still owes it. Once a sink
+takes a change its count in the ledger moves on, so a re-read, a restart or a new owner
+does not send it twice; only a crash between a sink's answer and that record repeats
+the one change in flight.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from collections.abc import Callable
+from datetime import UTC, datetime
+from typing import Any, Protocol
+
+from streams.clean.redact import Redactor
+from streams.metrics import Metrics
+from streams.notify.incidents import Alert, alerts_for
+from streams.notify.ledger import Notices, Planner
+from streams.notify.messages import alertmanager_alerts, report_link, webhook_message
+from streams.notify.sinks import MAX_WAIT, Sink
+from streams.report.keys import UNDATED, format_time
+from streams.report.model import Report
+from streams.runtime.step import Context, Fetch, Out, Step
+from streams.settings import Settings
+
+logger = logging.getLogger(__name__)
+
+TICK_SECONDS = 1.0  # at most one planning round this often, and at least one
+
+
+class Reports(Protocol):
+    """The latest reports composed from their shares (``streams.report.store``)."""
+
+    def ids(self) -> list[str]: ...
+
+    def get(self, report_id: str) -> Report | None: ...
+
+
+class LedgerSource(Protocol):
+    async def read(self, partitions: set[int]) -> list[tuple[str, bytes | None, int]]:
+        """(report id, latest ledger or None for a tombstone, partition) of every
+        report ledger on ``partitions`` of the notifications topic."""
+        ...
+
+
+PartitionOf = Callable[[bytes, int], int]  # (key, partition count) -> the key's partition
+
+
+class NotifyStep(Step):
+    """Plans on report versions, records in the ledger, sends from per-sink queues."""
+
+    name = "notify loop"
+
+    def __init__(self, settings: Settings, metrics: Metrics, *, reports: Reports,
+                 source: LedgerSource, sinks: list[Sink], partition_of: PartitionOf,
+                 changed: asyncio.Event | None = None,
+                 mono: Callable[[], float] = time.monotonic,
+                 wall: Callable[[], datetime] = lambda: datetime.now(UTC),
+                 tick_seconds: float = TICK_SECONDS) -> None:
+        self.settings = settings
+        self.metrics = metrics
+        self.reports = reports
+        self.source = source
+        self.sinks = sinks
+        self.partition_of = partition_of
+        self.changed = changed
+        self.mono = mono
+        self.wall = wall
+        self.tick_seconds = tick_seconds
+        self.topic = settings.topics.notifications
+        n = settings.notify
+        self.planner = Planner(min_severity=n.min_severity, end_after=n.end_after_seconds)
+        self.redactor = Redactor.from_settings(settings)
+        self.ledger: dict[str, Notices] = {}  # report id -> its ledger, owned partitions
+        self._home: dict[str, int] = {}
+        self._loaded: set[int] = set()
+        self._between_owners = False
+        self._alerts: dict[str, tuple[tuple[Any, ...], list[Alert]]] = {}
+        self._queues: dict[str, asyncio.Queue[tuple[str, str]]] = {}
+        self._queued: set[tuple[str, str, str]] = set()
+        self._idle: dict[str, asyncio.Event] = {}
+        self._refreshed_at: float | None = None
+
+    # ------------------------------------------------------------------ runtime
+
+    def begin(self, ctx: Context) -> None:
+        self.ledger.clear()
+        self._home.clear()
+        self._loaded, self._between_owners = set(), False
+        self._queued.clear()
+        size = self.settings.notify.queue_size
+        self._queues = {s.name: asyncio.Queue(maxsize=size) for s in self.sinks}
+        self._idle = {s.name: asyncio.Event() for s in self.sinks}
+        for event in self._idle.values():
+            event.set()
+
+    def background(self, ctx: Context) -> list[Any]:
+        return [self._planning(ctx), *self.senders(ctx)]
+
+    def senders(self, ctx: Context) -> list[Any]:
+        """One task per sink, taking its queue's sends in order."""
+        return [self._sending(ctx, sink) for sink in self.sinks]
+
+    async def take(self, fetch: Fetch, ctx: Context) -> None:
+        """The ledger messages are this member's own writes (or were loaded on
+        assignment): nothing to do but let the commit pass them."""
+        for part, messages in fetch.items():
+            for m in messages:
+                ctx.done(ctx.track(part, m.offset))
+
+    async def assigned(self, parts: set[Any], ctx: Context) -> None:
+        """Forget the ledgers of partitions that left, load those that arrived."""
+        self._between_owners = False
+        partitions = {p.partition for p in parts if p.topic == self.topic}
+        for rid in [r for r, p in self._home.items() if p not in partitions]:
+            self.ledger.pop(rid, None)
+            del self._home[rid]
+        gained = partitions - self._loaded
+        self._loaded &= partitions
+        if not gained:
+            return
+        for rid, value, home in await self.source.read(gained):
+            if value is None:
+                self.ledger.pop(rid, None)
+                self._home.pop(rid, None)
+                continue
+            self.ledger[rid] = Notices.from_bytes(value)
+            self._home[rid] = home
+        self._loaded = partitions
+        logger.info("notify: loaded the ledgers of %d report(s) of partitions %s",
+                    sum(1 for p in self._home.values() if p in gained), sorted(gained))
+
+    async def revoked(self, parts: set[Any], ctx: Context) -> None:
+        """Stop planning and sending; the send in flight finishes and is recorded before
+        the partitions move (aiokafka waits for this)."""
+        self._between_owners = True
+        await self._quiet()
+
+    async def drain(self, ctx: Context) -> None:
+        self._between_owners = True
+        await self._quiet()
+        for sink in self.sinks:
+            await sink.close()
+
+    async def _quiet(self) -> None:
+        wait = self.settings.notify.timeout_seconds + 5.0
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(asyncio.gather(*(e.wait() for e in self._idle.values())),
+                                   timeout=wait)
+
+    # ------------------------------------------------------------------ planning
+
+    async def _planning(self, ctx: Context) -> None:
+        while True:
+            began = self.mono()
+            if not self._between_owners and self._loaded:
+                await self.plan(ctx)
+            await self._wake(max(self.tick_seconds - (self.mono() - began), 0.0))
+
+    async def _wake(self, rest: float) -> None:
+        await asyncio.sleep(rest)  # at most one round a tick, however busy the reports are
+        if self.changed is None:
+            return
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(self.changed.wait(), timeout=self.tick_seconds)
+        self.changed.clear()
+
+    async def plan(self, ctx: Context) -> None:
+        """One round over the owned reports: decide, record, queue what is owed."""
+        count = ctx.partition_count(self.topic)
+        if count == 0:
+            return
+        ids = [rid for rid in self.reports.ids() if not rid.startswith(UNDATED)]
+        latest = _latest_windows(ids)
+        mono = self.mono()
+        now = format_time(self.wall())
+        n = self.settings.notify
+        refresh = self._refreshed_at is None or mono - self._refreshed_at >= n.refresh_seconds
+        for rid in ids:
+            home = self.partition_of(rid.encode(), count)
+            if home not in self._loaded or self._between_owners:
+                continue
+            notices = self.ledger.get(rid)
+            alerts = self._alerts_of(rid, closed=latest.get(_group(rid)) != _bucket(rid))
+            if not alerts and (notices is None or not any(e.open for e in notices.entries)):
+                continue
+            if notices is None:
+                notices = Notices(report_id=rid)
+            if self.planner.plan(notices, alerts, now=now, mono=mono):
+                self.ledger[rid] = notices
+                await self._write(ctx, rid)
+            self._home[rid] = home
+            for entry in notices.entries:
+                for sink in self.sinks:
+                    am_refresh = refresh and entry.open and sink.name == "alertmanager"
+                    if entry.owed(sink.name) > 0 or am_refresh:
+                        self._enqueue(sink, rid, entry.id)
+            await ctx.give()
+        if refresh:
+            self._refreshed_at = mono
+
+    def _alerts_of(self, rid: str, *, closed: bool) -> list[Alert]:
+        """The report's incidents, derived once per version."""
+        report = self.reports.get(rid)
+        if report is None:
+            return []
+        revision = (report.version, report.updated_at, report.record_count, closed)
+        held = self._alerts.get(rid)
+        if held is not None and held[0] == revision:
+            return held[1]
+        try:
+            alerts = alerts_for(report, redactor=self.redactor, closed=closed)
+        except Exception:  # one unreadable report must not silence the others
+            logger.exception("notify: the incidents of report %s could not be derived", rid)
+            alerts = []
+        self._alerts[rid] = (revision, alerts)
+        return alerts
+
+    async def _write(self, ctx: Context, rid: str) -> None:
+        """Record the report's ledger; returns once it is delivered (raises if not: the
+        runtime then rejoins and the ledger is loaded again)."""
+        value = self.ledger[rid].to_bytes()
+        await (await ctx.send([Out(self.topic, rid.encode(), value)]))
+
+    # ------------------------------------------------------------------ sending
+
+    def _enqueue(self, sink: Sink, rid: str, entry_id: str) -> None:
+        job = (sink.name, rid, entry_id)
+        if job in self._queued:
+            return
+        try:
+            self._queues[sink.name].put_nowait((rid, entry_id))
+        except asyncio.QueueFull:
+            sink.dropped()  # the ledger still owes it: the next round queues it again
+            return
+        self._queued.add(job)
+
+    async def _sending(self, ctx: Context, sink: Sink) -> None:
+        queue = self._queues[sink.name]
+        idle = self._idle[sink.name]
+        while True:
+            rid, entry_id = await queue.get()
+            idle.clear()
+            try:
+                outcome = await self._deliver(ctx, sink, rid, entry_id)
+            finally:
+                self._queued.discard((sink.name, rid, entry_id))
+                idle.set()
+            if outcome == "failed":  # the sink is down: let it be a while
+                await asyncio.sleep(MAX_WAIT)
+
+    async def _deliver(self, ctx: Context, sink: Sink, rid: str, entry_id: str) -> str:
+        notices = self.ledger.get(rid)
+        entry = notices.entry(entry_id) if notices is not None else None
+        if entry is None or self._between_owners:
+            return "stopped"
+        link = report_link(self.settings, rid)
+
+        def stop() -> bool:
+            return self._between_owners
+
+        if sink.name == "alertmanager":
+            owed = len(entry.changes)
+            outcome = await sink.send(alertmanager_alerts(
+                entry, link=link, now=self.wall(),
+                refresh_seconds=self.settings.notify.refresh_seconds), stop=stop)
+            if outcome in ("sent", "rejected") and entry.delivered.get(sink.name, 0) < owed:
+                entry.delivered[sink.name] = owed
+                await self._write(ctx, rid)
+            return outcome
+        outcome = "sent"
+        while entry.owed(sink.name) > 0:
+            n = entry.delivered.get(sink.name, 0)
+            outcome = await sink.send(webhook_message(entry, n, link=link), stop=stop)
+            if outcome not in ("sent", "rejected"):
+                break
+            entry.delivered[sink.name] = n + 1
+            await self._write(ctx, rid)
+        return outcome
+
+
+def _group(rid: str) -> str:
+    return rid.split("/", 1)[-1]
+
+
+def _bucket(rid: str) -> str:
+    return rid.split("/", 1)[0]
+
+
+def _latest_windows(ids: list[str]) -> dict[str, str]:
+    """Per group, its latest window: an incident of an earlier one goes on there, if
+    at all."""
+    latest: dict[str, str] = {}
+    for rid in ids:
+        group, bucket = _group(rid), _bucket(rid)
+        if bucket > latest.get(group, ""):
+            latest[group] = bucket
+    return latest

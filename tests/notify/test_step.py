@@ -1,0 +1,241 @@
+"""The notifier step: a change is recorded before it is sent, sent once, and a member that
+restarts or takes a partition over knows what was said."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable
+from datetime import UTC, datetime
+from typing import Any
+
+import aiohttp
+
+from streams.metrics import Metrics
+from streams.notify.ledger import Notices
+from streams.notify.sinks import Reply, Sink
+from streams.notify.step import NotifyStep
+from streams.report.model import Report
+from streams.runtime.memory import MemoryRun, Part
+from streams.settings import Settings
+from tests.helpers import pool_and_disk_report
+
+SETTINGS = Settings(notify={"webhook_url": "http://hook.example/x",
+                            "alertmanager_url": "http://am.example:9093",
+                            "end_after_seconds": 0, "refresh_seconds": 60})
+TOPIC = SETTINGS.topics.notifications
+P0 = Part(TOPIC, 0)
+RID = "2026-11-29/all"
+
+
+class Reports:
+    def __init__(self, *reports: Report) -> None:
+        self.held = {r.id: r for r in reports}
+
+    def ids(self) -> list[str]:
+        return sorted(self.held)
+
+    def get(self, report_id: str) -> Report | None:
+        return self.held.get(report_id)
+
+
+class Ledgers:
+    def __init__(self, stored: dict[str, bytes] | None = None) -> None:
+        self.stored = stored or {}
+
+    async def read(self, partitions: set[int]) -> list[tuple[str, bytes | None, int]]:
+        return [(rid, value, 0) for rid, value in self.stored.items() if 0 in partitions]
+
+
+class Receiver:
+    """What a sink's endpoint received; ``gate`` holds answers back while cleared."""
+
+    def __init__(self, status: int | Exception = 200) -> None:
+        self.status = status
+        self.got: list[Any] = []
+        self.gate = asyncio.Event()
+        self.gate.set()
+
+    async def post(self, url: str, payload: Any, *, timeout: float) -> Reply:
+        await self.gate.wait()
+        if isinstance(self.status, Exception):
+            raise self.status
+        self.got.append(payload)
+        return Reply(self.status)
+
+    async def close(self) -> None:
+        pass
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 0.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def make_step(reports: Reports, hook: Receiver, am: Receiver, *, stored: Ledgers | None = None,
+              home: int = 0, settings: Settings = SETTINGS, clock: Clock | None = None,
+              metrics: Metrics | None = None) -> NotifyStep:
+    metrics = metrics or Metrics()
+    sinks = [Sink("alertmanager", ["http://am.example:9093/api/v2/alerts"], metrics,
+                  transport=am, attempts=1),
+             Sink("webhook", ["http://hook.example/x"], metrics, transport=hook, attempts=1)]
+    return NotifyStep(settings, metrics, reports=reports, source=stored or Ledgers(),
+                      sinks=sinks, partition_of=lambda key, count: home,
+                      mono=clock or Clock(),
+                      wall=lambda: datetime(2026, 12, 1, 8, 0, tzinfo=UTC))
+
+
+async def running(step: NotifyStep) -> tuple[MemoryRun, list[asyncio.Task[None]]]:
+    run = MemoryRun(step)
+    run.source.partitions[TOPIC] = 1
+    await run.assign(P0)
+    return run, [asyncio.create_task(c) for c in step.senders(run.ctx)]
+
+
+async def until(condition: Callable[[], bool], what: str) -> None:
+    for _ in range(200):
+        if condition():
+            return
+        await asyncio.sleep(0.01)
+    raise AssertionError(f"timed out waiting for {what}")
+
+
+def ledgers(run: MemoryRun) -> list[Notices]:
+    return [Notices.from_bytes(o.value or b"") for o in run.sent_to(TOPIC)]
+
+
+async def stop(tasks: list[asyncio.Task[None]]) -> None:
+    for task in tasks:
+        task.cancel()
+    await asyncio.gather(*tasks, return_exceptions=True)
+
+
+async def test_an_incident_is_recorded_then_sent_once_to_each_sink() -> None:
+    hook, am = Receiver(), Receiver()
+    step = make_step(Reports(pool_and_disk_report()), hook, am)
+    run, tasks = await running(step)
+    await step.plan(run.ctx)
+    first = ledgers(run)[0]  # the decision is on the topic before anything is sent
+    assert [(e.id, [c.kind for c in e.changes], e.delivered) for e in first.entries] == [
+        (first.entries[0].id, ["opened"], {})]
+    await until(lambda: len(hook.got) == 1 and len(am.got) == 1, "both sinks")
+    await until(lambda: ledgers(run)[-1].entries[0].delivered == {"webhook": 1,
+                                                                  "alertmanager": 1},
+                "the deliveries recorded")
+    assert hook.got[0]["text"].startswith("[retro] Incident opened (critical): Connection pool")
+    [alert] = am.got[0]
+    assert alert["labels"]["severity"] == "critical" and alert["labels"]["report"] == RID
+    for _ in range(3):  # the same version read again says nothing new
+        await step.plan(run.ctx)
+    await asyncio.sleep(0.05)
+    assert len(hook.got) == 1 and len(am.got) == 1
+    await stop(tasks)
+
+
+async def test_open_alerts_are_posted_again_every_refresh() -> None:
+    hook, am, clock = Receiver(), Receiver(), Clock()
+    step = make_step(Reports(pool_and_disk_report()), hook, am, clock=clock)
+    run, tasks = await running(step)
+    await step.plan(run.ctx)
+    await until(lambda: len(am.got) == 1, "the first post")
+    clock.now = 30.0
+    await step.plan(run.ctx)
+    clock.now = 61.0
+    await step.plan(run.ctx)
+    await until(lambda: len(am.got) == 2, "the refresh")
+    assert am.got[0] == am.got[1] and len(hook.got) == 1
+    await stop(tasks)
+
+
+async def test_a_restarted_member_loads_the_ledger_and_sends_nothing_again() -> None:
+    hook, am = Receiver(), Receiver()
+    step = make_step(Reports(pool_and_disk_report()), hook, am)
+    run, tasks = await running(step)
+    await step.plan(run.ctx)
+    await until(lambda: ledgers(run)[-1].entries[0].delivered.get("webhook") == 1, "a delivery")
+    await stop(tasks)
+    stored = Ledgers({RID: run.sent_to(TOPIC)[-1].value or b""})
+    hook2 = Receiver()
+    again = make_step(Reports(pool_and_disk_report()), hook2, Receiver(), stored=stored)
+    run2, tasks2 = await running(again)
+    await again.plan(run2.ctx)
+    await asyncio.sleep(0.05)
+    assert hook2.got == [] and run2.sent_to(TOPIC) == []
+    await stop(tasks2)
+
+
+async def test_a_change_decided_but_not_sent_is_sent_by_the_next_member() -> None:
+    first = make_step(Reports(pool_and_disk_report()), Receiver(), Receiver())
+    run, _ = await running(first)
+    await first.plan(run.ctx)  # decided and recorded; this member dies before sending
+    stored = Ledgers({RID: run.sent_to(TOPIC)[0].value or b""})
+    hook = Receiver()
+    second = make_step(Reports(pool_and_disk_report()), hook, Receiver(), stored=stored)
+    run2, tasks = await running(second)
+    await second.plan(run2.ctx)
+    await until(lambda: len(hook.got) == 1, "the owed message")
+    await asyncio.sleep(0.05)
+    assert len(hook.got) == 1 and "opened" in hook.got[0]["text"]
+    await stop(tasks)
+
+
+async def test_reports_of_partitions_owned_elsewhere_are_left_alone() -> None:
+    hook = Receiver()
+    step = make_step(Reports(pool_and_disk_report()), hook, Receiver(), home=1)
+    run, tasks = await running(step)
+    await step.plan(run.ctx)
+    await asyncio.sleep(0.05)
+    assert hook.got == [] and run.sent_to(TOPIC) == []
+    await stop(tasks)
+
+
+async def test_a_full_queue_drops_counts_and_the_next_round_sends_it() -> None:
+    settings = SETTINGS.model_copy(update={"notify": SETTINGS.notify.model_copy(
+        update={"queue_size": 1})})
+    other = pool_and_disk_report().model_copy(update={"id": "2026-11-29/payments"})
+    metrics, hook = Metrics(), Receiver()
+    step = make_step(Reports(pool_and_disk_report(), other), hook, Receiver(),
+                     settings=settings, metrics=metrics)
+    run = MemoryRun(step)
+    run.source.partitions[TOPIC] = 1
+    await run.assign(P0)
+    await step.plan(run.ctx)  # two incidents owed, one place in the queue, no sender yet
+    dropped = metrics.registry.get_sample_value("retro_notifications_total",
+                                                {"sink": "webhook", "outcome": "dropped"})
+    assert dropped == 1
+    tasks = [asyncio.create_task(c) for c in step.senders(run.ctx)]
+    await until(lambda: len(hook.got) == 1, "the queued one")
+    await step.plan(run.ctx)
+    await until(lambda: len(hook.got) == 2, "the dropped one, queued again")
+    await stop(tasks)
+
+
+async def test_a_revoke_lets_the_send_in_flight_finish_and_records_it() -> None:
+    hook = Receiver()
+    hook.gate.clear()
+    step = make_step(Reports(pool_and_disk_report()), hook, Receiver())
+    run, tasks = await running(step)
+    await step.plan(run.ctx)
+    await asyncio.sleep(0.05)  # the webhook's send waits for its answer
+    revoke = asyncio.create_task(step.revoked({P0}, run.ctx))
+    await asyncio.sleep(0.05)
+    assert not revoke.done()
+    hook.gate.set()
+    await asyncio.wait_for(revoke, timeout=2)
+    assert ledgers(run)[-1].entries[0].delivered.get("webhook") == 1
+    await step.plan(run.ctx)  # between owners: nothing is planned
+    assert len(ledgers(run)) == len(run.sent_to(TOPIC))
+    await stop(tasks)
+
+
+async def test_a_failing_sink_does_not_hold_the_other_back() -> None:
+    hook, am = Receiver(aiohttp.ClientConnectionError("refused")), Receiver()
+    step = make_step(Reports(pool_and_disk_report()), hook, am)
+    run, tasks = await running(step)
+    await step.plan(run.ctx)
+    await until(lambda: ledgers(run)[-1].entries[0].delivered.get("alertmanager") == 1,
+                "Alertmanager's delivery")
+    assert "webhook" not in ledgers(run)[-1].entries[0].delivered  # still owed
+    await stop(tasks)
