@@ -55,7 +55,7 @@ def test_promtool_check_rules() -> None:
 @needs_promtool
 def test_promtool_unit_tests_pass_on_the_shipped_files() -> None:
     """`promtool test rules grafana/alerts.test.yaml`, as an operator would run it."""
-    done = _promtool("test", "rules", "alerts.test.yaml", cwd=GRAFANA)
+    done = _promtool("test", "rules", "grafana/alerts.test.yaml", cwd=ROOT)
     assert done.returncode == 0, done.stdout + done.stderr
     assert "SUCCESS" in done.stdout
 
