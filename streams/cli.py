@@ -311,7 +311,7 @@ def cmd_demo(args: argparse.Namespace, settings: Settings) -> int:
     from streams.dev.demo import run_demo
 
     return run_demo(settings, data=args.data, records=args.records, keep=args.keep,
-                    timeout=args.timeout)
+                    timeout=args.timeout, notify_webhook=args.notify_webhook)
 
 
 # ------------------------------------------------------------------------ parser
@@ -484,6 +484,9 @@ def make_parser() -> argparse.ArgumentParser:
                     help="leave the broker and worker running afterwards")
     dm.add_argument("--timeout", type=float, default=300.0, metavar="SECONDS",
                     help="give up waiting for the pipeline after this long (default 300)")
+    dm.add_argument("--notify-webhook", metavar="URL",
+                    help="post the demo's incidents to this Slack-compatible chat webhook as "
+                         "they open, escalate and end (RETRO_NOTIFY__* work too)")
     return p
 
 

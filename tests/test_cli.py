@@ -181,6 +181,14 @@ def test_demo_checks_the_sample_size_before_starting_anything(
     assert not (tmp_path / "state").exists()
 
 
+def test_demo_checks_its_webhook_before_starting_anything(
+        retro: Callable[..., Run], tmp_path: Path) -> None:
+    retro("demo", "--notify-webhook", "hooks.example.com/services/s3cr3t").one_line_error(
+        UsageError.exit_code, "--notify-webhook", "http")
+    assert "s3cr3t" not in retro("demo", "--notify-webhook", "ftp://x/s3cr3t").err
+    assert not (tmp_path / "state" / "broker").exists()
+
+
 def test_demo_refuses_a_chosen_web_port_in_use_before_starting_anything(
         retro: Callable[..., Run], tmp_path: Path) -> None:
     with busy_port() as port:

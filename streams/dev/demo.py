@@ -19,19 +19,28 @@ import subprocess
 import sys
 import time
 from collections.abc import Callable
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import IO
+
+from pydantic import SecretStr
 
 from streams.dev.broker.launcher import LocalBroker
 from streams.errors import EXIT_AUDIT_FAILED, InputError, PortInUse, RetroError, UsageError
 from streams.ingest.reader import check_inputs
 from streams.kafka.connect import check_reachable
 from streams.kafka.topics import ensure_topics
+from streams.notify.incidents import alerts_for
+from streams.notify.ledger import Notices
+from streams.notify.sinks import configured_urls
+from streams.notify.step import latest_windows, window_over
 from streams.report.audit import audit_until_clean, dumps
+from streams.report.keys import UNDATED
+from streams.report.model import SEVERITY_WEIGHT
 from streams.report.rollup import needs_rollup
-from streams.report.store import read_reports
+from streams.report.store import read_reports, read_topic
 from streams.report.view import render_reports
-from streams.settings import Settings
+from streams.settings import Settings, sink_urls
 from streams.worker.web import check_web_port, free_port, port_free
 
 SKIP_SUFFIXES = ("_structured.csv", "_templates.csv", ".json", ".md")
@@ -90,7 +99,7 @@ def choose_web_port(settings: Settings, *, user_chose: bool) -> tuple[Settings, 
 
 
 def run_demo(settings: Settings, *, data: str | None, records: int, keep: bool,
-             timeout: float) -> int:
+             timeout: float, notify_webhook: str | None = None) -> int:
     say = _printer()
     # everything that can be checked is checked before anything starts
     from streams.dev.sample import MIN_RECORDS
@@ -98,6 +107,9 @@ def run_demo(settings: Settings, *, data: str | None, records: int, keep: bool,
     paths = data_files(data) if data else None
     if paths is None and records < MIN_RECORDS:
         raise UsageError(f"--records must be at least {MIN_RECORDS} (got {records})")
+    if notify_webhook:
+        settings = with_webhook(settings, notify_webhook)
+    notify_sinks = list(configured_urls(settings))
     if settings.kafka.bootstrap:
         check_reachable(settings)
     settings, moved = choose_web_port(
@@ -110,6 +122,11 @@ def run_demo(settings: Settings, *, data: str | None, records: int, keep: bool,
     if not settings.report.rollup_seconds:
         # the demo shows incident summaries: with the offline model they cost nothing
         env.setdefault("RETRO_REPORT__ROLLUP_SECONDS", "2")
+    if notify_webhook:
+        env["RETRO_NOTIFY__WEBHOOK_URL"] = notify_webhook
+    if notify_sinks and "end_after_seconds" not in settings.notify.model_fields_set:
+        # the sample is replayed in seconds, not lived through in an hour
+        env["RETRO_NOTIFY__END_AFTER_SECONDS"] = "5"
     started = _Started()
     try:
         if settings.kafka.bootstrap:
@@ -130,6 +147,8 @@ def run_demo(settings: Settings, *, data: str | None, records: int, keep: bool,
         model = settings.model.effective_backend
         say(f"model backend: {model}" + (f" at {settings.model.base_url}" if model == "openai"
                                          else " (offline analyzer, no key needed)"))
+        if notify_sinks:
+            say(f"incidents go to {' and '.join(notify_sinks)} as they open, escalate and end")
 
         log_path = settings.state_dir / "demo-worker.log"
         started.log = log_path.open("wb")
@@ -155,6 +174,8 @@ def run_demo(settings: Settings, *, data: str | None, records: int, keep: bool,
                              deadletter_count=result.claimed.get("deadletter"),
                              review_count=result.claimed.get("review")))
         print("## Audit\n\n```json\n" + dumps(result) + "\n```")
+        if notify_sinks:
+            say(asyncio.run(_notified(settings, notify_sinks, wait_seconds=30.0)))
         return 0 if result.ok else EXIT_AUDIT_FAILED
     finally:
         started.stop(keep=keep, say=say)
@@ -241,6 +262,48 @@ async def _summarized_reports(settings: Settings, *, wait_seconds: float) -> dic
         if not pending or time.monotonic() >= deadline:
             return reports
         await asyncio.sleep(1.0)
+
+
+def with_webhook(settings: Settings, url: str) -> Settings:
+    """The settings with ``--notify-webhook``'s URL, refused (before anything starts)
+    unless it is an http(s) URL; its value is never repeated, it is a credential."""
+    try:
+        sink_urls(url, many=False)
+    except ValueError as exc:
+        raise UsageError(f"--notify-webhook: {exc}") from None
+    notify = settings.notify.model_copy(update={"webhook_url": SecretStr(url.strip())})
+    return settings.model_copy(update={"notify": notify})
+
+
+async def _notified(settings: Settings, sinks: list[str], *, wait_seconds: float) -> str:
+    """What the notifier told the sinks, once every incident of the reports is opened
+    (and ended, if it has) and nothing is owed to a sink, or time ran out."""
+    reports = await read_reports(settings)
+    ids = [rid for rid in reports if not rid.startswith(UNDATED)]
+    latest = latest_windows(ids)
+    worth = {s for s, w in SEVERITY_WEIGHT.items()
+             if w >= SEVERITY_WEIGHT[settings.notify.min_severity]}
+    now = datetime.now(UTC)
+    wanted = [a for rid in ids
+              for a in alerts_for(reports[rid], closed=window_over(reports[rid], latest, now))
+              if a.severity in worth and not a.closed]
+    deadline = time.monotonic() + wait_seconds
+    while True:
+        latest_ledgers: dict[str, Notices] = {}
+        async for key, value in read_topic(settings, settings.topics.notifications):
+            if key is not None and value is not None:
+                latest_ledgers[key.decode()] = Notices.from_bytes(value)
+        entries = [e for n in latest_ledgers.values() for e in n.entries]
+        owed = sum(e.owed(s) for e in entries for s in sinks)
+        told = all(any(set(e.keys) & set(a.keys) and e.open != a.ended for e in entries)
+                   for a in wanted)
+        if (told and not owed) or time.monotonic() >= deadline:
+            break
+        await asyncio.sleep(1.0)
+    kinds = [c.kind for e in entries for c in e.changes]
+    said = ", ".join(f"{kinds.count(k)} {k}" for k in ("opened", "escalated", "ended"))
+    tail = f"; {owed} change(s) still owed when the demo stopped" if owed else ""
+    return f"notified {' and '.join(sinks)} of {len(entries)} incident(s): {said}{tail}"
 
 
 def _printer():

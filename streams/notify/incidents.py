@@ -76,10 +76,8 @@ def _lead_service(top: Cause, ep: Episode) -> str:
 
 
 def _sentence(ep: Episode, top: Cause) -> str:
-    """The model's roll-up of the main cause when there is one, else the episode in
-    numbers, as the post-mortem's first summary sentence puts it."""
-    if top.summary:
-        return top.summary
+    """The episode in numbers, as the post-mortem's first summary sentence puts it (a
+    roll-up speaks of one cause only, so the episode's own words are used)."""
     errors = sum(c.count for c in ep.causes if SEVERITY_WEIGHT.get(c.severity, 1) >= FAILING)
     services = ep.services
     return (f"From {ep.first_seen or 'an unknown time'} to {ep.last_seen or 'now'}, "

@@ -36,7 +36,7 @@ from streams.notify.incidents import Alert, alerts_for
 from streams.notify.ledger import Notices, Planner
 from streams.notify.messages import alertmanager_alerts, report_link, webhook_message
 from streams.notify.sinks import MAX_WAIT, Sink
-from streams.report.keys import UNDATED, format_time
+from streams.report.keys import UNDATED, format_time, parse_time
 from streams.report.model import Report
 from streams.runtime.step import Context, Fetch, Out, Step
 from streams.settings import Settings
@@ -44,6 +44,7 @@ from streams.settings import Settings
 logger = logging.getLogger(__name__)
 
 TICK_SECONDS = 1.0  # at most one planning round this often, and at least one
+QUIET_SECONDS = 600.0  # a window no record reached this long, with a later one begun, is over
 
 
 class Reports(Protocol):
@@ -189,9 +190,10 @@ class NotifyStep(Step):
         if count == 0:
             return
         ids = [rid for rid in self.reports.ids() if not rid.startswith(UNDATED)]
-        latest = _latest_windows(ids)
+        latest = latest_windows(ids)
         mono = self.mono()
-        now = format_time(self.wall())
+        wall = self.wall()
+        now = format_time(wall)
         n = self.settings.notify
         refresh = self._refreshed_at is None or mono - self._refreshed_at >= n.refresh_seconds
         for rid in ids:
@@ -199,7 +201,10 @@ class NotifyStep(Step):
             if home not in self._loaded or self._between_owners:
                 continue
             notices = self.ledger.get(rid)
-            alerts = self._alerts_of(rid, closed=latest.get(_group(rid)) != _bucket(rid))
+            report = self.reports.get(rid)
+            if report is None:
+                continue
+            alerts = self._alerts_of(report, closed=window_over(report, latest, wall))
             if not alerts and (notices is None or not any(e.open for e in notices.entries)):
                 continue
             if notices is None:
@@ -217,11 +222,9 @@ class NotifyStep(Step):
         if refresh:
             self._refreshed_at = mono
 
-    def _alerts_of(self, rid: str, *, closed: bool) -> list[Alert]:
+    def _alerts_of(self, report: Report, *, closed: bool) -> list[Alert]:
         """The report's incidents, derived once per version."""
-        report = self.reports.get(rid)
-        if report is None:
-            return []
+        rid = report.id
         revision = (report.version, report.updated_at, report.record_count, closed)
         held = self._alerts.get(rid)
         if held is not None and held[0] == revision:
@@ -305,7 +308,18 @@ def _bucket(rid: str) -> str:
     return rid.split("/", 1)[0]
 
 
-def _latest_windows(ids: list[str]) -> dict[str, str]:
+def window_over(report: Report, latest: dict[str, str], now: datetime) -> bool:
+    """Whether the report's window is over: a later window of its group has begun and
+    no record has reached this one for QUIET_SECONDS. A window that still grows is not
+    over, whatever else began: records without a time of their own are dated when
+    they arrive, so a replay of old logs opens today's window beside it."""
+    if latest.get(_group(report.id)) == _bucket(report.id):
+        return False
+    updated = parse_time(report.updated_at)
+    return updated is None or (now - updated).total_seconds() >= QUIET_SECONDS
+
+
+def latest_windows(ids: list[str]) -> dict[str, str]:
     """Per group, its latest window: an incident of an earlier one goes on there, if
     at all."""
     latest: dict[str, str] = {}

@@ -239,3 +239,18 @@ async def test_a_failing_sink_does_not_hold_the_other_back() -> None:
                 "Alertmanager's delivery")
     assert "webhook" not in ledgers(run)[-1].entries[0].delivered  # still owed
     await stop(tasks)
+
+
+async def test_a_window_is_over_once_a_later_one_began_and_it_stopped_growing() -> None:
+    hook = Receiver()
+    base = pool_and_disk_report()
+    stale = base.model_copy(update={"id": "2026-11-28/all", "updated_at": "2026-12-01T07:45:00Z"})
+    fresh = base.model_copy(update={"id": "2026-11-27/all", "updated_at": "2026-12-01T07:59:00Z"})
+    step = make_step(Reports(stale, fresh, base), hook, Receiver())
+    run, tasks = await running(step)
+    await step.plan(run.ctx)
+    await until(lambda: len(hook.got) == 2, "the live windows' incidents")
+    await asyncio.sleep(0.05)
+    reports = sorted(m["text"].split("|Post-mortem ")[1].split(">")[0] for m in hook.got)
+    assert reports == ["2026-11-27/all", RID]  # a replay's window that still grows is live
+    await stop(tasks)
