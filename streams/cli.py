@@ -72,11 +72,21 @@ def kafka(settings: Settings) -> None:
 def cmd_broker(args: argparse.Namespace, settings: Settings) -> int:
     from streams.dev.broker.launcher import LocalBroker
 
-    broker = LocalBroker(settings.state_dir, version=args.kafka_version)
+    kafka_users = None
+    if args.secure or args.kafka_users:
+        from streams.dev.broker.secure import default_manifest
+
+        kafka_users = Path(args.kafka_users) if args.kafka_users else default_manifest()
+    broker = LocalBroker(settings.state_dir, version=args.kafka_version,
+                         kafka_users=kafka_users)
     if args.action == "start":
         state = broker.start()
         print(f"broker running: bootstrap={state.bootstrap} pid={state.pid} "
               f"dir={state.directory} log={state.log_file}")
+        if kafka_users is not None:
+            _secure_broker_topics(broker, settings, state.bootstrap)
+            print(f"SASL/SCRAM users and ACLs from {kafka_users}; log in as one with "
+                  f"`set -a; . {broker.env_file('<user>')}; set +a` (admin is the super user)")
     elif args.action == "stop":
         print("broker stopped" if broker.stop() else "no broker was running")
     else:
@@ -86,6 +96,21 @@ def cmd_broker(args: argparse.Namespace, settings: Settings) -> int:
             return 1
         print(json.dumps(state.__dict__, indent=2))
     return 0
+
+
+def _secure_broker_topics(broker: Any, settings: Settings, bootstrap: str) -> None:
+    """Create the pipeline's topics as the admin: on a secured cluster no role may create
+    topics (deploy/topics.yaml makes them), so the operator's part is done here."""
+    from pydantic import SecretStr
+
+    from streams.dev.broker.secure import ADMIN
+    from streams.kafka.topics import ensure_topics
+
+    kafka = settings.kafka.model_copy(update={
+        "bootstrap": bootstrap, "security_protocol": "SASL_PLAINTEXT",
+        "sasl_mechanism": "SCRAM-SHA-512", "sasl_username": ADMIN,
+        "sasl_password": SecretStr(broker.credentials().passwords[ADMIN])})
+    asyncio.run(ensure_topics(settings.model_copy(update={"kafka": kafka})))
 
 
 def cmd_worker(args: argparse.Namespace, settings: Settings) -> int:
@@ -375,6 +400,11 @@ def make_parser() -> argparse.ArgumentParser:
                    help="start (or find the running one), stop, or show where it listens")
     b.add_argument("--kafka-version", default="4.1.1", metavar="X.Y.Z",
                    help="Apache Kafka release to fetch from Maven Central (default 4.1.1)")
+    b.add_argument("--secure", action="store_true",
+                   help="SASL/SCRAM logins and ACLs: one user per KafkaUser in "
+                        "deploy/kafkausers.yaml with its ACLs, plus the super user admin")
+    b.add_argument("--kafka-users", metavar="FILE",
+                   help="the KafkaUser manifests of --secure (default deploy/kafkausers.yaml)")
 
     w = command("worker", "run the pipeline's stage loops (scale by running more workers)",
                 cmd_worker)

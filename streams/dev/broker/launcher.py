@@ -22,7 +22,9 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict
 from importlib import resources
 from pathlib import Path
+from typing import Any
 
+from streams.dev.broker import secure
 from streams.errors import BrokerError
 from streams.kafka.local import BrokerState, local_broker_state, pid_alive, port_open
 
@@ -36,10 +38,13 @@ class LocalBroker:
     """A local broker rooted at ``<state_dir>/broker``."""
 
     def __init__(self, state_dir: Path, *, version: str = DEFAULT_KAFKA_VERSION,
-                 heap: str = "512m") -> None:
+                 heap: str = "512m", kafka_users: Path | None = None) -> None:
+        """``kafka_users``: a file of Strimzi KafkaUser manifests; the broker then takes
+        SASL/SCRAM logins only and grants each user its manifest's ACLs."""
         self.root = Path(state_dir).resolve() / "broker"
         self.version = version
         self.heap = heap
+        self.kafka_users = Path(kafka_users) if kafka_users is not None else None
 
     # -- paths ---------------------------------------------------------------------------
     @property
@@ -62,6 +67,18 @@ class LocalBroker:
     @property
     def log_file(self) -> Path:
         return self.root / "logs" / "broker.log"
+
+    @property
+    def credentials_file(self) -> Path:
+        """The SCRAM users' passwords of a secured broker (made when its storage is formatted)."""
+        return self.root / "users.json"
+
+    def credentials(self) -> secure.Credentials:
+        return secure.Credentials.load(self.credentials_file)
+
+    def env_file(self, user: str) -> Path:
+        """RETRO_KAFKA__* settings that log in as ``user``: `set -a; . <file>; set +a`."""
+        return self.root / "users" / f"{user}.env"
 
     # -- jars ----------------------------------------------------------------------------
     def ensure_jars(self) -> Path:
@@ -106,19 +123,27 @@ class LocalBroker:
         """Start the broker (or return the running one) and wait until it answers."""
         running = self.status()
         if running is not None:
+            if self.credentials_file.exists() != (self.kafka_users is not None):
+                raise BrokerError(
+                    f"the broker running in {self.root} is "
+                    f"{'secured' if self.credentials_file.exists() else 'open'}; stop it "
+                    "first, or start it as it is")
             self._wait_ready(running, timeout)
             return running
         lib = self.ensure_jars()
         port, controller_port = self._ports()
         self.root.mkdir(parents=True, exist_ok=True)
         self.log_file.parent.mkdir(parents=True, exist_ok=True)
-        config = self._write_config(port, controller_port)
+        formatted = (self.data_dir / "meta.properties").exists()
+        credentials = self._credentials(formatted)
+        config = self._write_config(port, controller_port, credentials)
         java = self._java_cmd(lib)
-        if not (self.data_dir / "meta.properties").exists():
+        if not formatted:
             shutil.rmtree(self.data_dir, ignore_errors=True)
             fmt = subprocess.run(
                 [*java, "kafka.tools.StorageTool", "format", "-t", _cluster_id(), "-c",
-                 str(config)], capture_output=True, text=True, check=False)
+                 str(config), *(credentials.format_args() if credentials else [])],
+                capture_output=True, text=True, check=False)
             if fmt.returncode != 0:
                 raise BrokerError(f"formatting Kafka storage failed:\n{fmt.stdout}{fmt.stderr}")
         with self.log_file.open("ab") as log:
@@ -132,7 +157,10 @@ class LocalBroker:
         self.ports_file.write_text(json.dumps({"port": port, "controller_port": controller_port}))
         try:
             self._wait_ready(state, timeout)
-        except BrokerError:
+            if self.kafka_users is not None:
+                acls = secure.acls_of(secure.load_kafka_users(self.kafka_users))
+                _in_thread(_apply_acls(state.bootstrap, self._client_kwargs(), acls))
+        except Exception:
             self.stop()
             raise
         return state
@@ -188,7 +216,45 @@ class LocalBroker:
                 f"-Dkafka.logs.dir={self.log_file.parent}",
                 f"-Dlog4j2.configurationFile={log4j}"]
 
-    def _write_config(self, port: int, controller_port: int) -> Path:
+    def _credentials(self, formatted: bool) -> secure.Credentials | None:
+        """The SCRAM users of a secured broker: new ones for fresh storage, else those
+        it was formatted with; an open and a secured broker never share a directory."""
+        has_users = self.credentials_file.exists()
+        if formatted and has_users != (self.kafka_users is not None):
+            raise BrokerError(
+                f"{self.root} holds {'a secured' if has_users else 'an open'} broker; stop it "
+                "and delete that folder, or use another --state-dir, to start "
+                f"{'an open' if has_users else 'a secured'} one")
+        if self.kafka_users is None:
+            if not formatted:  # left by a secured broker whose storage was deleted
+                self.credentials_file.unlink(missing_ok=True)
+            return None
+        names = secure.user_names(secure.load_kafka_users(self.kafka_users))
+        if formatted:
+            credentials = self.credentials()
+            absent = sorted(set(names) - set(credentials.passwords))
+            if absent:
+                raise BrokerError(
+                    f"users {', '.join(absent)} were added to {self.kafka_users} after "
+                    f"{self.root} was formatted; stop the broker and delete that folder")
+            return credentials
+        credentials = secure.Credentials.generate(names)
+        credentials.save(self.credentials_file)
+        self.env_file(secure.ADMIN).parent.mkdir(parents=True, exist_ok=True)
+        for user in credentials.passwords:
+            path = self.env_file(user)
+            path.write_text("".join(f"{k}={v}\n" for k, v in credentials.client_env(user).items()))
+            os.chmod(path, 0o600)  # a password: readable by its owner only
+        return credentials
+
+    def _client_kwargs(self) -> dict[str, str]:
+        """How the launcher's own admin requests log in: as the super user when secured."""
+        if not self.credentials_file.exists():
+            return {}
+        return self.credentials().client_kwargs(secure.ADMIN)
+
+    def _write_config(self, port: int, controller_port: int,
+                      credentials: secure.Credentials | None = None) -> Path:
         config = self.root / "server.properties"
         lines = {
             "process.roles": "broker,controller",
@@ -211,6 +277,9 @@ class LocalBroker:
             "transaction.state.log.num.partitions": "1",
             "log.cleaner.backoff.ms": "1000",
         }
+        if credentials is not None:
+            lines.update(secure.secure_config(port, controller_port,
+                                              credentials.passwords[secure.ADMIN]))
         config.write_text("".join(f"{k}={v}\n" for k, v in lines.items()))
         return config
 
@@ -222,7 +291,8 @@ class LocalBroker:
             if not pid_alive(state.pid):
                 raise BrokerError(f"the broker exited during start-up; see {state.log_file}")
             try:
-                if port_open(state.port) and _metadata_ok(state.bootstrap):
+                if port_open(state.port) and _metadata_ok(state.bootstrap,
+                                                          self._client_kwargs()):
                     return
             except Exception as exc:
                 last_error = str(exc)
@@ -232,13 +302,12 @@ class LocalBroker:
             f"({last_error}); see {state.log_file}")
 
 
-def _metadata_ok(bootstrap: str) -> bool:
-    import asyncio
-
+def _metadata_ok(bootstrap: str, login: dict[str, str] | None = None) -> bool:
     from aiokafka.admin import AIOKafkaAdminClient
 
     async def probe() -> bool:
-        admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap, request_timeout_ms=3000)
+        admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap, request_timeout_ms=3000,
+                                    **(login or {}))
         await admin.start()
         try:
             cluster = await admin.describe_cluster()
@@ -246,9 +315,26 @@ def _metadata_ok(bootstrap: str) -> bool:
         finally:
             await admin.close()
 
-    # a thread of its own, so start() also works from code that runs an event loop
+    return _in_thread(probe())
+
+
+async def _apply_acls(bootstrap: str, login: dict[str, str], acls: list[secure.Acl]) -> None:
+    from aiokafka.admin import AIOKafkaAdminClient
+
+    admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap, request_timeout_ms=10000, **login)
+    await admin.start()
+    try:
+        await secure.create_acls(admin, acls)
+    finally:
+        await admin.close()
+
+
+def _in_thread(coro: Any) -> Any:
+    """Run ``coro`` on a loop of its own, so start() also works from code that runs one."""
+    import asyncio
+
     with ThreadPoolExecutor(max_workers=1) as pool:
-        return pool.submit(asyncio.run, probe()).result()
+        return pool.submit(asyncio.run, coro).result()
 
 
 def _cluster_id() -> str:

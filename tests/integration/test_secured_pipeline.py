@@ -1,0 +1,342 @@
+"""The whole pipeline on a secured broker whose users and ACLs are deploy/kafkausers.yaml.
+
+A second broker of its own (SASL/SCRAM, StandardAuthorizer, no ACL means no access)
+runs only for this module. The admin creates the topics, as topics.yaml does on a
+cluster; then each role runs as its own worker process logged in as its own
+KafkaUser, the producer user sends the logs, the reader user audits, KEDA's user reads
+the lag, and every user is refused what its manifest does not grant. A refusal the
+pipeline needs shows up here as a stuck stage or a failed audit, named in the logs.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import subprocess
+import sys
+import time
+import urllib.request
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from helpers import start_fake_llm
+
+pytestmark = [pytest.mark.integration, pytest.mark.timeout(300)]
+
+MANIFEST = Path(__file__).resolve().parents[2] / "deploy" / "kafkausers.yaml"
+USER = {"clean": "retro-stream-clean", "batch": "retro-stream-batch",
+        "compactor": "retro-stream-compactor", "keda": "retro-stream-keda",
+        "reader": "retro-stream-reader", "producer": "retro-stream-producer"}
+
+
+@pytest.fixture(scope="module")
+def secured_broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[object]:
+    from streams.dev.broker.launcher import LocalBroker
+    from streams.errors import BrokerError
+
+    broker = LocalBroker(tmp_path_factory.mktemp("secured-broker"), kafka_users=MANIFEST)
+    try:
+        broker.ensure_jars()
+    except BrokerError as exc:
+        pytest.skip(f"no Kafka distribution: {exc}")
+    state = broker.start(timeout=120)
+    try:
+        yield broker, state
+    finally:
+        broker.stop()
+
+
+@pytest.fixture
+def kafka_bootstrap(secured_broker) -> str:
+    """The session broker's name, pointed at the secured one for this module's pipelines."""
+    return secured_broker[1].bootstrap
+
+
+def _deploy_names() -> dict[str, str]:
+    """The app id and topic names deploy/ assumes: the settings' defaults."""
+    from streams.settings import TopicSettings
+
+    names = {"RETRO_APP_ID": "retro-stream"}
+    for name, value in TopicSettings().model_dump().items():
+        if isinstance(value, str) and value.startswith("retro."):  # every topic's name
+            names[f"RETRO_TOPICS__{name.upper()}"] = value
+    return names
+
+
+def _free_port() -> int:
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def _fake(port: int, path: str, patch: dict | None = None) -> dict:
+    data = json.dumps(patch).encode() if patch is not None else None
+    request = urllib.request.Request(f"http://127.0.0.1:{port}{path}", data=data,
+                                     headers={"Content-Type": "application/json"})
+    with urllib.request.urlopen(request, timeout=10) as r:
+        return json.loads(r.read())
+
+
+def _metric_sum(port: int, name: str) -> float:
+    try:
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as r:
+            text = r.read().decode()
+    except OSError:
+        return 0.0
+    return sum(float(line.rsplit(" ", 1)[1]) for line in text.splitlines()
+               if line.startswith(name + "{") or line.startswith(name + " "))
+
+
+def _kwargs(broker, state, user: str) -> dict:
+    return {"bootstrap_servers": state.bootstrap, **broker.credentials().client_kwargs(user)}
+
+
+async def _read(kwargs: dict, topic: str) -> str:
+    """"ok" when ``topic``'s first partition can be fetched, else the refusal's name."""
+    from aiokafka import AIOKafkaConsumer, TopicPartition
+
+    consumer = AIOKafkaConsumer(**kwargs, enable_auto_commit=False)
+    await consumer.start()
+    try:
+        consumer.assign([TopicPartition(topic, 0)])
+        await consumer.seek_to_beginning()
+        await consumer.getmany(timeout_ms=1000)
+        return "ok"
+    except Exception as exc:  # the refusal is the answer
+        return type(exc).__name__
+    finally:
+        await consumer.stop()
+
+
+async def _write(kwargs: dict, topic: str) -> str:
+    from aiokafka import AIOKafkaProducer
+
+    producer = AIOKafkaProducer(**kwargs, request_timeout_ms=5000)
+    await producer.start()
+    try:
+        await producer.send_and_wait(topic, b"must not land")
+        return "ok"
+    except Exception as exc:  # the refusal is the answer
+        return type(exc).__name__
+    finally:
+        await producer.stop()
+
+
+async def _create_topic(kwargs: dict) -> int:
+    from aiokafka.admin import AIOKafkaAdminClient, NewTopic
+
+    admin = AIOKafkaAdminClient(**kwargs)
+    await admin.start()
+    try:
+        response = await admin.create_topics([NewTopic("retro.not.allowed", 1, 1)])
+        return response.topic_errors[0][1]
+    finally:
+        await admin.close()
+
+
+async def _lag_as(kwargs: dict, group: str, topics: list[str]) -> dict[str, int]:
+    """What KEDA's kafka scaler reads: the group's committed offsets and the topics' end
+    offsets, no records; total lag per topic."""
+    from aiokafka import AIOKafkaConsumer, TopicPartition
+    from aiokafka.admin import AIOKafkaAdminClient
+
+    admin = AIOKafkaAdminClient(**kwargs)
+    consumer = AIOKafkaConsumer(**kwargs, enable_auto_commit=False)
+    await admin.start()
+    await consumer.start()
+    try:
+        committed = await admin.list_consumer_group_offsets(group)
+        described = await admin.describe_consumer_groups([group])
+        assert described, group
+        tps = [TopicPartition(t, p) for t in topics
+               for p in sorted(consumer.partitions_for_topic(t) or await _partitions(consumer, t))]
+        ends = await consumer.end_offsets(tps)
+        return {t: sum(ends[tp] - max(committed[tp].offset, 0) if tp in committed else ends[tp]
+                       for tp in tps if tp.topic == t) for t in topics}
+    finally:
+        await consumer.stop()
+        await admin.close()
+
+
+async def _partitions(consumer, topic: str) -> set[int]:
+    from streams.kafka.connect import partitions_of
+
+    return set(await partitions_of(consumer, topic))
+
+
+def _webhook_sink():
+    """A chat webhook on loopback that takes every post."""
+    import threading
+    from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+    class Hook(BaseHTTPRequestHandler):
+        def do_POST(self) -> None:
+            self.rfile.read(int(self.headers.get("Content-Length") or 0))
+            self.server.posts += 1  # type: ignore[attr-defined]
+            self.send_response(200)
+            self.end_headers()
+
+        def log_message(self, *args: object) -> None:
+            pass
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Hook)
+    server.posts = 0  # type: ignore[attr-defined]
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    return server
+
+
+def _retrying(call, timeout: float = 30):
+    """``call()`` again while Kafka answers a retriable error (a fresh cluster creates
+    its offsets topic, and so its group coordinator, on first use)."""
+    from aiokafka.errors import KafkaError
+
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            return call()
+        except KafkaError as exc:
+            if not exc.retriable or time.monotonic() > deadline:
+                raise
+            time.sleep(0.5)
+
+
+def _authorization_lines(p) -> list[str]:
+    lines = [f"{log.name}: {line}" for log in sorted(p.state_dir.glob("worker-*.log"))
+             for line in log.read_text(errors="replace").splitlines()
+             if "authoriz" in line.lower()]
+    return list(dict.fromkeys(lines))
+
+
+def _refused_in(p) -> str:
+    """The workers' authorization failures first (they name the missing ACL), then logs."""
+    return "\n".join([*_authorization_lines(p), p.worker_logs()])
+
+
+def _retro_as(p, env: dict[str, str], *args: str, timeout: float = 120
+              ) -> subprocess.CompletedProcess[bytes]:
+    return subprocess.run([sys.executable, "-m", "streams", *args],
+                          env={**os.environ, **p.env, **env}, capture_output=True,
+                          timeout=timeout, cwd=p.state_dir)
+
+
+def test_each_role_runs_as_its_own_user_and_is_refused_the_rest(
+        secured_broker, pipeline_factory, tmp_path: Path) -> None:
+    from streams.dev.sample import write_sample
+    from streams.kafka.topics import ensure_topics
+
+    broker, state = secured_broker
+    credentials = broker.credentials()
+    started = time.monotonic()
+    sink = None
+    llm = _free_port()
+    fake = start_fake_llm(tmp_path, llm, "--seed", "22")
+    try:
+        p = pipeline_factory(**_deploy_names(), **credentials.client_env("admin"),
+                             RETRO_MODEL__BASE_URL=f"http://127.0.0.1:{llm}/v1",
+                             RETRO_MODEL__NAME="fake-gpt",
+                             RETRO_MODEL__BACKOFF_BASE_SECONDS="0.2",
+                             RETRO_REVIEW__BACKOFF_BASE_SECONDS="1",
+                             RETRO_REVIEW__BACKOFF_MAX_SECONDS="2")
+        # the operator's part: no role may create topics
+        asyncio.run(ensure_topics(p.settings()))
+        sample = [str(f) for f in write_sample(tmp_path / "sample", records=300,
+                                               include_bad=True)]
+        produced = _retro_as(p, credentials.client_env(USER["producer"]),
+                             "produce", "--quiet", *sample)
+        assert produced.returncode == 0, produced.stderr.decode()[-3000:]
+
+        keda = _kwargs(broker, state, USER["keda"])
+        raw_lag = _retrying(lambda: asyncio.run(
+            _lag_as(keda, "retro-stream-clean-raw", ["retro.logs.raw"])))
+        assert raw_lag == {"retro.logs.raw": 300}, raw_lag  # what KEDA would scale clean on
+
+        # the provider is down at first, so batch parks transient reviews and re-drives them
+        _fake(llm, "/_fake/config", {"error_rate": 1.0})
+        ports = {}
+        # a webhook sink, so the compactor also runs its notify loop and ledger topic
+        sink = _webhook_sink()
+        notify = {"RETRO_NOTIFY__WEBHOOK_URL": f"http://127.0.0.1:{sink.server_port}/hook"}
+        for role in ("clean", "batch", "compactor"):
+            ports[role] = _free_port()
+            p.start_worker(role, log_name=f"worker-{role}",
+                           **credentials.client_env(USER[role]),
+                           RETRO_WEB_PORT=str(ports[role]),
+                           **(notify if role == "compactor" else {}))
+        deadline = time.monotonic() + 60
+        while _metric_sum(ports["batch"], "retro_review_total") == 0:
+            assert time.monotonic() < deadline, _refused_in(p)
+            time.sleep(0.5)
+        _fake(llm, "/_fake/config", {"error_rate": 0.0})
+
+        audit: dict = {}
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline:
+            proc = _retro_as(p, credentials.client_env(USER["reader"]), "audit")
+            assert proc.stdout.strip(), proc.stderr.decode()[-3000:]
+            audit = json.loads(proc.stdout)
+            lanes = audit["raw_records"] - audit["dead_lettered"]
+            if audit["ok"] and audit["analysed"] >= lanes:
+                break
+            time.sleep(2)
+        assert audit.get("ok") and audit["analysed"] >= lanes, (_refused_in(p), audit)
+        assert _metric_sum(ports["batch"], "retro_review_redriven_records_total") > 0, \
+            _refused_in(p)
+        pipeline_seconds = time.monotonic() - started
+
+        assert not _authorization_lines(p), _refused_in(p)  # no stage was refused anything
+        assert "notify loop consuming" in (p.state_dir / "worker-compactor-2.log").read_text()
+
+        # KEDA's user reads lag through to zero on what it scales on
+        lag = {}
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:
+            lag = {**asyncio.run(_lag_as(keda, "retro-stream-clean-raw", ["retro.logs.raw"])),
+                   **asyncio.run(_lag_as(keda, "retro-stream-batch-lanes",
+                                         ["retro.records.fast", "retro.records.slow"]))}
+            if not any(lag.values()):
+                break
+            time.sleep(1)
+        assert not any(lag.values()), lag
+
+        refused = _refusals(broker, state)
+        assert not [r for r, outcome in refused.items() if outcome == "ok"], refused
+        print(f"secured pipeline: {audit['raw_records']} raw records audited by the reader "
+              f"user in {pipeline_seconds:.0f} s, re-driven "
+              f"{_metric_sum(ports['batch'], 'retro_review_redriven_records_total'):g}; "
+              f"refused: {len(refused)} checks; webhook posts {sink.posts}")
+    finally:
+        fake.kill()
+        if sink is not None:
+            sink.shutdown()
+
+
+def _refusals(broker, state) -> dict[str, str]:
+    """What each user must not do, and the broker's answer ("ok" would be a hole)."""
+    def as_user(role: str) -> dict:
+        return _kwargs(broker, state, USER[role])
+
+    async def checks() -> dict[str, str]:
+        out = {}
+        # raw log lines still hold secrets: only clean and the batch re-drive read them
+        for role in ("compactor", "keda", "reader", "producer"):
+            out[f"{role} reads retro.logs.raw"] = await _read(as_user(role), "retro.logs.raw")
+        out["keda reads retro.records.fast"] = await _read(as_user("keda"), "retro.records.fast")
+        out["clean reads retro.fragments"] = await _read(as_user("clean"), "retro.fragments")
+        out["clean writes retro.reports"] = await _write(as_user("clean"), "retro.reports")
+        out["batch writes retro.reports"] = await _write(as_user("batch"), "retro.reports")
+        out["compactor writes retro.records.fast"] = await _write(as_user("compactor"),
+                                                                  "retro.records.fast")
+        out["reader writes retro.review"] = await _write(as_user("reader"), "retro.review")
+        out["producer writes retro.reports"] = await _write(as_user("producer"),
+                                                            "retro.reports")
+        for role in ("clean", "batch", "compactor", "producer"):
+            code = await _create_topic(as_user(role))
+            out[f"{role} creates a topic"] = "ok" if code == 0 else f"error {code}"
+        return out
+
+    return asyncio.run(checks())
