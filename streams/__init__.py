@@ -7,6 +7,7 @@ Packages, in flow order::
     batch/    token-budget windows per lane, prompts, answer checks -> fragments | review
     gateway/  model calls within a provider's limits: AIMD, RPM/TPM buckets, retries, cache
     report/   fragments merged into reports, the post-mortem, views, the audit (retro audit)
+    notify/   incidents to Alertmanager and a chat webhook as they open, escalate and end
     kafka/    connecting, topics, batching, lag, stall and broker health
     runtime/  the one loop every stage runs on: fetch, step, send, commit
     worker/   each stage's step on the runtime, and the HTTP views

@@ -103,6 +103,7 @@ REQUIRED = {
         "retro_report_updates_total",
         "kafka_consumergroup_lag",  # lag that survives dead workers
         "retro_consumer_oldest_unprocessed_age_seconds",
+        "retro_notifications_total",  # does the on-call hear of incidents
         "up",
     },
     "retro-rate-limits.json": {

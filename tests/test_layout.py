@@ -1,7 +1,7 @@
 """The package layout shows the data flow: imports point one way, with no cycles.
 
 cli -> app -> worker (Kafka wiring) -> stages (ingest, clean, batch, gateway,
-report, in flow order) -> the stage runtime -> Kafka plumbing -> shared
+report, notify, in flow order) -> the stage runtime -> Kafka plumbing -> shared
 vocabulary. Development tools (``streams.dev``)
 may use anything; only the command line may use them.
 """

@@ -24,9 +24,10 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Coroutine
 from datetime import UTC, datetime
 from typing import Any, Protocol
 
@@ -73,6 +74,7 @@ class NotifyStep(Step):
     def __init__(self, settings: Settings, metrics: Metrics, *, reports: Reports,
                  source: LedgerSource, sinks: list[Sink], partition_of: PartitionOf,
                  changed: asyncio.Event | None = None,
+                 ready: asyncio.Event | None = None,
                  mono: Callable[[], float] = time.monotonic,
                  wall: Callable[[], datetime] = lambda: datetime.now(UTC),
                  tick_seconds: float = TICK_SECONDS) -> None:
@@ -83,6 +85,7 @@ class NotifyStep(Step):
         self.sinks = sinks
         self.partition_of = partition_of
         self.changed = changed
+        self.ready = ready  # set once the reports are read to the end: none lacks a share
         self.mono = mono
         self.wall = wall
         self.tick_seconds = tick_seconds
@@ -99,10 +102,12 @@ class NotifyStep(Step):
         self._queued: set[tuple[str, str, str]] = set()
         self._idle: dict[str, asyncio.Event] = {}
         self._refreshed_at: float | None = None
+        self._failure: str | None = None
 
     # ------------------------------------------------------------------ runtime
 
     def begin(self, ctx: Context) -> None:
+        self._failure = None
         self.ledger.clear()
         self._home.clear()
         self._loaded, self._between_owners = set(), False
@@ -114,11 +119,25 @@ class NotifyStep(Step):
             event.set()
 
     def background(self, ctx: Context) -> list[Any]:
-        return [self._planning(ctx), *self.senders(ctx)]
+        return [self._guarded("planning", lambda: self._planning(ctx)), *self.senders(ctx)]
 
     def senders(self, ctx: Context) -> list[Any]:
         """One task per sink, taking its queue's sends in order."""
-        return [self._sending(ctx, sink) for sink in self.sinks]
+        return [self._guarded(f"sending to {s.name}", functools.partial(self._sending, ctx, s))
+                for s in self.sinks]
+
+    def failure(self) -> str | None:
+        return self._failure
+
+    async def _guarded(self, what: str, task: Callable[[], Coroutine[Any, Any, None]]
+                       ) -> None:
+        """A task that stops with an error ends the membership instead of leaving the
+        partitions owned by a member that no longer plans or sends."""
+        try:
+            await task()
+        except Exception as exc:
+            logger.exception("notify: %s stopped", what)
+            self._failure = f"{what} failed: {exc!r}"
 
     async def take(self, fetch: Fetch, ctx: Context) -> None:
         """The ledger messages are this member's own writes (or were loaded on
@@ -170,6 +189,8 @@ class NotifyStep(Step):
     # ------------------------------------------------------------------ planning
 
     async def _planning(self, ctx: Context) -> None:
+        if self.ready is not None:  # a report read in part could look ended, or gone
+            await self.ready.wait()
         while True:
             began = self.mono()
             if not self._between_owners and self._loaded:

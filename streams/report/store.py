@@ -144,6 +144,9 @@ class ReportFollower:
         self.settings = settings
         self.reports = LatestReports()
         self.changed = asyncio.Event()
+        # set once every version there was at the start has been read: before, a report
+        # may lack shares (the notifier waits for it)
+        self.caught_up = asyncio.Event()
 
     async def run(self) -> None:
         while True:
@@ -168,11 +171,15 @@ class ReportFollower:
             tps = [TopicPartition(topic, p) for p in partitions]
             consumer.assign(tps)
             await consumer.seek_to_beginning(*tps)
+            ends = await consumer.end_offsets(tps)
             while True:
                 batch = await consumer.getmany(timeout_ms=1000)
                 for messages in batch.values():
                     for message in messages:
                         if self.reports.put(message.key, message.value):
                             self.changed.set()
+                if not self.caught_up.is_set() and all(
+                        [await consumer.position(tp) >= ends[tp] for tp in tps]):
+                    self.caught_up.set()
         finally:
             await stop_consumer(consumer)

@@ -48,6 +48,7 @@ def notify_loop(settings: Settings, metrics: Metrics, worker_group: str,
                 follower: ReportFollower, *, sinks: list[Sink] | None = None) -> StageLoop:
     """Report versions -> incidents opened, escalated, ended -> Alertmanager, webhook."""
     step = NotifyStep(settings, metrics, reports=follower.reports, changed=follower.changed,
+                      ready=follower.caught_up,
                       source=LedgerReader(settings),
                       sinks=sinks if sinks is not None else build_sinks(settings, metrics),
                       partition_of=partition_of)

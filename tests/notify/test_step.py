@@ -254,3 +254,19 @@ async def test_a_window_is_over_once_a_later_one_began_and_it_stopped_growing() 
     reports = sorted(m["text"].split("|Post-mortem ")[1].split(">")[0] for m in hook.got)
     assert reports == ["2026-11-27/all", RID]  # a replay's window that still grows is live
     await stop(tasks)
+
+
+async def test_a_planning_error_ends_the_membership_instead_of_going_quiet() -> None:
+    class Broken(Reports):
+        def ids(self) -> list[str]:
+            raise RuntimeError("a bug")
+
+    step = make_step(Broken(), Receiver(), Receiver())
+    run, tasks = await running(step)
+    planning, *senders = step.background(run.ctx)
+    for sender in senders:  # already running from running()
+        sender.close()
+    tasks.append(asyncio.create_task(planning))
+    await until(lambda: step.failure() is not None, "the failure")
+    assert "planning failed" in str(step.failure()) and "a bug" in str(step.failure())
+    await stop(tasks)
