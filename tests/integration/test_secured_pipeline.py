@@ -169,6 +169,21 @@ async def _partitions(consumer, topic: str) -> set[int]:
     return set(await partitions_of(consumer, topic))
 
 
+def _audit_until(p, reader: dict[str, str], done, timeout: float = 120) -> dict:
+    """``retro audit`` as the reader user until it is exact and ``done(audit, lanes)``."""
+    audit: dict = {}
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        proc = _retro_as(p, reader, "audit")
+        assert proc.stdout.strip(), proc.stderr.decode()[-3000:]
+        audit = json.loads(proc.stdout)
+        lanes = audit["raw_records"] - audit["dead_lettered"]
+        if audit["ok"] and done(audit, lanes):
+            return audit
+        time.sleep(2)
+    raise AssertionError(f"{audit}\n{_refused_in(p)}")
+
+
 def _webhook_sink():
     """A chat webhook on loopback that takes every post."""
     import threading
@@ -273,20 +288,34 @@ def test_each_role_runs_as_its_own_user_and_is_refused_the_rest(
             time.sleep(0.5)
         _fake(llm, "/_fake/config", {"error_rate": 0.0})
 
-        audit: dict = {}
-        deadline = time.monotonic() + 120
-        while time.monotonic() < deadline:
-            proc = _retro_as(p, credentials.client_env(USER["reader"]), "audit")
-            assert proc.stdout.strip(), proc.stderr.decode()[-3000:]
-            audit = json.loads(proc.stdout)
-            lanes = audit["raw_records"] - audit["dead_lettered"]
-            if audit["ok"] and audit["analysed"] >= lanes:
-                break
-            time.sleep(2)
-        assert audit.get("ok") and audit["analysed"] >= lanes, (_refused_in(p), audit)
+        reader = credentials.client_env(USER["reader"])
+        audit = _audit_until(p, reader, lambda a, lanes: a["analysed"] >= lanes)
         assert _metric_sum(ports["batch"], "retro_review_redriven_records_total") > 0, \
             _refused_in(p)
         pipeline_seconds = time.monotonic() - started
+
+        # answers that stay malformed park records for good: the re-drive by hand reads
+        # the raw topic, so people run it as the batch user; the reader is refused
+        _fake(llm, "/_fake/config", {"malformed_rate": 1.0})
+        more = _retro_as(p, credentials.client_env(USER["producer"]), "produce", "--quiet",
+                         *[str(f) for f in write_sample(tmp_path / "more", records=300, seed=23)])
+        assert more.returncode == 0, more.stderr.decode()[-3000:]
+        audit = _audit_until(p, reader, lambda a, lanes: a["raw_records"] > 300
+                             and a["parked"] and a["analysed"] + a["parked"] >= lanes)
+        parked = audit["parked"]
+        _fake(llm, "/_fake/config", {"malformed_rate": 0.0})
+        for command in (["report"], ["deadletter"], ["review"]):  # people's, as the reader
+            proc = _retro_as(p, reader, *command)
+            err = proc.stderr.decode()
+            assert proc.returncode == 0 and "authoriz" not in err.lower(), (command, err)
+        denied = _retro_as(p, reader, "review", "--redrive", "--reason", "malformed_output")
+        assert denied.returncode != 0 and "authoriz" in denied.stderr.decode().lower(), (
+            denied.stdout.decode(), denied.stderr.decode()[-3000:])
+        redriven = _retro_as(p, credentials.client_env(USER["batch"]), "review", "--redrive",
+                             "--reason", "malformed_output")
+        assert f"re-drove {parked} parked records" in redriven.stdout.decode(), (
+            redriven.stdout.decode(), redriven.stderr.decode()[-3000:])
+        audit = _audit_until(p, reader, lambda a, lanes: a["analysed"] >= lanes)
 
         assert not _authorization_lines(p), _refused_in(p)  # no stage was refused anything
         assert "notify loop consuming" in (p.state_dir / "worker-compactor-2.log").read_text()
@@ -306,7 +335,8 @@ def test_each_role_runs_as_its_own_user_and_is_refused_the_rest(
         refused = _refusals(broker, state)
         assert not [r for r, outcome in refused.items() if outcome == "ok"], refused
         print(f"secured pipeline: {audit['raw_records']} raw records audited by the reader "
-              f"user in {pipeline_seconds:.0f} s, re-driven "
+              f"user, the first 300 in {pipeline_seconds:.0f} s, {parked} re-driven by hand, "
+              f"re-driven automatically "
               f"{_metric_sum(ports['batch'], 'retro_review_redriven_records_total'):g}; "
               f"refused: {len(refused)} checks; webhook posts {sink.posts}")
     finally:
