@@ -22,13 +22,12 @@ import aiohttp
 from pydantic import SecretStr
 
 from streams.errors import ConfigError
-from streams.metrics import Metrics
+from streams.metrics import NOTIFY_OUTCOMES, Metrics
 from streams.settings import Settings, sink_urls
 
 logger = logging.getLogger(__name__)
 
 Outcome = Literal["sent", "rejected", "failed", "stopped"]
-SINKS = ("alertmanager", "webhook")
 MAX_WAIT = 60.0  # seconds between two attempts, whatever Retry-After asks
 _TRANSIENT = frozenset({408, 425, 429})
 ALERTS_PATH = "/api/v2/alerts"
@@ -84,8 +83,7 @@ class Sink:
         self.timeout = timeout_seconds
         self.sleep = sleep
         self.jitter = jitter
-        self.counts = {o: metrics.notifications.labels(name, o)
-                       for o in ("sent", "retried", "failed", "rejected", "dropped")}
+        self.counts = {o: metrics.notifications.labels(name, o) for o in NOTIFY_OUTCOMES}
 
     async def send(self, payload: Any, *, stop: Callable[[], bool] = lambda: False) -> Outcome:
         """Post ``payload`` to every URL; sent when one of them took it (Alertmanager

@@ -103,6 +103,7 @@ class NotifyStep(Step):
         self._idle: dict[str, asyncio.Event] = {}
         self._refreshed_at: float | None = None
         self._failure: str | None = None
+        self._planning_now = asyncio.Lock()  # held while a round decides and records
 
     # ------------------------------------------------------------------ runtime
 
@@ -181,10 +182,16 @@ class NotifyStep(Step):
             await sink.close()
 
     async def _quiet(self) -> None:
-        wait = self.settings.notify.timeout_seconds + 5.0
+        """Wait (bounded) for the planning round and the sends in flight: what they
+        decided or delivered is recorded before the next owner loads the ledgers."""
+
+        async def settled() -> None:
+            async with self._planning_now:
+                pass
+            await asyncio.gather(*(e.wait() for e in self._idle.values()))
+
         with contextlib.suppress(TimeoutError):
-            await asyncio.wait_for(asyncio.gather(*(e.wait() for e in self._idle.values())),
-                                   timeout=wait)
+            await asyncio.wait_for(settled(), timeout=self.settings.notify.timeout_seconds + 5)
 
     # ------------------------------------------------------------------ planning
 
@@ -207,6 +214,10 @@ class NotifyStep(Step):
 
     async def plan(self, ctx: Context) -> None:
         """One round over the owned reports: decide, record, queue what is owed."""
+        async with self._planning_now:
+            await self._plan(ctx)
+
+    async def _plan(self, ctx: Context) -> None:
         count = ctx.partition_count(self.topic)
         if count == 0:
             return

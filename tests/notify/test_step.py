@@ -15,7 +15,8 @@ from streams.notify.ledger import Notices
 from streams.notify.sinks import Reply, Sink
 from streams.notify.step import NotifyStep
 from streams.report.model import Report
-from streams.runtime.memory import MemoryRun, Part
+from streams.runtime.memory import MemoryRun, MemorySink, Part
+from streams.runtime.step import Out
 from streams.settings import Settings
 from tests.helpers import pool_and_disk_report
 
@@ -95,7 +96,7 @@ async def running(step: NotifyStep) -> tuple[MemoryRun, list[asyncio.Task[None]]
 
 
 async def until(condition: Callable[[], bool], what: str) -> None:
-    for _ in range(200):
+    for _ in range(1000):  # 10 s: a loaded machine is slow, a passing test is not
         if condition():
             return
         await asyncio.sleep(0.01)
@@ -269,4 +270,27 @@ async def test_a_planning_error_ends_the_membership_instead_of_going_quiet() -> 
     tasks.append(asyncio.create_task(planning))
     await until(lambda: step.failure() is not None, "the failure")
     assert "planning failed" in str(step.failure()) and "a bug" in str(step.failure())
+    await stop(tasks)
+
+
+async def test_a_revoke_waits_for_the_planning_round_to_record_its_decisions() -> None:
+    class HeldSink(MemorySink):
+        gate = asyncio.Event()
+
+        async def queue(self, outs: list[Out]) -> list[asyncio.Future[Any]]:
+            await self.gate.wait()
+            return await super().queue(outs)
+
+    step = make_step(Reports(pool_and_disk_report()), Receiver(), Receiver())
+    run, tasks = await running(step)
+    run.ctx.sink = held = HeldSink()
+    planning = asyncio.create_task(step.plan(run.ctx))
+    await asyncio.sleep(0.05)  # the round has decided and waits for its ledger write
+    revoke = asyncio.create_task(step.revoked({P0}, run.ctx))
+    await asyncio.sleep(0.05)
+    assert not revoke.done() and held.sent == []
+    held.gate.set()
+    await asyncio.wait_for(revoke, timeout=2)
+    assert [o.topic for o in held.sent] == [TOPIC]  # recorded before the partition moved
+    await planning
     await stop(tasks)
