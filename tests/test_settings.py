@@ -79,6 +79,10 @@ def test_settings_are_frozen() -> None:
     ("RETRO_CLEAN__DEFAULT_TIMEZONE", "Mars/Olympus", "Europe/Paris"),
     ("RETRO_CLEAN__MAX_RECORD_BYTES", "0", "greater than or equal to 1"),
     ("RETRO_LOG_LEVEL", "LOUD", "DEBUG, INFO, WARNING, ERROR, CRITICAL"),
+    ("RETRO_NOTIFY__MIN_SEVERITY", "urgent", "'info', 'low', 'medium', 'high' or 'critical'"),
+    ("RETRO_NOTIFY__REFRESH_SECONDS", "0", "greater than 0"),
+    ("RETRO_NOTIFY__EXTERNAL_URL", "retro.example.com", "https://retro.example.com"),
+    ("RETRO_TOPICS__NOTIFICATIONS", "my notes", "Kafka topic name"),
 ])
 def test_a_bad_value_is_one_line_naming_the_variable_the_value_and_what_is_allowed(
         monkeypatch: pytest.MonkeyPatch, env: str, value: str, allowed: str) -> None:
