@@ -73,6 +73,8 @@ class ChatResult:
     completion_tokens: int
     # the provider's x-ratelimit-{limit,remaining}-{requests,tokens} headers, if it sends them
     ratelimit: dict[str, int] = field(default_factory=dict)
+    # seconds until each of those resets ({"requests": 1.0, "tokens": 0.02}), if it says
+    ratelimit_reset: dict[str, float] = field(default_factory=dict)
 
 
 class ChatBackend(Protocol):
@@ -190,6 +192,7 @@ class OpenAIBackend:
         if 200 <= status < 300:
             result = self._result(text, url)
             result.ratelimit = parse_ratelimit(response_headers)
+            result.ratelimit_reset = parse_ratelimit_reset(response_headers)
             return result
         raise self._error(status, response_headers, text, url)
 
@@ -397,6 +400,22 @@ def parse_ratelimit(headers: Mapping[str, str]) -> dict[str, int]:
     return out
 
 
+def parse_ratelimit_reset(headers: Mapping[str, str]) -> dict[str, float]:
+    """``{"requests": 1.0, "tokens": 360.0}``: seconds until each limit resets, from
+    ``x-ratelimit-reset-requests`` / ``-tokens`` in OpenAI's duration form ("1s", "6m0s")
+    or their ``llm_provider-`` copies (all a LiteLLM proxy forwards); the longer where
+    both say."""
+    lowered = {k.lower(): v for k, v in headers.items()}
+    out: dict[str, float] = {}
+    for kind in ("requests", "tokens"):
+        found = [d for prefix in ("", PROVIDER_PREFIX)
+                 if (v := lowered.get(f"{prefix}x-ratelimit-reset-{kind}")) is not None
+                 and (d := parse_duration(v)) is not None]
+        if found:
+            out[kind] = max(found)
+    return out
+
+
 def exhausted_limit(ratelimit: Mapping[str, int], message: str) -> str:
     """Which quota a 429 is about: requests | tokens | gateway | unknown (headers first,
     then text); ``gateway``: a proxy's own "no deployments available"."""
@@ -485,15 +504,9 @@ def parse_reset(headers: Mapping[str, str], limit: str = "unknown") -> float | N
     """Seconds until the exhausted limit resets: ``x-ratelimit-reset-requests`` /
     ``-tokens`` (or their ``llm_provider-`` copies) in OpenAI's duration form. For an
     unknown limit, the sooner of the two (the call may fit then; a 429 says if not)."""
-    lowered = {k.lower(): v for k, v in headers.items()}
+    resets = parse_ratelimit_reset(headers)
     kinds = (limit,) if limit in ("requests", "tokens") else ("requests", "tokens")
-    waits = []
-    for kind in kinds:
-        found = [d for prefix in ("", PROVIDER_PREFIX)
-                 if (v := lowered.get(f"{prefix}x-ratelimit-reset-{kind}")) is not None
-                 and (d := parse_duration(v)) is not None]
-        if found:
-            waits.append(max(found))
+    waits = [resets[kind] for kind in kinds if kind in resets]
     return min(waits) if waits else None
 
 

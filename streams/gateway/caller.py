@@ -5,6 +5,8 @@ priority 0, retries at 1), then the RPM and TPM buckets, then the call under a
 timeout. A 429 shrinks concurrency and blocks the buckets for its Retry-After;
 429s and transient errors retry with jittered exponential backoff while attempts
 and the global retry budget last. Everything else is handed back to the gateway.
+Every answer's ``x-ratelimit-remaining-*`` caps the buckets until its reset, less
+the calls sent since (``TokenBucket.follow_remaining``).
 """
 
 from __future__ import annotations
@@ -72,9 +74,11 @@ class ModelCaller:
         sleep: Sleep,
         rng: random.Random,
         advertised: Callable[[Mapping[str, int]], None] | None = None,
+        follow_remaining: bool = True,
     ) -> None:
         """``advertised`` hears the x-ratelimit-* counts of every answer (429s too), so the
-        shared quota can follow what the provider advertises (``QuotaShare.advertise``)."""
+        shared quota can follow what the provider advertises (``QuotaShare.advertise``);
+        ``follow_remaining``: cap the buckets by each answer's remaining counts."""
         if max_attempts < 1:
             raise ValueError(f"max_attempts must be at least 1, got {max_attempts}")
         if timeout_seconds <= 0:
@@ -93,6 +97,7 @@ class ModelCaller:
         self._sleep = sleep
         self._rng = rng
         self.advertised = advertised
+        self.follow_remaining = follow_remaining
 
     async def request(
         self,
@@ -153,13 +158,33 @@ class ModelCaller:
     ) -> ChatResult:
         async with self.limiter.slot(priority):
             self._gauges(held=0)
+            # a repair prompt may estimate above the capacity the gateway checked
+            tokens = min(prompt_tokens + max_tokens, self.tpm.capacity)
             try:
-                await self.rpm.acquire(1)
-                # a repair prompt may estimate above the capacity the gateway checked
-                await self.tpm.acquire(min(prompt_tokens + max_tokens, self.tpm.capacity))
-                return await self._timed(messages, max_tokens)
+                async with self.rpm.hold(1) as request, self.tpm.hold(tokens) as charged:
+                    try:
+                        result = await self._timed(messages, max_tokens)
+                    except RateLimited as exc:
+                        # a 429's counts bind until the wait it asks for
+                        self._remaining(exc.ratelimit, {}, exc.retry_after, request, charged)
+                        raise
+                    self._remaining(result.ratelimit, result.ratelimit_reset, None, request,
+                                    charged)
+                    return result
             finally:
                 self._gauges(held=1)  # the slot is released right after this
+
+    def _remaining(self, ratelimit: Mapping[str, int], reset: Mapping[str, float],
+                   default_reset: float | None, request: int, charged: int) -> None:
+        """Cap the buckets by the remaining counts of the answer to these tickets."""
+        if not self.follow_remaining:
+            return
+        for kind, bucket, ticket in (("requests", self.rpm, request),
+                                     ("tokens", self.tpm, charged)):
+            remaining = ratelimit.get(f"remaining-{kind}")
+            if remaining is not None:
+                bucket.follow_remaining(remaining, reset=reset.get(kind, default_reset),
+                                        ticket=ticket)
 
     async def _timed(self, messages: list[dict[str, Any]], max_tokens: int) -> ChatResult:
         loop = asyncio.get_running_loop()

@@ -121,6 +121,8 @@ def build_gateways(
         min_tokens=max(settings.fast.context_window, settings.slow.context_window),
     )
 
+    follows = m.effective_backend == "openai" and m.advertised_limits
+
     def gateway(lane: str) -> Gateway:
         ls = settings.lane(lane)  # type: ignore[arg-type]
         maximum = max(1, min(m.aimd_max, ls.max_concurrency))
@@ -147,8 +149,10 @@ def build_gateways(
             sleep=asyncio.sleep,
             rng=random.Random(),
             # the quota the buckets divide follows what the provider advertises
-            advertised=(quota.advertise if m.effective_backend == "openai"
-                        and m.advertised_limits else None),
+            advertised=quota.advertise if follows else None,
+            # and what it says is left caps them (one switch: a proxy balancing several
+            # deployments forwards one deployment's counts)
+            follow_remaining=follows,
         )
         return Gateway(
             caller,

@@ -42,8 +42,10 @@ def value(metrics: Metrics, name: str, **labels: str) -> float:
 
 async def test_remaining_quota_and_the_limit_a_429_names(provider: FakeLLMServer) -> None:
     metrics = Metrics()
+    # the third call must reach the provider to be refused: a worker following the
+    # remaining count would hold it until the provider's window resets
     settings = Settings(model={"base_url": provider.base_url, "name": "fake-gpt",
-                               "max_attempts": 1})
+                               "max_attempts": 1, "advertised_limits": False})
     gateways = build_gateways(settings, metrics=metrics)
     caller = gateways.fast.caller
     messages = [{"role": "user", "content": "hello"}]

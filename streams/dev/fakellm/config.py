@@ -126,6 +126,11 @@ class SlidingWindow:
             self._entries.popleft()
         return sum(amount for _, amount in self._entries)
 
+    def until_empty(self, now: float) -> float:
+        """Seconds until nothing is left in the window (the limit back to its initial state)."""
+        self.used(now)
+        return self._entries[-1][0] + self.seconds - now if self._entries else 0.0
+
     def add(self, now: float, amount: int) -> None:
         self._entries.append((now, amount))
 

@@ -252,6 +252,8 @@ class FakeProvider:
             if limit is not None:
                 headers[f"x-ratelimit-limit-{kind}"] = str(limit)
                 headers[f"x-ratelimit-remaining-{kind}"] = str(max(0, limit - window.used(now)))
+                # OpenAI's "time until the limit resets to its initial state"
+                headers[f"x-ratelimit-reset-{kind}"] = _duration(window.until_empty(now))
         return headers
 
     def _malform(self, content: str) -> str:
@@ -340,6 +342,18 @@ _STAT_OF = {
     "bad_request": "bad_requests",
     "cancelled": "cancelled",
 }
+
+
+def _duration(seconds: float) -> str:
+    """OpenAI's duration form of a reset header: "120ms", "1s", "59.52s", "6m0s"."""
+    ms = math.ceil(seconds * 1000 - 1e-6)  # never early: the window frees at that moment
+    if ms <= 0:
+        return "0s"
+    if ms < 1000:
+        return f"{ms}ms"
+    minutes, rest = divmod(ms, 60_000)
+    secs = f"{rest / 1000:.3f}".rstrip("0").rstrip(".")
+    return f"{minutes}m{secs}s" if minutes else f"{secs}s"
 
 
 def _text(content: Any) -> str:
