@@ -276,8 +276,9 @@ class ModelSettings(BaseModel):
     # own num_retries applies, then keep the lane timeouts above its retry horizon)
     proxy_num_retries: int = Field(0, ge=-1)
     # share the lower of RETRO_MODEL__RPM/TPM and the x-ratelimit-limit-* the provider or
-    # proxy advertises; False keeps the configured ones (a proxy balancing several upstream
-    # deployments may advertise one deployment's limit)
+    # proxy advertises, and keep under its x-ratelimit-remaining-* until their reset; False
+    # keeps the configured ones only (a proxy balancing several upstream deployments may
+    # advertise one deployment's counts)
     advertised_limits: bool = True
 
     @property

@@ -256,6 +256,9 @@ def test_faulty_provider_loses_nothing(pipeline_factory, tmp_path: Path) -> None
             RETRO_MODEL__BASE_URL=f"http://127.0.0.1:{port}/v1",
             RETRO_MODEL__NAME="fake-gpt",
             RETRO_MODEL__BACKOFF_BASE_SECONDS="0.2",
+            # the worker would keep under the fake's advertised remaining count, and this
+            # test is about what happens when 429s do come
+            RETRO_MODEL__ADVERTISED_LIMITS="false",
         )
         paths = _sample(tmp_path, 1500)
         hdfs = SHARED / "loghub" / "HDFS" / "HDFS_2k.log"
