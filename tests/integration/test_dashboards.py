@@ -123,7 +123,10 @@ def test_every_panel_query_returns_series(pipeline_factory, tmp_path: Path) -> N
     try:
         p = pipeline_factory(RETRO_MODEL__BASE_URL=f"http://127.0.0.1:{llm_port}/v1",
                              RETRO_MODEL__NAME="fake-gpt",
-                             RETRO_MODEL__BACKOFF_BASE_SECONDS="0.2")
+                             RETRO_MODEL__BACKOFF_BASE_SECONDS="0.2",
+                             # the rate-limit panels need 429s, which the worker would
+                             # avoid by keeping under the fake's remaining count
+                             RETRO_MODEL__ADVERTISED_LIMITS="false")
         from streams.dev.sample import write_sample
 
         sample = [str(x) for x in write_sample(tmp_path / "sample", records=3000,
