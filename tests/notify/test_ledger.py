@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 from streams.notify.incidents import Alert
@@ -142,3 +143,22 @@ def test_the_ledger_keeps_a_bounded_number_of_incidents() -> None:
         planner.plan(notices, [], now=f"t{n}", mono=2 * n + 1)  # it ends
     assert len(notices.entries) == MAX_ENTRIES
     assert notices.entries[-1].id == f"k{MAX_ENTRIES + 9}"
+
+
+def test_a_ledger_follows_its_json_schema() -> None:
+    from streams.notify.ledger import Change, Entry
+    from streams.schemas import load_schema, validator
+
+    planner, notices = Planner(min_severity="medium", end_after=0), Notices(report_id=RID)
+    for n, a in enumerate([alert("medium"), alert("critical"), alert(ended=True)]):
+        planner.plan(notices, [a], now=f"2026-12-01T07:0{n}:00.000Z", mono=n)
+    notices.entries[0].delivered = {"webhook": 3, "alertmanager": 2}
+    doc = json.loads(notices.to_bytes())
+    assert [e.message for e in validator("notices").iter_errors(doc)] == []
+    doc["entries"][0]["changes"][0]["kind"] = "snoozed"
+    assert list(validator("notices").iter_errors(doc))
+    schema = load_schema("notices")
+    for model, props in ((Notices, schema["properties"]),
+                         (Entry, schema["$defs"]["entry"]["properties"]),
+                         (Change, schema["$defs"]["change"]["properties"])):
+        assert set(props) == set(model.model_fields), model
