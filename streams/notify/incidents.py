@@ -36,14 +36,14 @@ class Alert:
     origin: str | None  # "<service>, first anomaly at <time>" when the post-mortem names one
     first_seen: str | None
     last_seen: str | None
-    ended: bool  # the logs show it ended, or its report's window has closed
-    closed: bool = False  # a later window of the same group exists
+    ended: bool  # the logs show it ended, or its report's window is over
+    closed: bool = False  # its window is over: a later one began and this one stopped growing
 
 
 def alerts_for(report: Report, *, redactor: Redactor | None = None,
                closed: bool = False) -> list[Alert]:
-    """The incidents of ``report``, most significant first. ``closed``: a later window
-    of the same group exists, so whatever was ongoing here goes on (if at all) there."""
+    """The incidents of ``report``, most significant first. ``closed``: its window is
+    over, so whatever was ongoing here goes on (if at all) in the next one."""
     pm = derive(report)
     redactor = redactor or Redactor()
     out = []

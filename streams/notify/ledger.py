@@ -104,10 +104,6 @@ class Planner:
     end_after: float = 60.0
     _ending: dict[tuple[str, str], float] = field(default_factory=dict)
 
-    def pending(self, report_id: str) -> bool:
-        """Whether an end of one of this report's incidents is being waited for."""
-        return any(rid == report_id for rid, _ in self._ending)
-
     def plan(self, notices: Notices, alerts: Iterable[Alert], *, now: str,
              mono: float) -> bool:
         """Append to ``notices`` the changes ``alerts`` (one report version) make;
