@@ -70,8 +70,17 @@ def kafka(settings: Settings) -> None:
 
 
 def cmd_broker(args: argparse.Namespace, settings: Settings) -> int:
+    from streams.dev.broker.cluster import LocalCluster
     from streams.dev.broker.launcher import LocalBroker
+    from streams.errors import BrokerError
 
+    if args.brokers < 1:
+        raise UsageError("--brokers: 1 or more")
+    if args.brokers > 1 or (args.action != "start" and LocalCluster.exists(settings.state_dir)):
+        return _broker_cluster(args, settings)
+    if LocalCluster.exists(settings.state_dir):
+        raise BrokerError(f"{settings.state_dir / 'broker'} holds a local cluster; start it "
+                          "with --brokers N, or delete that folder for a single broker")
     kafka_users = None
     if args.secure or args.kafka_users:
         from streams.dev.broker.secure import default_manifest
@@ -96,6 +105,36 @@ def cmd_broker(args: argparse.Namespace, settings: Settings) -> int:
             return 1
         print(json.dumps(state.__dict__, indent=2))
     return 0
+
+
+def _broker_cluster(args: argparse.Namespace, settings: Settings) -> int:
+    """`retro broker --brokers N`: N local KRaft nodes, topics replicated to all of them."""
+    from streams.dev.broker.cluster import LocalCluster, min_insync
+    from streams.kafka.topics import ensure_topics
+
+    if args.secure or args.kafka_users:
+        raise UsageError("--secure runs on one broker; leave out --brokers")
+    if args.action == "start":
+        cluster = LocalCluster(settings.state_dir, brokers=args.brokers,
+                               version=args.kafka_version)
+        bootstrap = cluster.start()
+        # the workers' own RETRO_TOPICS__REPLICATION (1 by default) would leave a single copy
+        topics = settings.topics.model_copy(update={"replication": args.brokers})
+        kafka = settings.kafka.model_copy(update={"bootstrap": bootstrap})
+        asyncio.run(ensure_topics(settings.model_copy(update={"topics": topics,
+                                                              "kafka": kafka})))
+        print(f"cluster of {args.brokers} running: bootstrap={bootstrap} "
+              f"dir={cluster.root} (replication {args.brokers}, min.insync.replicas "
+              f"{min_insync(args.brokers)}); set RETRO_TOPICS__REPLICATION={args.brokers} "
+              "for topics the workers create")
+        return 0
+    cluster = LocalCluster.of(settings.state_dir)
+    if args.action == "stop":
+        print("cluster stopped" if cluster.stop() else "no broker was running")
+        return 0
+    status = cluster.status()
+    print(json.dumps(status, indent=2))
+    return 0 if status and any(n["pid"] for n in status["nodes"].values()) else 1
 
 
 def _secure_broker_topics(broker: Any, settings: Settings, bootstrap: str) -> None:
@@ -403,6 +442,9 @@ def make_parser() -> argparse.ArgumentParser:
     b.add_argument("--secure", action="store_true",
                    help="SASL/SCRAM logins and ACLs: one user per KafkaUser in "
                         "deploy/kafkausers.yaml with its ACLs, plus the super user admin")
+    b.add_argument("--brokers", type=int, default=1, metavar="N",
+                   help="start N nodes (KRaft), every topic replicated to all of them, "
+                        "min.insync.replicas 2 from three nodes on (default 1)")
     b.add_argument("--kafka-users", metavar="FILE",
                    help="the KafkaUser manifests of --secure (default deploy/kafkausers.yaml)")
 

@@ -164,6 +164,11 @@ class Metrics:
             "1 while a Kafka bootstrap server accepts connections, 0 while none has for a "
             "few seconds (readiness fails then)", registry=r,
         )
+        self.leader_changes = Counter(
+            "retro_partition_leader_changes_total",
+            "Input partitions whose leader broker changed between two lag measurements (a "
+            "broker failed or took its partitions back)", registry=r,
+        )
         self.worker_roles = Gauge(
             "retro_worker_role_info",
             "1 for each role this worker runs: clean, batch, compactor (all three in the "

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -60,6 +60,12 @@ def oldest_age_by_topic(
     return out
 
 
+def leader_moves(before: Mapping[TopicPartition, int], now: Mapping[TopicPartition, int]) -> int:
+    """Partitions led by another broker now than before (new or leaderless ones are not)."""
+    return sum(1 for tp, leader in now.items()
+               if leader >= 0 and before.get(tp, -1) >= 0 and before[tp] != leader)
+
+
 class LagMonitor:
     """Measures lag (and the oldest uncommitted record's age) of consumer groups."""
 
@@ -68,6 +74,7 @@ class LagMonitor:
         self._wall_ms = wall_ms or (lambda: time.time() * 1000)
         self._admin: AIOKafkaAdminClient | None = None
         self._consumer: AIOKafkaConsumer | None = None
+        self._leaders: dict[TopicPartition, int] = {}
 
     async def _clients(self) -> tuple[AIOKafkaAdminClient, AIOKafkaConsumer]:
         if self._admin is None or self._consumer is None:
@@ -138,7 +145,21 @@ class LagMonitor:
                 offsets[(tp.topic, tp.partition)] = (pl.committed, pl.lag)
             for topic, age in (await self.oldest_ages(lags)).items():
                 metrics.oldest_age.labels(gid, topic).set(age)
+            metrics.leader_changes.inc(await self._leader_moves(lags))
         return offsets
+
+    async def _leader_moves(self, tps: Iterable[TopicPartition]) -> int:
+        """Leader moves since the last measurement, from one metadata request of all
+        topics (the client's own metadata only refreshes the topics it last used)."""
+        _, consumer = await self._clients()
+        cluster = await consumer._client.fetch_all_metadata()
+        now = {}
+        for tp in tps:
+            leader = cluster.leader_for_partition(tp)
+            now[tp] = leader if leader is not None else -1
+        moved = leader_moves(self._leaders, now)
+        self._leaders.update({tp: leader for tp, leader in now.items() if leader >= 0})
+        return moved
 
     async def close(self) -> None:
         if self._consumer is not None:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from dataclasses import dataclass
 
 from aiokafka.admin import AIOKafkaAdminClient, NewTopic
@@ -57,8 +58,29 @@ def topic_specs(settings: Settings) -> list[TopicSpec]:
     ]
 
 
+# how long a start-up waits for the cluster to stop pointing at a broker that just died
+ENSURE_RETRY_SECONDS = 15.0
+
+
 async def ensure_topics(settings: Settings) -> list[str]:
-    """Create missing topics; returns the names created."""
+    """Create missing topics; returns the names created. A retriable error (e.g. the
+    admin request went to a broker that died and is still in the metadata) is retried
+    with a fresh client for a while, so a worker or producer starts while one broker
+    is down."""
+    from aiokafka.errors import KafkaError
+
+    deadline = time.monotonic() + ENSURE_RETRY_SECONDS
+    while True:
+        try:
+            return await _ensure_topics(settings)
+        except KafkaError as exc:
+            if not getattr(exc, "retriable", False) or time.monotonic() > deadline:
+                raise
+            logger.info("creating topics: %r; retrying", exc)
+            await asyncio.sleep(1.0)
+
+
+async def _ensure_topics(settings: Settings) -> list[str]:
     admin = AIOKafkaAdminClient(**aiokafka_kwargs(settings))
     try:  # close even when start() fails, or asyncio warns about an unclosed client
         await admin.start()

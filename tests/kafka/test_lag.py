@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from aiokafka.structs import TopicPartition
 
-from streams.kafka.lag import PartitionLag, lag_from_offsets, oldest_age_by_topic
+from streams.kafka.lag import PartitionLag, lag_from_offsets, leader_moves, oldest_age_by_topic
 
 A0, A1, B0 = TopicPartition("a", 0), TopicPartition("a", 1), TopicPartition("b", 0)
 
@@ -26,3 +26,11 @@ def test_oldest_age_is_the_oldest_partition_of_each_topic() -> None:
     ages = oldest_age_by_topic({A0: 10_000, A1: 4_000, B0: 99_000}, now_ms=100_000)
     assert ages == {"a": 96.0, "b": 1.0}
     assert oldest_age_by_topic({A0: 200_000}, now_ms=100_000) == {"a": 0.0}  # clock skew
+
+
+def test_a_leader_move_counts_once_per_partition_that_changed_leader() -> None:
+    a, b, c = (TopicPartition("raw", p) for p in range(3))
+    assert leader_moves({}, {a: 1, b: 2}) == 0  # first look: nothing to compare with
+    assert leader_moves({a: 1, b: 2, c: 1}, {a: 2, b: 2, c: 3}) == 2
+    assert leader_moves({a: 1}, {a: -1}) == 0  # leaderless for now: counted once re-led
+    assert leader_moves({a: 1, b: 2}, {a: 1, b: 2}) == 0
