@@ -10,7 +10,6 @@ import asyncio
 import contextlib
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -22,6 +21,8 @@ import pytest
 
 # test modules share tests/helpers.py as ``import helpers``; importlib mode adds no paths
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from helpers import free_port
 
 
 @pytest.fixture(scope="session")
@@ -37,12 +38,6 @@ def kafka_bootstrap(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
         yield state.bootstrap
     finally:
         broker.stop()
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 class Pipeline:

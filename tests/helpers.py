@@ -123,6 +123,33 @@ class FakeClock:
         await asyncio.sleep(0)
 
 
+def free_port() -> int:
+    """A loopback port that was free a moment ago (bound, then released)."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def fake_control(port: int, path: str, patch: dict | None = None) -> dict:
+    """GET from (or POST ``patch`` to) the simulated provider's control plane."""
+    data = json.dumps(patch).encode() if patch is not None else None
+    request = urllib.request.Request(f"http://127.0.0.1:{port}{path}", data=data,
+                                     headers={"Content-Type": "application/json"})
+    with urllib.request.urlopen(request, timeout=10) as r:
+        return json.loads(r.read())
+
+
+def scraped_sum(port: int, name: str) -> float:
+    """The sum of a metric's series on a worker's /metrics; 0 while it does not answer."""
+    try:
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as r:
+            text = r.read().decode()
+    except OSError:
+        return 0.0
+    return sum(float(line.rsplit(" ", 1)[1]) for line in text.splitlines()
+               if line.startswith(name + "{") or line.startswith(name + " "))
+
+
 @contextlib.contextmanager
 def closed_port() -> Iterator[int]:
     """A loopback port that refuses connections: bound (so nobody else takes it), not listening."""

@@ -29,7 +29,7 @@ from streams.intervals import Coverage
 from streams.records import BatchOutcome, NormalizedRecord
 from streams.settings import Settings
 
-from helpers import WordCounter, make_record
+from helpers import WordCounter, free_port, make_record
 
 REDIS_SERVER = shutil.which("redis-server")
 pytestmark = pytest.mark.skipif(
@@ -39,12 +39,6 @@ pytestmark = pytest.mark.skipif(
 redis_asyncio = pytest.importorskip(
     "redis.asyncio", reason="the redis client is not installed (pip install -e '.[dev]')"
 )
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def _answers_ping(port: int) -> bool:
@@ -61,7 +55,7 @@ class RedisServer:
 
     def __init__(self, folder: Path) -> None:
         self.folder = folder
-        self.port = _free_port()
+        self.port = free_port()
         self.proc: subprocess.Popen[bytes] | None = None
 
     @property

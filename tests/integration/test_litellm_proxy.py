@@ -31,7 +31,6 @@ import re
 import secrets
 import shutil
 import signal
-import socket
 import subprocess
 import time
 import urllib.request
@@ -41,7 +40,7 @@ from typing import Any
 
 import pytest
 
-from helpers import REPO
+from helpers import REPO, free_port
 from helpers import start_fake_llm as _start_fake_llm
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(420)]
@@ -142,12 +141,6 @@ def _wait_ready(proc: subprocess.Popen[bytes], port: int, log: Path, timeout: fl
             time.sleep(0.5)
     raise AssertionError(f"the LiteLLM proxy did not answer within {timeout:.0f} s:\n"
                          f"{log.read_text(errors='replace')[-5000:]}")
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def _get(url: str) -> Any:

@@ -18,7 +18,6 @@ import json
 import re
 import shutil
 import signal
-import socket
 import subprocess
 import threading
 import time
@@ -29,6 +28,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+
+from helpers import free_port
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(240)]
 
@@ -73,12 +74,6 @@ def _slices(folder: Path) -> tuple[Any, list[list[str]]]:
     return case, slices
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 def _metric(port: int, name: str, labels: str) -> float:
     with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as r:
         text = r.read().decode()
@@ -109,7 +104,7 @@ def _ledger_loaded(p, since: int) -> bool:
 
 @contextlib.contextmanager
 def _alertmanager(tmp_path: Path, route: str) -> Iterator[str]:
-    port = _free_port()
+    port = free_port()
     config = tmp_path / "alertmanager.yml"
     config.write_text(route)
     log = open(tmp_path / "alertmanager.log", "wb")  # noqa: SIM115
@@ -275,7 +270,7 @@ def test_webhook_open_escalate_end_each_once_through_kills_and_rereads(
 
         # two workers share the reports and the notifier's partitions: one of them speaks
         p.retro("produce", "--quiet", *slices[1])
-        ports = [p.web_port, _free_port()]
+        ports = [p.web_port, free_port()]
         workers = [p.start_worker(RETRO_WEB_PORT=str(port), RETRO_STATE_DIR=str(tmp_path / f"w{i}"))
                    for i, port in enumerate(ports)]
         wait_until(lambda: "escalated" in hook.said(), timeout=90, interval=0.3,

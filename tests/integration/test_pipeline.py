@@ -18,6 +18,7 @@ from pathlib import Path
 
 import pytest
 
+from helpers import free_port
 from helpers import start_fake_llm as _start_fake_llm
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(600)]
@@ -215,20 +216,13 @@ def _png_size(data: bytes) -> tuple[int, int]:
     return int.from_bytes(data[16:20], "big"), int.from_bytes(data[20:24], "big")
 
 
-def _free_port() -> int:
-    import socket
-
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
 class _Workers:
     """Workers of one pipeline, each with its own web port and state folder, and how
     many records each has consumed (0 while it is not up)."""
 
     def __init__(self, p, count: int = 2) -> None:
         self.p = p
-        self.ports = [p.web_port] + [_free_port() for _ in range(count - 1)]
+        self.ports = [p.web_port] + [free_port() for _ in range(count - 1)]
 
     def start(self, i: int) -> subprocess.Popen[bytes]:
         return self.p.start_worker(RETRO_WEB_PORT=str(self.ports[i]),
@@ -247,7 +241,7 @@ class _Workers:
 def test_faulty_provider_loses_nothing(pipeline_factory, tmp_path: Path) -> None:
     """429s with Retry-After, 5xx, malformed JSON and wrong ids: every record still
     ends in exactly one report, review or dead letter, and no secret reaches the model."""
-    port = _free_port()
+    port = free_port()
     # rpm 5: even the smallest run's batches (8 requests without ../shared) overrun it
     fake = _start_fake_llm(tmp_path, port, "--rpm", "5", "--error-rate", "0.15",
                            "--malformed-rate", "0.1", "--wrong-ids-rate", "0.1", "--seed", "3")
@@ -294,7 +288,7 @@ def test_sigterm_with_batches_in_flight_drains_within_the_grace_and_loses_nothin
     fetching, gives its batches RETRO_SHUTDOWN_SECONDS, commits what is done and
     leaves, so the worker exits well inside a pod's grace period (60 s in deploy/);
     the next worker reads the rest again and the audit is exact."""
-    port = _free_port()
+    port = free_port()
     fake = _start_fake_llm(tmp_path, port, "--base-latency", "4", "--seed", "5")
     try:
         p = pipeline_factory(RETRO_MODEL__BASE_URL=f"http://127.0.0.1:{port}/v1",

@@ -9,37 +9,14 @@ from __future__ import annotations
 import json
 import os
 import time
-import urllib.request
 from pathlib import Path
 
 import pytest
 
+from helpers import fake_control, free_port, scraped_sum
 from helpers import start_fake_llm as _start_fake_llm
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(300)]
-
-
-def _free_port() -> int:
-    import socket
-
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
-def _fake(port: int, path: str, patch: dict | None = None) -> dict:
-    data = json.dumps(patch).encode() if patch is not None else None
-    request = urllib.request.Request(f"http://127.0.0.1:{port}{path}", data=data,
-                                     headers={"Content-Type": "application/json"})
-    with urllib.request.urlopen(request, timeout=10) as r:
-        return json.loads(r.read())
-
-
-def _metric_sum(port: int, name: str) -> float:
-    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as r:
-        text = r.read().decode()
-    return sum(float(line.rsplit(" ", 1)[1]) for line in text.splitlines()
-               if line.startswith(name + "{") or line.startswith(name + " "))
 
 
 def _audit(p) -> dict:
@@ -120,7 +97,7 @@ def _one_record_sizes(settings, paths: list[str]) -> tuple[int, int]:
 
 def test_truncated_answers_and_context_errors_are_split_and_end_in_reports(
         pipeline_factory, tmp_path: Path) -> None:
-    port = _free_port()
+    port = free_port()
     p = pipeline_factory(RETRO_MODEL__BASE_URL=f"http://127.0.0.1:{port}/v1",
                          RETRO_MODEL__NAME="fake-gpt")
     sample = _sample(tmp_path, 1200)
@@ -145,9 +122,9 @@ def test_truncated_answers_and_context_errors_are_split_and_end_in_reports(
         # every split leaf was answered
         assert result["parked"] == 0, (result, p.retro("review").stdout.decode())
         assert result["analysed"] == result["raw_records"] - result["dead_lettered"]
-        stats = _fake(port, "/_fake/stats")
+        stats = fake_control(port, "/_fake/stats")
         assert stats["truncated"] > 0 and stats["context_errors"] > 0, stats
-        assert _metric_sum(p.web_port, "retro_batch_splits_total") > 0
+        assert scraped_sum(p.web_port, "retro_batch_splits_total") > 0
     finally:
         fake.kill()
 
@@ -160,7 +137,7 @@ def test_outage_then_5xx_drill_ends_with_records_analysed_once(pipeline_factory,
     >= 99% of the records are analysed (in reports), none missing, none doubled."""
     # the issue's drill used 60 s (RETRO_DRILL_DOWN_SECONDS=60); 15 s keeps the test short
     down = float(os.environ.get("RETRO_DRILL_DOWN_SECONDS", "15"))
-    port = _free_port()
+    port = free_port()
     fake = _start_fake_llm(tmp_path, port, "--seed", "11")
     try:
         p = pipeline_factory(RETRO_MODEL__BASE_URL=f"http://127.0.0.1:{port}/v1",
@@ -169,22 +146,22 @@ def test_outage_then_5xx_drill_ends_with_records_analysed_once(pipeline_factory,
                              RETRO_REVIEW__BACKOFF_BASE_SECONDS="1",
                              RETRO_REVIEW__BACKOFF_MAX_SECONDS="4")
         p.retro("produce", "--quiet", *_sample(tmp_path, 1500))
-        _fake(port, "/_fake/config", {"error_rate": 1.0})
+        fake_control(port, "/_fake/config", {"error_rate": 1.0})
         p.start_worker()
         deadline = time.monotonic() + 90
-        while _fake(port, "/_fake/stats")["errors_5xx"] == 0:  # the worker met the outage
+        while fake_control(port, "/_fake/stats")["errors_5xx"] == 0:  # the worker met the outage
             assert time.monotonic() < deadline, p.worker_logs()
             time.sleep(0.5)
         time.sleep(down)
-        _fake(port, "/_fake/config", {"error_rate": 0.3})
+        fake_control(port, "/_fake/config", {"error_rate": 0.3})
         result = _settled(p, timeout=120, analysed_share=0.99)
         assert result["ok"], (result, p.worker_logs())  # none missing, none doubled
         lanes = result["raw_records"] - result["dead_lettered"]
         assert result["analysed"] >= 0.99 * lanes, result
-        assert _metric_sum(p.web_port, "retro_review_redriven_records_total") > 0
+        assert scraped_sum(p.web_port, "retro_review_redriven_records_total") > 0
         assert "analysed" in result["summary"] and "parked in review" in result["summary"]
         print(f"drill, provider down {down:g} s then 30% 5xx: {result['summary'].strip()}; "
-              f"re-driven {_metric_sum(p.web_port, 'retro_review_redriven_records_total'):g}")
+              f"re-driven {scraped_sum(p.web_port, 'retro_review_redriven_records_total'):g}")
     finally:
         fake.kill()
 
@@ -194,7 +171,7 @@ def test_permanent_reviews_stay_until_retro_review_redrives_them(pipeline_factor
     """Answers that stay malformed after a repair park their records for good (no
     automatic re-drive); `retro review` lists them, `--redrive --reason` sends them
     again, and once the model answers they are analysed, not counted twice."""
-    port = _free_port()
+    port = free_port()
     fake = _start_fake_llm(tmp_path, port, "--malformed-rate", "1.0", "--seed", "2")
     try:
         p = pipeline_factory(RETRO_MODEL__BASE_URL=f"http://127.0.0.1:{port}/v1",
@@ -208,7 +185,7 @@ def test_permanent_reviews_stay_until_retro_review_redrives_them(pipeline_factor
         assert parked > 0 and parked + analysed == result["raw_records"] - result[
             "dead_lettered"], result
         assert set(result["parked_by_reason"]) == {"malformed_output"}, result
-        _fake(port, "/_fake/config", {"malformed_rate": 0.0})
+        fake_control(port, "/_fake/config", {"malformed_rate": 0.0})
         time.sleep(5)  # nothing re-drives a permanent reason on its own
         assert _audit(p)["parked"] == parked
 

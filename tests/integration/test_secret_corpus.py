@@ -14,7 +14,6 @@ import asyncio
 import base64
 import json
 import re
-import socket
 import subprocess
 import sys
 import time
@@ -24,6 +23,8 @@ from pathlib import Path
 import pytest
 
 from streams.report.store import read_topic
+
+from helpers import free_port
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(600)]
 
@@ -71,12 +72,6 @@ def _corpus_file(path: Path) -> None:
     path.write_bytes(data)
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 def _get(url: str) -> str:
     with urllib.request.urlopen(url, timeout=10) as r:
         return r.read().decode("utf-8", errors="replace")
@@ -99,7 +94,7 @@ def _with_raw_bytes(text: str) -> str:
 
 
 def test_no_secret_value_leaves_the_clean_stage(pipeline_factory, tmp_path: Path) -> None:
-    port = _free_port()
+    port = free_port()
     log = open(tmp_path / "fake-llm.log", "wb")  # noqa: SIM115
     fake = subprocess.Popen([sys.executable, "-m", "streams", "fake-llm", "--port", str(port)],
                             stdout=log, stderr=subprocess.STDOUT)

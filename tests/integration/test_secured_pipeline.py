@@ -16,13 +16,12 @@ import os
 import subprocess
 import sys
 import time
-import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
-from helpers import start_fake_llm
+from helpers import fake_control, free_port, scraped_sum, start_fake_llm
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(300)]
 
@@ -64,32 +63,6 @@ def _deploy_names() -> dict[str, str]:
         if isinstance(value, str) and value.startswith("retro."):  # every topic's name
             names[f"RETRO_TOPICS__{name.upper()}"] = value
     return names
-
-
-def _free_port() -> int:
-    import socket
-
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
-def _fake(port: int, path: str, patch: dict | None = None) -> dict:
-    data = json.dumps(patch).encode() if patch is not None else None
-    request = urllib.request.Request(f"http://127.0.0.1:{port}{path}", data=data,
-                                     headers={"Content-Type": "application/json"})
-    with urllib.request.urlopen(request, timeout=10) as r:
-        return json.loads(r.read())
-
-
-def _metric_sum(port: int, name: str) -> float:
-    try:
-        with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as r:
-            text = r.read().decode()
-    except OSError:
-        return 0.0
-    return sum(float(line.rsplit(" ", 1)[1]) for line in text.splitlines()
-               if line.startswith(name + "{") or line.startswith(name + " "))
 
 
 def _kwargs(broker, state, user: str) -> dict:
@@ -248,7 +221,7 @@ def test_each_role_runs_as_its_own_user_and_is_refused_the_rest(
     credentials = broker.credentials()
     started = time.monotonic()
     sink = None
-    llm = _free_port()
+    llm = free_port()
     fake = start_fake_llm(tmp_path, llm, "--seed", "22")
     try:
         p = pipeline_factory(**_deploy_names(), **credentials.client_env("admin"),
@@ -271,39 +244,39 @@ def test_each_role_runs_as_its_own_user_and_is_refused_the_rest(
         assert raw_lag == {"retro.logs.raw": 300}, raw_lag  # what KEDA would scale clean on
 
         # the provider is down at first, so batch parks transient reviews and re-drives them
-        _fake(llm, "/_fake/config", {"error_rate": 1.0})
+        fake_control(llm, "/_fake/config", {"error_rate": 1.0})
         ports = {}
         # a webhook sink, so the compactor also runs its notify loop and ledger topic
         sink = _webhook_sink()
         notify = {"RETRO_NOTIFY__WEBHOOK_URL": f"http://127.0.0.1:{sink.server_port}/hook"}
         for role in ("clean", "batch", "compactor"):
-            ports[role] = _free_port()
+            ports[role] = free_port()
             p.start_worker(role, log_name=f"worker-{role}",
                            **credentials.client_env(USER[role]),
                            RETRO_WEB_PORT=str(ports[role]),
                            **(notify if role == "compactor" else {}))
         deadline = time.monotonic() + 60
-        while _metric_sum(ports["batch"], "retro_review_total") == 0:
+        while scraped_sum(ports["batch"], "retro_review_total") == 0:
             assert time.monotonic() < deadline, _refused_in(p)
             time.sleep(0.5)
-        _fake(llm, "/_fake/config", {"error_rate": 0.0})
+        fake_control(llm, "/_fake/config", {"error_rate": 0.0})
 
         reader = credentials.client_env(USER["reader"])
         audit = _audit_until(p, reader, lambda a, lanes: a["analysed"] >= lanes)
-        assert _metric_sum(ports["batch"], "retro_review_redriven_records_total") > 0, \
+        assert scraped_sum(ports["batch"], "retro_review_redriven_records_total") > 0, \
             _refused_in(p)
         pipeline_seconds = time.monotonic() - started
 
         # answers that stay malformed park records for good: the re-drive by hand reads
         # the raw topic, so people run it as the batch user; the reader is refused
-        _fake(llm, "/_fake/config", {"malformed_rate": 1.0})
+        fake_control(llm, "/_fake/config", {"malformed_rate": 1.0})
         more = _retro_as(p, credentials.client_env(USER["producer"]), "produce", "--quiet",
                          *[str(f) for f in write_sample(tmp_path / "more", records=300, seed=23)])
         assert more.returncode == 0, more.stderr.decode()[-3000:]
         audit = _audit_until(p, reader, lambda a, lanes: a["raw_records"] > 300
                              and a["parked"] and a["analysed"] + a["parked"] >= lanes)
         parked = audit["parked"]
-        _fake(llm, "/_fake/config", {"malformed_rate": 0.0})
+        fake_control(llm, "/_fake/config", {"malformed_rate": 0.0})
         for command in (["report"], ["deadletter"], ["review"]):  # people's, as the reader
             proc = _retro_as(p, reader, *command)
             err = proc.stderr.decode()
@@ -337,7 +310,7 @@ def test_each_role_runs_as_its_own_user_and_is_refused_the_rest(
         print(f"secured pipeline: {audit['raw_records']} raw records audited by the reader "
               f"user, the first 300 in {pipeline_seconds:.0f} s, {parked} re-driven by hand, "
               f"re-driven automatically "
-              f"{_metric_sum(ports['batch'], 'retro_review_redriven_records_total'):g}; "
+              f"{scraped_sum(ports['batch'], 'retro_review_redriven_records_total'):g}; "
               f"refused: {len(refused)} checks; webhook posts {sink.posts}")
     finally:
         fake.kill()

@@ -14,7 +14,6 @@ import asyncio
 import json
 import random
 import signal
-import socket
 import subprocess
 import time
 import urllib.request
@@ -23,6 +22,8 @@ from collections import Counter
 import pytest
 
 from streams.records import Fragment
+
+from helpers import free_port, scraped_sum
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(180)]
 
@@ -95,22 +96,6 @@ def _produce(settings, by_partition: dict[int, list[str]]) -> None:
     asyncio.run(send())
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
-def _consumed(port: int) -> float:
-    try:
-        with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as r:
-            text = r.read().decode()
-    except OSError:
-        return 0.0
-    return sum(float(line.rsplit(" ", 1)[1]) for line in text.splitlines()
-               if line.startswith("retro_records_consumed_total{"))
-
-
 def _fragments(settings) -> list[Fragment]:
     from streams.report.store import read_topic
 
@@ -149,7 +134,7 @@ def test_two_workers_and_a_restart_end_with_one_evidence_entry_per_event(
     p = pipeline_factory(RETRO_TOPICS__PARTITIONS=str(PARTITIONS))
     p.retro("topics")
     settings = p.settings()
-    ports = [p.web_port, _free_port()]
+    ports = [p.web_port, free_port()]
 
     def worker(i: int) -> subprocess.Popen[bytes]:
         return p.start_worker(RETRO_WEB_PORT=str(ports[i]),
@@ -162,15 +147,19 @@ def test_two_workers_and_a_restart_end_with_one_evidence_entry_per_event(
     wait_until(lambda: all(_metrics_up(port) for port in ports), timeout=60, interval=0.5,
                what="both workers up")
     lines: dict[int, list[str]] = {}
+
+    def consumed(port: int) -> float:
+        return scraped_sum(port, "retro_records_consumed_total")
+
     # lines without a varying word until both workers own partitions (and consume)
     nxt = _trickle(settings, lines, 0, "quiet", rng=rng, rounds=1,
-                   until=lambda: all(_consumed(port) > 0 for port in ports))
+                   until=lambda: all(consumed(port) > 0 for port in ports))
     # each worker's miner is born on its own user name, and its batches go out with it
     nxt = _trickle(settings, lines, nxt, "pairs", rng=rng)
     # a restart: the worker's miner starts again from nothing; then every name anywhere
     p.kill(first, signal.SIGTERM)
     worker(0)
-    _trickle(settings, lines, nxt, "mixed", rng=rng, until=lambda: _consumed(ports[0]) > 0)
+    _trickle(settings, lines, nxt, "mixed", rng=rng, until=lambda: consumed(ports[0]) > 0)
     total = sum(len(v) for v in lines.values())
 
     audit = p.retro("audit", "--wait", "90", check=False, timeout=150)
