@@ -119,11 +119,12 @@ def batch_all(records: list[NormalizedRecord], windows: dict[str, TokenWindow]) 
     batches: list[Batch] = []
     for record in records:
         batches.extend(windows[record.lane].add(record))
-    for window in windows.values():
-        last = window.flush("drain")
-        if last is not None:
-            batches.append(last)
-    return batches
+    return batches + drained(windows)
+
+
+def drained(windows: dict[str, TokenWindow]) -> list[Batch]:
+    """What the windows still hold, flushed as at shutdown."""
+    return [b for w in windows.values() if (b := w.flush("drain")) is not None]
 
 
 def naive_prompt_tokens(

@@ -63,7 +63,7 @@ from pathlib import Path
 from typing import Any
 
 from _common import add_tag_argument, command_line, free_port, table, write_result
-from batching_bench import MODEL, batch_all, check_coverage, windows_for
+from batching_bench import MODEL, batch_all, check_coverage, drained, windows_for
 
 from streams.batch.window import Batch, TokenWindow
 from streams.clean.cleaner import Cleaner
@@ -140,11 +140,7 @@ def batch_at_log_pace(records: list[NormalizedRecord], windows: dict[str, TokenW
             if window.due():
                 batches.append(window.flush("wait"))  # type: ignore[arg-type]
         batches.extend(windows[record.lane].add(record))
-    for window in windows.values():
-        last = window.flush("drain")
-        if last is not None:
-            batches.append(last)
-    return batches
+    return batches + drained(windows)
 
 
 @contextlib.contextmanager

@@ -337,18 +337,26 @@ def pool_and_disk_report() -> Report:
 
 
 @contextlib.asynccontextmanager
-async def serve_chat(handler: Any) -> AsyncIterator[str]:
-    """An aiohttp server on a loopback port answering ``/v1/chat/completions`` with
-    ``handler``; yields its base URL (``http://host:port/v1``)."""
+async def serve_post(path: str, handler: Any) -> AsyncIterator[str]:
+    """An aiohttp server on a loopback port answering POSTs to ``path`` with
+    ``handler``; yields its address (``http://host:port``)."""
     from aiohttp import web
 
     app = web.Application()
-    app.router.add_post("/v1/chat/completions", handler)
+    app.router.add_post(path, handler)
     runner = web.AppRunner(app)
     await runner.setup()
     await web.TCPSite(runner, "127.0.0.1", 0).start()
     host, port = runner.addresses[0][:2]
     try:
-        yield f"http://{host}:{port}/v1"
+        yield f"http://{host}:{port}"
     finally:
         await runner.cleanup()
+
+
+@contextlib.asynccontextmanager
+async def serve_chat(handler: Any) -> AsyncIterator[str]:
+    """A chat-completions endpoint answered by ``handler``; yields its base URL
+    (``http://host:port/v1``)."""
+    async with serve_post("/v1/chat/completions", handler) as address:
+        yield f"{address}/v1"

@@ -39,6 +39,7 @@ from streams.notify.messages import alertmanager_alerts, report_link, webhook_me
 from streams.notify.sinks import MAX_WAIT, Sink
 from streams.report.keys import UNDATED, format_time, parse_time
 from streams.report.model import Report
+from streams.runtime.state import PartitionedState
 from streams.runtime.step import Context, Fetch, Out, Step
 from streams.settings import Settings
 
@@ -93,9 +94,8 @@ class NotifyStep(Step):
         n = settings.notify
         self.planner = Planner(min_severity=n.min_severity, end_after=n.end_after_seconds)
         self.redactor = Redactor.from_settings(settings)
-        self.ledger: dict[str, Notices] = {}  # report id -> its ledger, owned partitions
-        self._home: dict[str, int] = {}
-        self._loaded: set[int] = set()
+        # report id -> its ledger, of the partitions assigned and loaded
+        self.state: PartitionedState[Notices] = PartitionedState()
         self._between_owners = False
         self._alerts: dict[str, tuple[tuple[Any, ...], list[Alert]]] = {}
         self._queues: dict[str, asyncio.Queue[tuple[str, str]]] = {}
@@ -109,9 +109,8 @@ class NotifyStep(Step):
 
     def begin(self, ctx: Context) -> None:
         self._failure = None
-        self.ledger.clear()
-        self._home.clear()
-        self._loaded, self._between_owners = set(), False
+        self.state.clear()
+        self._between_owners = False
         self._queued.clear()
         size = self.settings.notify.queue_size
         self._queues = {s.name: asyncio.Queue(maxsize=size) for s in self.sinks}
@@ -151,23 +150,10 @@ class NotifyStep(Step):
         """Forget the ledgers of partitions that left, load those that arrived."""
         self._between_owners = False
         partitions = {p.partition for p in parts if p.topic == self.topic}
-        for rid in [r for r, p in self._home.items() if p not in partitions]:
-            self.ledger.pop(rid, None)
-            del self._home[rid]
-        gained = partitions - self._loaded
-        self._loaded &= partitions
-        if not gained:
-            return
-        for rid, value, home in await self.source.read(gained):
-            if value is None:
-                self.ledger.pop(rid, None)
-                self._home.pop(rid, None)
-                continue
-            self.ledger[rid] = Notices.from_bytes(value)
-            self._home[rid] = home
-        self._loaded = partitions
-        logger.info("notify: loaded the ledgers of %d report(s) of partitions %s",
-                    sum(1 for p in self._home.values() if p in gained), sorted(gained))
+        gained = await self.state.assign(partitions, self.source.read, Notices.from_bytes)
+        if gained:
+            logger.info("notify: loaded the ledgers of %d report(s) of partitions %s",
+                        self.state.keys_in(gained), sorted(gained))
 
     async def revoked(self, parts: set[Any], ctx: Context) -> None:
         """Stop planning and sending; the send in flight finishes and is recorded before
@@ -193,6 +179,12 @@ class NotifyStep(Step):
         with contextlib.suppress(TimeoutError):
             await asyncio.wait_for(settled(), timeout=self.settings.notify.timeout_seconds + 5)
 
+
+    @property
+    def ledger(self) -> dict[str, Notices]:
+        """Each owned report's ledger."""
+        return self.state.values
+
     # ------------------------------------------------------------------ planning
 
     async def _planning(self, ctx: Context) -> None:
@@ -200,7 +192,7 @@ class NotifyStep(Step):
             await self.ready.wait()
         while True:
             began = self.mono()
-            if not self._between_owners and self._loaded:
+            if not self._between_owners and self.state.loaded:
                 await self.plan(ctx)
             await self._wake(max(self.tick_seconds - (self.mono() - began), 0.0))
 
@@ -230,7 +222,7 @@ class NotifyStep(Step):
         refresh = self._refreshed_at is None or mono - self._refreshed_at >= n.refresh_seconds
         for rid in ids:
             home = self.partition_of(rid.encode(), count)
-            if home not in self._loaded or self._between_owners:
+            if home not in self.state.loaded or self._between_owners:
                 continue
             notices = self.ledger.get(rid)
             report = self.reports.get(rid)
@@ -244,7 +236,7 @@ class NotifyStep(Step):
             if self.planner.plan(notices, alerts, now=now, mono=mono):
                 self.ledger[rid] = notices
                 await self._write(ctx, rid)
-            self._home[rid] = home
+            self.state.home[rid] = home
             for entry in notices.entries:
                 for sink in self.sinks:
                     am_refresh = refresh and entry.open and sink.name == "alertmanager"

@@ -33,6 +33,7 @@ from streams.report.keys import format_time
 from streams.report.model import Report
 from streams.report.rollup import RollupUpdate, needs_rollup, rollup_payload
 from streams.runtime.acks import AckHandle
+from streams.runtime.state import PartitionedState
 from streams.runtime.step import Context, Fetch, Message, Out, Step
 from streams.settings import Settings
 
@@ -198,11 +199,10 @@ class CompactStep(Step):
         self.source = source
         self.gateway = gateway
         self.clock = clock
-        self.reports: dict[str, str] = {}  # compaction key -> latest JSON, owned partitions
-        self._partition_of: dict[str, int] = {}
+        # compaction key -> latest JSON, of the fragments partitions assigned and loaded
+        self.state: PartitionedState[str] = PartitionedState()
         self.parsed = ParsedReports()
         self._buffer = _Buffer()
-        self._loaded: set[int] = set()  # fragments partitions assigned and loaded
         # revoked, not yet told what is assigned: nothing is written, as a late write for
         # a partition that moved could land after its next owner loaded it
         self._between_owners = False
@@ -214,9 +214,13 @@ class CompactStep(Step):
         self.held_seconds = max(after, 4 * settings.report.publish_seconds) if after > 0 else 0
 
     def begin(self, ctx: Context) -> None:
-        self._buffer, self._loaded, self._between_owners = _Buffer(), set(), False
-        self.reports.clear()
-        self._partition_of.clear()
+        self._buffer, self._between_owners = _Buffer(), False
+        self.state.clear()
+
+    @property
+    def reports(self) -> dict[str, str]:
+        """The latest JSON of each report of the owned partitions."""
+        return self.state.values
 
     def background(self, ctx: Context) -> list[Any]:
         if self.gateway is not None and self.settings.report.rollup_seconds > 0:
@@ -233,7 +237,7 @@ class CompactStep(Step):
         """
         review_topic = self.settings.topics.review
         for part, messages in fetch.items():
-            if part.partition not in self._loaded:
+            if part.partition not in self.state.loaded:
                 ctx.reread(part, messages[0].offset)
                 continue
             self.records_in.inc(len(messages))
@@ -265,7 +269,7 @@ class CompactStep(Step):
                 return
             t = self.settings.topics
             # assigned and loaded: a partition whose reports did not load is not merged
-            owned = self._loaded & {p.partition for p in ctx.owned() if p.topic == t.fragments}
+            owned = self.state.loaded & {p.partition for p in ctx.owned() if p.topic == t.fragments}
             now = format_time(datetime.now(UTC))
             outs: list[Out] = []
             for key, pending in work.items():
@@ -281,8 +285,7 @@ class CompactStep(Step):
                                     review.model_dump_json().encode()))
                 if folded.report is not None:
                     body = folded.report.to_json()
-                    self.reports[key] = body
-                    self._partition_of[key] = pending.partition
+                    self.state.put(key, body, pending.partition)
                     self.parsed.put(key, body, folded.report)
                     outs.append(Out(t.reports, key.encode(), body.encode()))
             done = [h for h in held if h.key.partition in owned]
@@ -304,27 +307,10 @@ class CompactStep(Step):
         their earlier records) and the runtime rejoins."""
         self._between_owners = False
         partitions = {p.partition for p in parts if p.topic == self.settings.topics.fragments}
-        for key in [k for k, p in self._partition_of.items() if p not in partitions]:
-            self.reports.pop(key, None)
-            del self._partition_of[key]
-        gained = partitions - self._loaded
-        self._loaded &= partitions
-        if not gained:
-            return
-        for key, value, home in await self.source.read(gained):
-            self._keep(key, value, home)
-        self._loaded = partitions
-        loaded = sum(1 for p in self._partition_of.values() if p in gained)
-        logger.info("loaded %d report(s) of fragments partitions %s", loaded, sorted(gained))
-
-    def _keep(self, key: str, value: bytes | None, partition: int) -> None:
-        """A report version read back; a tombstone deletes the report."""
-        if value is None:
-            self.reports.pop(key, None)
-            self._partition_of.pop(key, None)
-            return
-        self.reports[key] = value.decode()
-        self._partition_of[key] = partition
+        gained = await self.state.assign(partitions, self.source.read, bytes.decode)
+        if gained:
+            logger.info("loaded %d report(s) of fragments partitions %s",
+                        self.state.keys_in(gained), sorted(gained))
 
     async def _rollups(self, gateway: Gateway, ctx: Context) -> None:
         topic = self.settings.topics.fragments

@@ -14,7 +14,7 @@ from streams.errors import ConfigError
 from streams.metrics import Metrics
 from streams.notify.sinks import HttpTransport, Reply, Sink, configured_urls
 from streams.settings import Settings
-from tests.helpers import FakeClock
+from tests.helpers import FakeClock, serve_post
 
 
 class Handler:
@@ -104,18 +104,12 @@ async def test_the_http_transport_posts_json() -> None:
         got.append(await request.json())
         return web.Response(status=202, headers={"Retry-After": "1"})
 
-    app = web.Application()
-    app.router.add_post("/hook", receive)
-    runner = web.AppRunner(app)
-    await runner.setup()
-    await web.TCPSite(runner, "127.0.0.1", 0).start()
-    host, port = runner.addresses[0][:2]
-    transport = HttpTransport()
-    try:
-        reply = await transport.post(f"http://{host}:{port}/hook", {"text": "é"}, timeout=5)
-    finally:
-        await transport.close()
-        await runner.cleanup()
+    async with serve_post("/hook", receive) as address:
+        transport = HttpTransport()
+        try:
+            reply = await transport.post(f"{address}/hook", {"text": "é"}, timeout=5)
+        finally:
+            await transport.close()
     assert reply.status == 202 and reply.headers["Retry-After"] == "1"
     assert got == [{"text": "é"}]
 
