@@ -159,6 +159,19 @@ class Review(BaseModel):
     model: str
     prompt_version: str
     output: str | None = None  # the raw model answer, if there was one
+    # where its records sit in the lane topics ("lane topic/partition" -> inclusive lane
+    # offset ranges): a re-drive reads them back from there, already redacted, so it
+    # never needs the raw topic; None in reviews written before it and in the
+    # compactor's rejected fragments, whose records it cannot place in the lanes
+    lane_covered: dict[str, list[list[int]]] | None = None
+
+    @model_serializer(mode="wrap")
+    def _drop_unplaced(self, handler: Any) -> dict[str, Any]:
+        """Without lane coordinates the review is what it was on the wire before them."""
+        data = handler(self)
+        if self.lane_covered is None:
+            data.pop("lane_covered", None)
+        return data
 
 
 def iso_utc(dt: datetime) -> str:

@@ -11,14 +11,15 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import Any, Protocol
 
 from streams.batch.answers import Place, place_fragments, review_for
 from streams.batch.window import Batch, TokenWindow
 from streams.clock import Sleep
+from streams.intervals import Coverage
 from streams.metrics import Metrics
-from streams.records import BatchOutcome, NormalizedRecord
+from streams.records import BatchOutcome, NormalizedRecord, Review
 
 logger = logging.getLogger(__name__)
 
@@ -29,6 +30,22 @@ class Analyzer(Protocol):
 
 Publish = Callable[[BatchOutcome], Awaitable[None]]
 Ack = Callable[[Any], None]
+LaneCoord = tuple[str, int, int]  # (lane topic, partition, offset) of a lane message
+
+
+def with_lane_coverage(review: Review, at: Mapping[str, Sequence[LaneCoord]]) -> Review:
+    """``review`` with the lane coordinates of its records (``at``: record id -> where
+    it was read), so a re-drive reads them back from the lanes; unchanged when one of
+    its records was not read from a lane, as a partial place would lose that record."""
+    coords: list[LaneCoord] = []
+    for record_id in dict.fromkeys(review.record_ids):
+        where = at.get(record_id)
+        if not where:
+            return review
+        coords.extend(where)
+    if not coords:
+        return review
+    return review.model_copy(update={"lane_covered": Coverage.from_coords(coords).to_json()})
 
 
 class LaneProcessor:
@@ -60,18 +77,23 @@ class LaneProcessor:
         self.place = place  # a record's report; fragments are cut one per report
         self._sleep = sleep  # the timer's wait; tests pass a fake clock's sleep
         self._tokens: dict[int, list[Any]] = {}  # id(record) -> ack tokens
+        self._at: dict[int, list[LaneCoord]] = {}  # id(record) -> where it was read
         self._slots = asyncio.Semaphore(max_inflight_batches)
         self._tasks: set[asyncio.Task[None]] = set()
         self._wakeup = asyncio.Event()
         self.failed: BaseException | None = None
 
-    async def add(self, record: NormalizedRecord, token: Any = None) -> None:
-        """Add one record; may dispatch batches (and wait for a free slot)."""
+    async def add(self, record: NormalizedRecord, token: Any = None, *,
+                  at: LaneCoord | None = None) -> None:
+        """Add one record, read from lane message ``at``; may dispatch batches (and wait
+        for a free slot)."""
         if self.failed is not None:
             raise self.failed
         # no lock: nothing between here and the dispatch awaits, so the window is never
         # seen half-updated by the timer (an asyncio.Lock here cost 6% of a worker's CPU)
         self._tokens.setdefault(id(record), []).append(token)
+        if at is not None:
+            self._at.setdefault(id(record), []).append(at)
         batches = self.window.add(record)
         self._wakeup.set()
         for batch in batches:
@@ -127,13 +149,21 @@ class LaneProcessor:
             self.metrics.batches.labels(batch.lane, batch.trigger).inc()
             self.metrics.batch_records.labels(batch.lane).observe(batch.record_count)
             self.metrics.batch_tokens.labels(batch.lane).observe(batch.estimated_input_tokens)
-        tokens = [t for r in batch.records for t in self._tokens.pop(id(r), [])]
+        records = batch.records
+        tokens = [t for r in records for t in self._tokens.pop(id(r), [])]
+        at: dict[str, list[LaneCoord]] = {}
+        if self._at:
+            for r in records:
+                where = self._at.pop(id(r), None)
+                if where is not None:
+                    at.setdefault(r.id, []).extend(where)
         await self._slots.acquire()
-        task = asyncio.create_task(self._run(batch, tokens))
+        task = asyncio.create_task(self._run(batch, tokens, at))
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
 
-    async def _run(self, batch: Batch, tokens: list[Any]) -> None:
+    async def _run(self, batch: Batch, tokens: list[Any],
+                   at: Mapping[str, Sequence[LaneCoord]]) -> None:
         try:
             try:
                 outcome = await self.analyzer.analyze(batch)
@@ -147,6 +177,8 @@ class LaneProcessor:
                                     model=self.model, prompt_version=self.prompt_version,
                                     output=None)
                 outcome = BatchOutcome(fragments=[], reviews=[review], calls=0, cache_hits=0)
+            if at and outcome.reviews:
+                outcome.reviews = [with_lane_coverage(r, at) for r in outcome.reviews]
             await self.publish(outcome)
         except BaseException as exc:
             # publishing failed: leave the records unacked so they are re-read on restart

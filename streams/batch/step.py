@@ -104,7 +104,8 @@ class LaneStep(Step):
                     await ctx.send([Out(self.settings.topics.deadletter, b"", letter)],
                                    done=[handle], on_delivered=self.bad_records.inc)
                     continue
-                await processor.add(record, handle)
+                # its lane coordinates go into any review of it: the re-drive reads it there
+                await processor.add(record, handle, at=(m.topic, m.partition, m.offset))
 
     def failure(self) -> str | None:
         for lane, p in self.processors.items():

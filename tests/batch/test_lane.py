@@ -234,3 +234,19 @@ async def test_a_record_added_while_the_timer_waits_for_a_slot_still_flushes() -
     finally:
         timer.cancel()
     assert sorted(acked) == [1, 2, 3], "a record stayed in the window with nothing to flush it"
+
+
+def test_lane_coverage_is_set_only_when_every_record_of_the_review_was_placed() -> None:
+    from streams.batch.lane import with_lane_coverage
+    from streams.records import Review
+
+    review = Review(id="r-1", lane="fast", reason="timeout", detail="", covered={"raw/0": [[0, 2]]},
+                    record_ids=["raw/0/0", "raw/0/1", "raw/0/2"], model="m", prompt_version="v1")
+    at = {"raw/0/0": [("lanes", 1, 5)], "raw/0/1": [("lanes", 1, 6)],
+          "raw/0/2": [("lanes", 0, 9), ("lanes", 1, 7)]}  # the last one twice on the lanes
+    placed = with_lane_coverage(review, at)
+    assert placed.lane_covered == {"lanes/0": [[9, 9]], "lanes/1": [[5, 7]]}
+    assert with_lane_coverage(review, {"raw/0/0": [("lanes", 1, 5)]}).lane_covered is None
+    # a review without lane coordinates is the review of before on the wire, and reads back
+    assert "lane_covered" not in review.model_dump_json()
+    assert Review.model_validate_json(placed.model_dump_json()) == placed

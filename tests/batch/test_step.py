@@ -100,3 +100,22 @@ def test_an_outcome_that_is_not_delivered_stops_the_step_and_commits_nothing() -
     run, step = asyncio.run(scenario())
     assert step.failure() is not None and run.ctx.failed is not None
     assert run.committed == {}
+
+
+def test_a_review_carries_where_its_records_sit_in_the_lanes() -> None:
+    """The re-drive reads a review's records back from the lanes by these coordinates."""
+    async def scenario() -> MemoryRun:
+        run = MemoryRun(_step(Reviews()), [Part(FAST, 0)])
+        # lane offsets 7, 8 and 10 hold raw records 0, 1 and 2
+        await run.fetch(*(Record(FAST, 0, lane_offset, b"app",
+                                 make_record(raw).model_dump_json().encode())
+                          for raw, lane_offset in ((0, 7), (1, 8), (2, 10))))
+        await run.drain()
+        return run
+
+    run = asyncio.run(scenario())
+    (sent,) = run.sent_to(SETTINGS.topics.review)
+    review = Review.model_validate_json(sent.value or b"")
+    assert review.lane_covered == {f"{FAST}/0": [[7, 8], [10, 10]]}
+    assert len(review.covered) == 1 and sum(
+        b - a + 1 for ranges in review.covered.values() for a, b in ranges) == 3
