@@ -327,23 +327,42 @@ def cmd_deadletter(args: argparse.Namespace, settings: Settings) -> int:
 
 
 def cmd_review(args: argparse.Namespace, settings: Settings) -> int:
-    from streams.report.reviews import parked_coverage, read_reviews, render_json, render_text
+    from streams.report.reviews import parked_reviews, read_reviews, render_json, render_text
     from streams.report.reviews import summarize as summarize_reviews
 
     kafka(settings)
     entries, analysed, unreadable = asyncio.run(read_reviews(settings))
     if args.redrive:
-        from streams.worker.stages import redrive_coverage
-
-        chosen = parked_coverage(entries, analysed, set(args.reason) if args.reason else None)
-        sent = asyncio.run(redrive_coverage(settings, chosen)) if len(chosen) else 0
-        which = ", ".join(args.reason) if args.reason else "every reason"
-        print(f"re-drove {sent} parked records ({which}) to the lanes; a running worker "
-              "analyses them and `retro audit` then counts them as analysed")
-        return 0
+        return _redrive(settings, parked_reviews(entries, analysed,
+                                                 set(args.reason) if args.reason else None),
+                        which=", ".join(args.reason) if args.reason else "every reason")
     summary = summarize_reviews(entries, analysed, topic=settings.topics.review,
                                 latest=args.latest, unreadable=unreadable)
     print(render_json(summary) if args.format == "json" else render_text(summary))
+    return 0
+
+
+def _redrive(settings: Settings, chosen: list[Any], *, which: str) -> int:
+    """Parked records back to the lanes: read from the lanes where their review says they
+    sit, and only the records of reviews that say nothing (written before reviews
+    carried lane coordinates) from the raw topic, cleaned again."""
+    from streams.errors import NotAuthorized
+    from streams.worker.stages import redrive_coverage, redrive_reviews
+
+    sent, unplaced = asyncio.run(redrive_reviews(settings, chosen)) if chosen else (0, None)
+    refused = None
+    if unplaced:
+        try:
+            sent += asyncio.run(redrive_coverage(settings, unplaced))
+        except NotAuthorized as exc:
+            refused = NotAuthorized(
+                f"{len(unplaced)} parked records are in reviews without lane coordinates "
+                f"(written before reviews carried them), so only the raw topic holds them, "
+                f"and {exc}; re-drive them as a user who may read it")
+    print(f"re-drove {sent} parked records ({which}) to the lanes; a running worker "
+          "analyses them and `retro audit` then counts them as analysed")
+    if refused is not None:
+        raise refused
     return 0
 
 

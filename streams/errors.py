@@ -11,6 +11,7 @@ Catch at the level you can act on::
     ├── PortInUse                a port we must listen on is taken (75)
     ├── BrokerError              the local broker launcher failed: Java, Maven, ports (70)
     ├── DeliveryFailed           records did not reach Kafka, even after retries (74)
+    ├── NotAuthorized            this Kafka user may not read or write a topic it needs (77)
     ├── RecordError              one input record is unusable -> dead letter, never a crash
     │   ├── DecodeError          bytes are not text we can repair
     │   └── RecordTooLarge       over the configured size limit
@@ -85,6 +86,13 @@ class BrokerError(RetroError):
 class DeliveryFailed(RetroError):
     reason = "delivery_failed"
     exit_code = 74
+
+
+class NotAuthorized(RetroError):
+    """The broker refused this user a topic: an empty answer would read as "nothing there"."""
+
+    reason = "not_authorized"
+    exit_code = 77  # EX_NOPERM
 
 
 class RecordError(RetroError):

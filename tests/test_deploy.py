@@ -714,7 +714,7 @@ def role_access(settings: Settings, role: str, state_dir: Path) -> Access:
     from streams.notify.step import NotifyStep
     from streams.report.step import CompactStep
     from streams.worker.notify import LedgerReader
-    from streams.worker.stages import RawReader, ReportsReader
+    from streams.worker.stages import LaneReader, ReportsReader
 
     worker = build_app(settings.model_copy(update={"state_dir": state_dir}), roles=(role,))
     t = settings.topics
@@ -742,9 +742,9 @@ def role_access(settings: Settings, role: str, state_dir: Path) -> Access:
             writes = list(step.targets.values())
         elif isinstance(step, LaneStep):  # outcome_outs, and lane messages that are no record
             writes = [t.fragments, t.review, t.deadletter]
-        elif isinstance(step, RedriveStep):  # raw records again by offset, then the lanes
-            assert isinstance(step.raw, RawReader)
-            for topic in t.raw_topics:
+        elif isinstance(step, RedriveStep):  # lane messages again by offset, to the lanes
+            assert isinstance(step.reader, LaneReader)
+            for topic in step.lanes.values():
                 _grant(access, "topic", topic, READ)
             writes = list(step.lanes.values())
         elif isinstance(step, CompactStep):  # reports read back; rejected fragments, roll-ups
@@ -779,7 +779,7 @@ def test_role_access_sees_the_redrive_and_the_groups(settings: Settings,
                                                      tmp_path: Path) -> None:
     batch = role_access(settings, "batch", tmp_path)
     t = settings.topics
-    assert batch[("topic", t.raw, "literal")] == READ  # the re-drive reads raw records
+    assert batch[("topic", t.raw, "literal")] == DESCRIBE  # the re-drive reads the lanes
     assert batch[("topic", t.fast, "literal")] == READ | WRITE
     assert {name for kind, name, _ in batch if kind == "group"} == {
         "retro-stream-batch-lanes", "retro-stream-batch-review"}
@@ -820,8 +820,8 @@ def test_kafka_users_are_scram_and_never_administer(settings: Settings) -> None:
                 assert resource in t.model_dump().values(), (name, resource)
     raw_readers = sorted(n for n, u in users.items()
                          if "Read" in _acls(u).get(("topic", t.raw, "literal"), set()))
-    # unredacted lines: the clean role, and the batch role's re-drive
-    assert raw_readers == ["retro-stream-batch", "retro-stream-clean"]
+    # unredacted lines: the clean role alone (the re-drive reads the redacted lanes)
+    assert raw_readers == ["retro-stream-clean"]
     reader = _acls(users["retro-stream-reader"])
     assert not any("Write" in ops for ops in reader.values())
     assert reader[("topic", t.raw, "literal")] == {"Describe"}  # audit: offsets only

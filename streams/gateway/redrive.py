@@ -2,10 +2,12 @@
 
 Pure asyncio with an injected sleep, so the policy is tested on a fake clock.
 ``RedriveStep`` is the re-drive stage on the stage runtime: it consumes the review
-topic, and for a transient review reads its records again from the raw topic
-(through ``RawRecords``, Kafka-side), cleans them and sends them to their lanes; the
-review is done once they are delivered, so a crash re-drives it again rather than
-dropping it (the merge counts a record once).
+topic, and for a transient review reads its records again from the lane topics at the
+review's lane coordinates (through ``OffsetReader``, Kafka-side) and sends those lane
+messages to their lanes as they are: they are the cleaner's redacted output already,
+so the re-drive never reads the raw topic, whose lines still hold secrets. The review
+is done once they are delivered, so a crash re-drives it again rather than dropping
+it (the merge counts a record once).
 """
 
 from __future__ import annotations
@@ -13,7 +15,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import secrets
-from collections.abc import Awaitable, Callable, Hashable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Collection, Hashable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Protocol
 
@@ -174,6 +176,9 @@ class ReviewMessage(Protocol):
 
 
 Redrive = Callable[[Review], Awaitable[int]]  # sends a review's records; how many
+# why a review without lane coordinates is not re-driven from the lanes
+UNPLACED = ("written before reviews carried lane coordinates; run `retro review --redrive` "
+            "as a user who may read the raw topic")
 
 
 @dataclass
@@ -217,8 +222,8 @@ async def redrive_fetch(fetched: Mapping[Hashable, Sequence[ReviewMessage]], gat
     return out
 
 
-class RawRecords(Protocol):
-    """Reads raw messages again by their coordinates."""
+class OffsetReader(Protocol):
+    """Reads messages again by their coordinates ("topic/partition" -> offset ranges)."""
 
     async def read(self, covered: Coverage) -> list[Message]: ...
 
@@ -250,31 +255,79 @@ def to_lanes(cleaner: Cleaner, lanes: Mapping[str, str], messages: Sequence[Mess
     return outs
 
 
+def lane_coverage(review: Review, lanes: Collection[str]) -> Coverage | None:
+    """Where ``review``'s records sit in the lanes, or None for a review written before
+    reviews carried it; partitions of other topics are left out, so a review can never
+    make the re-drive read anything but the lanes."""
+    if review.lane_covered is None:
+        return None
+    return Coverage.from_json({key: ranges for key, ranges in review.lane_covered.items()
+                               if key.rpartition("/")[0] in lanes})
+
+
+def from_lanes(messages: Sequence[Message], wanted: Coverage, lanes: Collection[str]
+               ) -> tuple[list[Out], int]:
+    """(the lane messages of the records in ``wanted``, once each, to send to the lane
+    they were read from as they are; how many read messages were none of them).
+
+    A lane offset is checked against the record it holds: only records ``wanted``
+    covers go back, so what a re-drive sends is exactly what its review parked.
+    """
+    outs: list[Out] = []
+    sent: set[tuple[str, int]] = set()
+    parts = wanted.parts()
+    foreign = 0
+    for m in messages:
+        try:
+            entry = NormalizedRecord.model_validate_json(m.value or b"").raw.ledger_entry()
+        except ValidationError:
+            entry = None
+        if m.topic not in lanes or entry is None or entry[1] not in parts.get(entry[0], ()):
+            foreign += 1
+            continue
+        if entry not in sent:  # one record twice on the lanes is sent once
+            sent.add(entry)
+            outs.append(Out(m.topic, m.key, m.value))
+    return outs, foreign
+
+
 class RedriveStep(Step):
     """Re-drives the transient reviews of a fetch once the provider answers its probe.
 
     When the probe fails, the rest of each partition is read again after the backoff;
-    a review is done once its records are on the lanes.
+    a review is done once its records are on the lanes. A review without lane
+    coordinates (written before reviews carried them) stays parked: its records are
+    only on the raw topic, which this worker may not read.
     """
 
     name = "re-drive loop"
 
-    def __init__(self, settings: Settings, cleaner: Cleaner, metrics: Metrics,
-                 gate: RedriveGate, raw: RawRecords) -> None:
-        self.cleaner = cleaner
+    def __init__(self, settings: Settings, metrics: Metrics, gate: RedriveGate,
+                 reader: OffsetReader) -> None:
         self.metrics = metrics
         self.gate = gate
-        self.raw = raw
+        self.reader = reader  # reads the lane topics by offset
         self.lanes = {"fast": settings.topics.fast, "slow": settings.topics.slow}
 
     async def take(self, fetch: Fetch, ctx: Context) -> None:
         deliveries = []
 
         async def redrive(review: Review) -> int:
-            covered = Coverage.from_json(review.covered)
-            outs = to_lanes(self.cleaner, self.lanes, await self.raw.read(covered),
-                            wanted=covered)
-            deliveries.append(await ctx.send(outs))
+            lanes = self.lanes.values()
+            where = lane_coverage(review, lanes)
+            if where is None:
+                logger.warning("review %s (%s) stays parked: %s", review.id, review.reason,
+                               UNPLACED)
+                return 0
+            wanted = Coverage.from_json(review.covered)
+            outs, foreign = from_lanes(await self.reader.read(where), wanted, lanes)
+            if foreign or len(outs) < len(wanted):
+                logger.warning("review %s: %d of its %d records are no longer on the lanes "
+                               "and stay parked; %d lane messages at its coordinates were "
+                               "none of its records", review.id, len(wanted) - len(outs),
+                               len(wanted), foreign)
+            if outs:
+                deliveries.append(await ctx.send(outs))
             self.metrics.redriven_records.labels(review.reason).inc(len(outs))
             logger.info("re-driving review %s (%s, %s lane): %d records back to the lanes",
                         review.id, review.reason, review.lane, len(outs))
@@ -298,4 +351,4 @@ class RedriveStep(Step):
             ctx.done(handle)
 
     async def drain(self, ctx: Context) -> None:
-        await self.raw.close()
+        await self.reader.close()

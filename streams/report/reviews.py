@@ -91,13 +91,20 @@ def summarize(entries: list[ReviewEntry], analysed: Coverage, *, topic: str, lat
         latest=still[:max(0, latest)], unreadable=unreadable)
 
 
+def parked_reviews(entries: list[ReviewEntry], analysed: Coverage,
+                   reasons: Collection[str] | None = None) -> list[tuple[Review, Coverage]]:
+    """Each review of the chosen reasons (all reasons for None) that still parks records,
+    with those records: what to re-drive, and where the review says they sit."""
+    return [(entry.review, entry.parked) for entry in parked_entries(entries, analysed)
+            if entry.parked and (reasons is None or entry.review.reason in reasons)]
+
+
 def parked_coverage(entries: list[ReviewEntry], analysed: Coverage,
                     reasons: Collection[str] | None = None) -> Coverage:
-    """The parked records of the chosen reasons (all reasons for None): what to re-drive."""
+    """The parked records of the chosen reasons (all reasons for None)."""
     chosen = Coverage()
-    for entry in parked_entries(entries, analysed):
-        if reasons is None or entry.review.reason in reasons:
-            chosen = chosen.union(entry.parked)
+    for _, parked in parked_reviews(entries, analysed, reasons):
+        chosen = chosen.union(parked)
     return chosen
 
 

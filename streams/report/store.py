@@ -8,11 +8,15 @@ worker can show every report no matter which worker's compactor owns it.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterator
+from typing import Any
 
 from aiokafka import AIOKafkaConsumer, ConsumerRecord, TopicPartition
+from aiokafka.errors import TopicAuthorizationFailedError
 
+from streams.errors import NotAuthorized
 from streams.kafka.connect import aiokafka_kwargs, partitions_of, stop_consumer
 from streams.report.keys import report_of
 from streams.report.merge import compose
@@ -89,31 +93,76 @@ class LatestReports:
         return len(self._raw)
 
 
+async def readable_partitions(consumer: Any, topic: str) -> list[int]:
+    """Partition ids of ``topic`` ([] when it does not exist); raises NotAuthorized when
+    the broker refuses this user the topic, which a listing of every topic shows as
+    missing, so a reader would say "nothing there" instead of "not allowed"."""
+    known = await partitions_of(consumer, topic)
+    if known:
+        return known
+    from aiokafka.protocol.metadata import MetadataRequest
+
+    client = consumer._client
+    node = client.get_random_node()
+    if node is None:
+        return []
+    answer = await client.send(node, MetadataRequest([topic], allow_auto_topic_creation=False))
+    if any(t[1] == topic and t[0] == TopicAuthorizationFailedError.errno
+           for t in answer.topics):
+        raise NotAuthorized(f"this Kafka user may not read {topic}")
+    return []
+
+
+class _Refusals(logging.Filter):
+    def __init__(self, topic: str) -> None:
+        super().__init__()
+        self.topic = topic
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return f"Not authorized to read from topic {self.topic}." != record.getMessage()
+
+
+@contextlib.contextmanager
+def refusals_raised(topic: str) -> Iterator[None]:
+    """While reading ``topic``: a fetch the broker refuses raises NotAuthorized, one
+    line, instead of the client's own error after its warning on every fetch."""
+    fetcher = logging.getLogger("aiokafka.consumer.fetcher")
+    quiet = _Refusals(topic)
+    fetcher.addFilter(quiet)
+    try:
+        yield
+    except TopicAuthorizationFailedError:
+        raise NotAuthorized(f"this Kafka user may not read {topic}") from None
+    finally:
+        fetcher.removeFilter(quiet)
+
+
 async def read_messages(settings: Settings, topic: str, partitions: set[int] | None = None
                         ) -> AsyncIterator[ConsumerRecord]:
     """Every message of a topic (or of these ``partitions`` of it) from the beginning up
-    to its current end."""
+    to its current end; NotAuthorized when this user may not read it."""
     consumer = _reader(settings)
     try:  # a failed start() must still stop the consumer, or asyncio warns "Unclosed"
         await consumer.start()
-        tps = [TopicPartition(topic, p) for p in await partitions_of(consumer, topic)
+        tps = [TopicPartition(topic, p) for p in await readable_partitions(consumer, topic)
                if partitions is None or p in partitions]
         if not tps:
             return
-        consumer.assign(tps)
-        await consumer.seek_to_beginning(*tps)
-        ends = await consumer.end_offsets(tps)
-        remaining = {tp for tp in tps if ends[tp] > 0}
-        for tp in tps:
-            if ends[tp] > 0 and await consumer.position(tp) >= ends[tp]:
-                remaining.discard(tp)
-        while remaining:
-            batch = await consumer.getmany(*remaining, timeout_ms=1000)
-            for tp, messages in batch.items():
-                for message in messages:
-                    yield message
-                if await consumer.position(tp) >= ends[tp]:
+        with refusals_raised(topic):
+            consumer.assign(tps)
+            await consumer.seek_to_beginning(*tps)
+            ends = await consumer.end_offsets(tps)
+            remaining = {tp for tp in tps if ends[tp] > 0}
+            for tp in tps:
+                if ends[tp] > 0 and await consumer.position(tp) >= ends[tp]:
                     remaining.discard(tp)
+            while remaining:
+                batch = await consumer.getmany(*remaining, timeout_ms=1000)
+                for tp, messages in batch.items():
+                    for message in messages:
+                        yield message
+                    if await consumer.position(tp) >= ends[tp]:
+                        remaining.discard(tp)
     finally:
         await stop_consumer(consumer)
 

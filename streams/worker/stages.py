@@ -20,7 +20,13 @@ from streams.clean.cleaner import Cleaner
 from streams.clean.step import CleanStep
 from streams.clean.tokens import TokenCounter
 from streams.gateway.gateway import Gateway
-from streams.gateway.redrive import RedriveGate, RedriveStep, to_lanes
+from streams.gateway.redrive import (
+    RedriveGate,
+    RedriveStep,
+    from_lanes,
+    lane_coverage,
+    to_lanes,
+)
 from streams.intervals import Coverage, split_message_key
 from streams.kafka.connect import (
     aiokafka_kwargs,
@@ -30,9 +36,10 @@ from streams.kafka.connect import (
 )
 from streams.kafka.inputs import input_pattern
 from streams.metrics import Metrics
+from streams.records import Review
 from streams.report.keys import record_place
 from streams.report.step import CompactStep
-from streams.report.store import read_messages
+from streams.report.store import read_messages, readable_partitions, refusals_raised
 from streams.runtime.loop import StageLoop, Subscription
 from streams.runtime.step import Message
 from streams.settings import Settings
@@ -91,14 +98,14 @@ def lanes_loop(settings: Settings, metrics: Metrics, worker_group: str,
 
 def redrive_loop(settings: Settings, metrics: Metrics, worker_group: str,
                  gateways: Any) -> StageLoop:
-    """Transient reviews -> their raw records again -> clean -> the lanes."""
+    """Transient reviews -> their lane messages again, by offset -> the lanes."""
     s = settings
     r = s.review
     gate = RedriveGate(
         gateways.probe(timeout_seconds=s.fast.timeout_seconds),
         backoff_base=r.backoff_base_seconds, backoff_max=r.backoff_max_seconds,
         records_per_second=r.records_per_second)
-    step = RedriveStep(s, Cleaner.from_settings(s), metrics, gate, RawReader(s))
+    step = RedriveStep(s, metrics, gate, LaneReader(s))
     # a backoff wait happens between two getmany calls: keep the group membership
     poll_ms = int((r.backoff_max_seconds + 120) * 1000)
     return StageLoop(step, s, metrics, group=review_group(worker_group),
@@ -138,6 +145,11 @@ class RawReader:
             self._consumer = consumer
         return await fetch_raw(self._consumer, covered)
 
+
+class LaneReader(RawReader):
+    """Reads lane messages again by their coordinates, for the re-drive: the lanes hold
+    the cleaner's redacted output, so reading them needs no access to the raw topic."""
+
     async def close(self) -> None:
         if self._consumer is not None:
             await stop_consumer(self._consumer)
@@ -148,7 +160,8 @@ async def fetch_raw(consumer: AIOKafkaConsumer, covered: Coverage) -> list[Messa
     """The raw messages at ``covered`` (``topic/partition`` -> offset ranges), in order;
     a message carrying many records (``topic/partition@offset:count``) is read whole.
 
-    Offsets no longer on the topic (retention) are skipped with a warning.
+    Offsets no longer on the topic (retention) are skipped with a warning; a topic
+    this user may not read raises NotAuthorized.
     """
     out: list[Message] = []
     messages: dict[str, list[list[int]]] = {}
@@ -158,44 +171,97 @@ async def fetch_raw(consumer: AIOKafkaConsumer, covered: Coverage) -> list[Messa
             messages.setdefault(key, []).extend(ranges)
         else:
             messages.setdefault(split[0], []).append([split[1], split[1]])
+    allowed: dict[str, list[int]] = {}
     for part, ranges in Coverage.from_json(messages).to_json().items():
         topic, _, partition = part.rpartition("/")
-        tp = TopicPartition(topic, int(partition))
-        consumer.assign([tp])
-        end = (await consumer.end_offsets([tp]))[tp]
-        for first, last in ranges:
-            last = min(last, end - 1)
-            if first > last:
-                continue
-            consumer.seek(tp, first)
-            position = first
-            while position <= last:
-                batch = await consumer.getmany(tp, timeout_ms=RAW_FETCH_TIMEOUT_MS)
-                fetched = batch.get(tp, [])
-                if not fetched:
-                    logger.warning("%s[%s]: offsets %s-%s could not be read again; skipped",
-                                   topic, partition, position, last)
-                    break
-                out.extend(m for m in fetched if first <= m.offset <= last)
-                position = fetched[-1].offset + 1
+        if topic not in allowed:  # a refused topic would only time out below
+            allowed[topic] = await readable_partitions(consumer, topic)
+        if int(partition) not in allowed[topic]:
+            logger.warning("%s[%s] does not exist; offsets %s could not be read again",
+                           topic, partition, ranges)
+            continue
+        with refusals_raised(topic):
+            out.extend(await _read_ranges(consumer, TopicPartition(topic, int(partition)),
+                                          ranges))
+    return out
+
+
+async def _read_ranges(consumer: AIOKafkaConsumer, tp: TopicPartition,
+                       ranges: list[list[int]]) -> list[Message]:
+    """The messages of one partition at inclusive offset ``ranges``, in order."""
+    out: list[Message] = []
+    consumer.assign([tp])
+    end = (await consumer.end_offsets([tp]))[tp]
+    for first, last in ranges:
+        last = min(last, end - 1)
+        if first > last:
+            continue
+        consumer.seek(tp, first)
+        position = first
+        while position <= last:
+            batch = await consumer.getmany(tp, timeout_ms=RAW_FETCH_TIMEOUT_MS)
+            fetched = batch.get(tp, [])
+            if not fetched:
+                logger.warning("%s[%s]: offsets %s-%s could not be read again; skipped",
+                               tp.topic, tp.partition, position, last)
+                break
+            out.extend(m for m in fetched if first <= m.offset <= last)
+            position = fetched[-1].offset + 1
     return out
 
 
 async def redrive_coverage(settings: Settings, covered: Coverage, *,
                            cleaner: Cleaner | None = None) -> int:
-    """Send the raw records at ``covered`` to the lanes again (``retro review
-    --redrive``); the records sent."""
+    """Send the raw records at ``covered`` to the lanes again, cleaned again (``retro
+    review --redrive`` for reviews without lane coordinates); the records sent."""
     cleaner = cleaner or Cleaner.from_settings(settings)
+    lanes = {"fast": settings.topics.fast, "slow": settings.topics.slow}
     reader = RawReader(settings)
+    try:
+        messages = await reader.read(covered)
+    finally:
+        await reader.close()
+    return await _produce(settings, to_lanes(cleaner, lanes, messages, wanted=covered))
+
+
+async def redrive_reviews(settings: Settings, parked: list[tuple[Review, Coverage]]
+                          ) -> tuple[int, Coverage]:
+    """Send the ``parked`` records of each review to the lanes again (``retro review
+    --redrive``), read back from the lanes at the review's lane coordinates; (the
+    records sent, the parked records of the reviews without lane coordinates, which
+    only the raw topic holds)."""
+    lanes = [settings.topics.fast, settings.topics.slow]
+    where, wanted, unplaced = Coverage(), Coverage(), Coverage()
+    for review, records in parked:
+        at = lane_coverage(review, lanes)
+        if at is None:
+            unplaced = unplaced.union(records)
+        else:
+            where, wanted = where.union(at), wanted.union(records)
+    if not wanted:
+        return 0, unplaced
+    reader = LaneReader(settings)
+    try:
+        outs, foreign = from_lanes(await reader.read(where), wanted, lanes)
+    finally:
+        await reader.close()
+    if foreign or len(outs) < len(wanted):
+        logger.warning("%d parked records are no longer on the lanes and stay parked; %d "
+                       "lane messages at their coordinates were none of them",
+                       len(wanted) - len(outs), foreign)
+    return await _produce(settings, outs), unplaced
+
+
+async def _produce(settings: Settings, outs: list[Any]) -> int:
+    """Send ``outs`` and wait until every one is on the broker; how many."""
+    if not outs:
+        return 0
     producer = stage_producer(settings)
     try:
         await producer.start()
-        lanes = {"fast": settings.topics.fast, "slow": settings.topics.slow}
-        outs = to_lanes(cleaner, lanes, await reader.read(covered), wanted=covered)
         await asyncio.gather(*[await producer.send(o.topic, o.value, key=o.key) for o in outs])
         return len(outs)
     finally:
-        await reader.close()
         await producer.stop()
 
 
