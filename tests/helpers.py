@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+import shutil
 import socket
 import subprocess
 import sys
@@ -43,6 +44,12 @@ def shared_file(*parts: str) -> Path:
     if not path.exists():
         pytest.skip(f"{path} is not here (shared data is optional)")
     return path
+
+
+def ci_tool(name: str) -> str | None:
+    """A command-line tool that .ci/test builds into .ci-cache/go/bin, else one on PATH."""
+    built = REPO / ".ci-cache" / "go" / "bin" / name
+    return str(built) if built.is_file() else shutil.which(name)
 
 
 def iso_z(at: datetime) -> str:

@@ -20,6 +20,8 @@ from pydantic import BaseModel
 from streams.app import ROLES, build_app, consumer_groups, group_id
 from streams.settings import Settings, TopicSettings
 
+from helpers import ci_tool
+
 ROOT = Path(__file__).resolve().parents[1]
 DEPLOY = ROOT / "deploy"
 # Which TopicSettings fields each autoscaled role consumes (streams/app.py).
@@ -256,12 +258,11 @@ def test_the_image_is_pinned_to_a_version() -> None:
 
 
 def _kustomize() -> list[str] | None:
-    import shutil
-
-    if shutil.which("kustomize"):
-        return ["kustomize", "build"]
-    if shutil.which("kubectl"):
-        return ["kubectl", "kustomize"]
+    """`kustomize build` (.ci/test builds it into .ci-cache/go/bin) or `kubectl kustomize`."""
+    if kustomize := ci_tool("kustomize"):
+        return [kustomize, "build"]
+    if kubectl := ci_tool("kubectl"):
+        return [kubectl, "kustomize"]
     return None
 
 
