@@ -357,8 +357,9 @@ def _redrive(settings: Settings, chosen: list[Any], *, which: str) -> int:
         except NotAuthorized as exc:
             refused = NotAuthorized(
                 f"{len(unplaced)} parked records are in reviews without lane coordinates "
-                f"(written before reviews carried them), so only the raw topic holds them, "
-                f"and {exc}; re-drive them as a user who may read it")
+                "(written before reviews carried them, or fragments the compactor rejected), "
+                "so only the raw topic holds them, "
+                f"and {exc}: re-drive them as a user who may read it")
     print(f"re-drove {sent} parked records ({which}) to the lanes; a running worker "
           "analyses them and `retro audit` then counts them as analysed")
     if refused is not None:
@@ -414,7 +415,8 @@ day to day:
 
 `retro COMMAND --help` explains a command. Exit codes: 0 ok, 1 nothing found,
 2 audit failed, 64 usage, 66 input file, 69 Kafka unreachable, 70 local broker,
-73 output file, 74 records not delivered, 75 port in use, 78 configuration.
+73 output file, 74 records not delivered, 75 port in use, 77 a topic this Kafka user
+may not read, 78 configuration.
 """
 
 

@@ -24,8 +24,10 @@ from streams.errors import (
     EXIT_BROKEN_PIPE,
     BrokerError,
     ConfigError,
+    DeliveryFailed,
     InputError,
     KafkaUnreachable,
+    NotAuthorized,
     OutputError,
     PortInUse,
     RetroError,
@@ -121,8 +123,34 @@ def test_select_report_by_window_and_service() -> None:
 def test_every_error_kind_has_its_own_exit_code() -> None:
     codes = [UsageError.exit_code, InputError.exit_code, OutputError.exit_code,
              ConfigError.exit_code, KafkaUnreachable.exit_code, PortInUse.exit_code,
-             BrokerError.exit_code, RetroError.exit_code, EXIT_AUDIT_FAILED, EXIT_BROKEN_PIPE]
+             BrokerError.exit_code, RetroError.exit_code, EXIT_AUDIT_FAILED, EXIT_BROKEN_PIPE,
+             NotAuthorized.exit_code, DeliveryFailed.exit_code]
     assert len(set(codes)) == len(codes) and 0 not in codes
+
+
+@pytest.mark.parametrize(("command", "reader"), [
+    (["deadletter"], "streams.report.deadletters.read_deadletters"),
+    (["review"], "streams.report.reviews.read_reviews"),
+    (["report"], "streams.report.store.read_reports")])
+def test_a_topic_this_user_may_not_read_is_one_line_not_an_empty_answer(
+        command: list[str], reader: str, monkeypatch: pytest.MonkeyPatch,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    """The broker hides a topic a user may not describe: "no dead letters" would be a lie."""
+    import importlib
+
+    from streams import cli
+    from streams.report.store import not_authorized
+
+    async def refused(*args: object, **kwargs: object) -> None:
+        raise not_authorized("retro.deadletter")
+
+    module, _, name = reader.rpartition(".")
+    monkeypatch.setattr(importlib.import_module(module), name, refused)
+    monkeypatch.setattr(cli, "kafka", lambda settings: None)
+    assert cli.main(command) == NotAuthorized.exit_code == 77
+    out, err = capsys.readouterr()
+    assert out == "" and err.count("\n") == 1, err
+    assert "not authorized to read retro.deadletter" in err and "Traceback" not in err
 
 
 @pytest.mark.parametrize("command", ["clean", "produce"])
@@ -336,3 +364,34 @@ def test_help_speaks_to_users() -> None:
     demo = dict((p.prog, p) for p in _all_parsers())["retro demo"]
     data = next(a for a in demo._actions if a.dest == "data")
     assert data.help is not None and "comma-separated" in data.help
+
+
+def test_a_redrive_refused_the_raw_topic_for_old_reviews_still_sends_the_rest(
+        monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    """Reviews with lane coordinates go back from the lanes; those without can only come
+    from the raw topic, and a user who may not read it is told so in one line."""
+    from streams import cli
+    from streams.intervals import Coverage
+    from streams.report import reviews
+    from streams.report.store import not_authorized
+    from streams.worker import stages
+
+    async def read_reviews(settings: object) -> tuple[list[object], Coverage, int]:
+        return [], Coverage(), 0
+
+    async def from_lanes(settings: object, chosen: object) -> tuple[int, Coverage]:
+        return 7, Coverage.from_json({"retro.logs.raw/0": [[0, 2]]})
+
+    async def from_raw(settings: object, covered: Coverage) -> int:
+        raise not_authorized("retro.logs.raw")
+
+    monkeypatch.setattr(reviews, "read_reviews", read_reviews)
+    monkeypatch.setattr(reviews, "parked_reviews", lambda *args: ["a review"])
+    monkeypatch.setattr(stages, "redrive_reviews", from_lanes)
+    monkeypatch.setattr(stages, "redrive_coverage", from_raw)
+    monkeypatch.setattr(cli, "kafka", lambda settings: None)
+    assert cli.main(["review", "--redrive"]) == NotAuthorized.exit_code
+    out, err = capsys.readouterr()
+    assert out.startswith("re-drove 7 parked records (every reason) to the lanes")
+    assert err.count("\n") == 1 and "3 parked records are in reviews without lane" in err
+    assert "not authorized to read retro.logs.raw" in err

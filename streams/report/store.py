@@ -109,8 +109,13 @@ async def readable_partitions(consumer: Any, topic: str) -> list[int]:
     answer = await client.send(node, MetadataRequest([topic], allow_auto_topic_creation=False))
     if any(t[1] == topic and t[0] == TopicAuthorizationFailedError.errno
            for t in answer.topics):
-        raise NotAuthorized(f"this Kafka user may not read {topic}")
+        raise not_authorized(topic)
     return []
+
+
+def not_authorized(topic: str) -> NotAuthorized:
+    return NotAuthorized(f"this Kafka user is not authorized to read {topic} "
+                         "(deploy/kafkausers.yaml says which user may)")
 
 
 class _Refusals(logging.Filter):
@@ -132,7 +137,7 @@ def refusals_raised(topic: str) -> Iterator[None]:
     try:
         yield
     except TopicAuthorizationFailedError:
-        raise NotAuthorized(f"this Kafka user may not read {topic}") from None
+        raise not_authorized(topic) from None
     finally:
         fetcher.removeFilter(quiet)
 

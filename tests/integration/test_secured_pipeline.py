@@ -268,7 +268,8 @@ def test_each_role_runs_as_its_own_user_and_is_refused_the_rest(
         pipeline_seconds = time.monotonic() - started
 
         # answers that stay malformed park records for good: the re-drive by hand reads
-        # the raw topic, so people run it as the batch user; the reader is refused
+        # them back from the lanes and writes them there, so people run it as the batch
+        # user; the reader, who may read neither lane, is refused
         fake_control(llm, "/_fake/config", {"malformed_rate": 1.0})
         # half the malformed answers are JSON wrapped in prose, which the gateway reads,
         # so a slice parks nothing now and then: another slice, until one parks
@@ -288,6 +289,17 @@ def test_each_role_runs_as_its_own_user_and_is_refused_the_rest(
             proc = _retro_as(p, reader, *command)
             err = proc.stderr.decode()
             assert proc.returncode == 0 and "authoriz" not in err.lower(), (command, err)
+        # a user who may not read a topic is told so in one line, not shown an empty one:
+        # batch may describe the dead letters but not read them, keda may not even see them
+        for role, command, topic in (("batch", "deadletter", "retro.deadletter"),
+                                     ("keda", "deadletter", "retro.deadletter"),
+                                     ("compactor", "review", "retro.review"),
+                                     ("producer", "report", "retro.reports")):
+            proc = _retro_as(p, credentials.client_env(USER[role]), command)
+            err = proc.stderr.decode()
+            assert proc.returncode == 77 and not proc.stdout.strip(), (role, command, err)
+            assert err.strip() == err.strip().splitlines()[0] and "Traceback" not in err, err
+            assert f"not authorized to read {topic}" in err, (role, command, err)
         denied = _retro_as(p, reader, "review", "--redrive", "--reason", "malformed_output")
         assert denied.returncode != 0 and "authoriz" in denied.stderr.decode().lower(), (
             denied.stdout.decode(), denied.stderr.decode()[-3000:])
@@ -332,8 +344,9 @@ def _refusals(broker, state) -> dict[str, str]:
 
     async def checks() -> dict[str, str]:
         out = {}
-        # raw log lines still hold secrets: only clean and the batch re-drive read them
-        for role in ("compactor", "keda", "reader", "producer"):
+        # raw log lines still hold secrets: nobody but clean reads them (the re-drive
+        # reads the redacted lanes)
+        for role in sorted(set(USER) - {"clean"}):
             out[f"{role} reads retro.logs.raw"] = await _read(as_user(role), "retro.logs.raw")
         out["keda reads retro.records.fast"] = await _read(as_user("keda"), "retro.records.fast")
         out["clean reads retro.fragments"] = await _read(as_user("clean"), "retro.fragments")

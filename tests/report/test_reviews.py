@@ -9,6 +9,7 @@ from streams.records import Review
 from streams.report.reviews import (
     ReviewEntry,
     parked_coverage,
+    parked_reviews,
     render_json,
     render_text,
     summarize,
@@ -70,3 +71,11 @@ def test_text_and_json_name_reasons_kinds_and_newest_reviews() -> None:
     assert data["latest"][0]["kind"] == "permanent"
     # the replayed r-a counts at its newest copy, once
     assert (data["latest"][1]["id"], data["latest"][1]["parked"]) == ("r-a", 10)
+
+
+def test_a_re_drive_gets_each_review_with_its_own_parked_records() -> None:
+    """Each review says where its records sit in the lanes: the re-drive reads them there."""
+    chosen = parked_reviews(ENTRIES, cov("raw/0", (0, 9)),
+                            {"retry_budget_exhausted", "malformed_output"})
+    assert [(r.id, parked.to_json()) for r, parked in chosen] == [
+        ("r-c", {"raw/0": [[20, 24]]}), ("r-d", {"raw/0": [[25, 34]]})]
