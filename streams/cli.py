@@ -527,7 +527,9 @@ def make_parser() -> argparse.ArgumentParser:
     rv.add_argument("--format", choices=["text", "json"], default="text",
                     help="output format (default text)")
     rv.add_argument("--redrive", action="store_true",
-                    help="send the parked records to the lanes again (a worker analyses them)")
+                    help="send the parked records to the lanes again (a worker analyses them), "
+                         "read back from the lanes; records of reviews from before lane "
+                         "coordinates come from the raw topic, cleaned again")
     rv.add_argument("--reason", action="append", metavar="R",
                     help="with --redrive, only reviews with this reason (repeatable)")
 
