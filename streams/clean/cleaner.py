@@ -15,9 +15,9 @@ import contextlib
 import logging
 from collections.abc import Callable
 from datetime import UTC, datetime
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
-from streams.clean.envelopes import Entry, EnvelopeError, EnvelopeKind, unwrap
+from streams.clean.envelopes import Entry, EnvelopeError, EnvelopeKind, read_message
 from streams.clean.formats import FormatParser, Parsed
 from streams.clean.lanes import choose_lane, cost_score
 from streams.clean.redact import Redactor
@@ -126,8 +126,9 @@ class Cleaner:
                 "the dead letter keeps its first part, size and SHA-256); split such "
                 "batches at the shipper"))]
         kind = self.envelopes.get(coord.topic)
+        obj = None
         try:
-            envelope = unwrap(raw, kind=kind)
+            envelope, obj = read_message(raw, kind=kind)
         except EnvelopeError as exc:
             return [self._dead(raw, coord, source, "bad_envelope", (
                 f"{exc}; RETRO_CLEAN__ENVELOPE forces {kind} on topic {coord.topic}: fix or "
@@ -136,7 +137,7 @@ class Cleaner:
             logger.warning("unwrapping failed on %s: %s", coord.id, exc, exc_info=True)
             envelope = None
         if envelope is None:
-            return [self.clean_line(raw, coord, source, received_at=received_at)]
+            return [self.clean_line(raw, coord, source, received_at=received_at, obj=obj)]
         if not envelope.entries:
             return [self._dead(raw, coord, source, "empty_envelope", (
                 f"the {envelope.kind} message holds no log record; nothing to clean "
@@ -147,15 +148,17 @@ class Cleaner:
                 for i, entry in enumerate(envelope.entries)]
 
     def clean_line(
-        self, raw: bytes, coord: RawCoord, source: str, *, received_at: datetime | None = None
+        self, raw: bytes, coord: RawCoord, source: str, *, received_at: datetime | None = None,
+        obj: dict[str, Any] | None = None,
     ) -> NormalizedRecord | DeadLetter:
-        """Clean one message that is one log record (no envelope)."""
+        """Clean one message that is one log record (no envelope); ``obj``: its JSON
+        object when the envelope check already decoded it."""
         try:
             text, repaired = self.decode(raw)
         except RecordError as exc:
             return self._dead(raw, coord, source, exc.reason, str(exc))
         try:
-            parsed = self.parser.parse(text, source=source)
+            parsed = self.parser.parse(text, source=source, obj=obj)
         except Exception as exc:  # a parser bug must not stop the stream
             # redacted, without the traceback's locals: the message may quote the record
             logger.warning("parser failed on %s: %s: %s", coord.id, type(exc).__name__,

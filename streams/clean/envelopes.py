@@ -24,7 +24,8 @@ from typing import Any
 from streams.clean.levels import normalize_level, syslog_severity
 from streams.records import EnvelopeKind, Level
 
-__all__ = ["Entry", "Envelope", "EnvelopeError", "EnvelopeKind", "detect_json", "unwrap"]
+__all__ = ["Entry", "Envelope", "EnvelopeError", "EnvelopeKind", "detect_json", "read_message",
+           "unwrap"]
 
 _DOCKER_KEYS = frozenset(("log", "stream", "time", "attrs"))
 _SYSLOG_NG_KEYS = frozenset(
@@ -72,26 +73,33 @@ def unwrap(raw: bytes, *, kind: EnvelopeKind | None = None) -> Envelope | None:
     Without ``kind`` the envelope is detected from the message; a message that fits
     none is plain. With ``kind`` (a per-topic override) a misfit raises EnvelopeError.
     """
+    return read_message(raw, kind=kind)[0]
+
+
+def read_message(raw: bytes, *, kind: EnvelopeKind | None = None
+                 ) -> tuple[Envelope | None, dict[str, Any] | None]:
+    """``unwrap``, plus the JSON object of a plain JSON line (an app's own JSON, Docker
+    json-file), so the line's parser does not decode it a second time."""
     if kind == "plain":
-        return None
+        return None, None
     if kind == "otlp_proto" or (kind is None and raw[:1] == b"\n"):
         envelope = _otlp_proto(raw)
         if envelope is not None or kind is None:
-            return envelope
+            return envelope, None
         raise EnvelopeError("the message is not OTLP protobuf (LogsData)")
     obj = _json_object(raw)
     if obj is None:
         if kind is None:
-            return None
+            return None, None
         raise EnvelopeError(f"the message is not a JSON object, which {kind} writes")
     found = kind or detect_json(obj)
     if found is None:
-        return None
+        return None, obj
     try:
-        return Envelope(found, _JSON_READERS[found](obj))
+        return Envelope(found, _JSON_READERS[found](obj)), None
     except (TypeError, AttributeError, KeyError, ValueError) as exc:
         if kind is None:
-            return None  # looked like an envelope but is not one: a plain JSON line
+            return None, None  # looked like an envelope but is not one: a plain JSON line
         raise EnvelopeError(f"the message does not fit {kind}: {exc}") from exc
 
 

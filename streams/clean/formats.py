@@ -11,6 +11,7 @@ from __future__ import annotations
 import re
 from collections.abc import Callable
 from datetime import datetime
+from typing import Any
 
 from streams.clean.access import parse_access
 from streams.clean.infer import SourceLearner
@@ -88,13 +89,15 @@ class FormatParser:
         self._structured = StructuredParser(self)
         self.learner = learner if learner is not None else SourceLearner(self.times)
 
-    def parse(self, text: str, *, source: str | None = None) -> Parsed:
-        """Parse a decoded record; the first line carries the header, the rest joins the message."""
+    def parse(self, text: str, *, source: str | None = None,
+              obj: dict[str, Any] | None = None) -> Parsed:
+        """Parse a decoded record; the first line carries the header, the rest joins the
+        message. ``obj``: the record's JSON object, when the caller decoded it already."""
         if not text:
             return Parsed("text", "")
         first = text[0]
         if first == "{":
-            parsed = self._structured.json_or_docker(text)
+            parsed = self._structured.json_or_docker(text, obj)
             if parsed is not None:
                 return parsed
         elif first == "<":

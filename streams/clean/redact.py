@@ -104,7 +104,11 @@ _KV = re.compile(
     r"|'(?P<v3>[^'\n]*)'"
     r"|(?![{\[(<])(?P<v4>[^\s\"',;&}\]]+))"
 )
+MEMO_CHARS = 128  # texts up to this length are remembered with their redaction
+MEMO_TEXTS = 8192  # at most this many; the memo starts again when full
 _KV_HINTS = ("pass", "pwd", "secret", "token", "key", "authorization", "credential")
+# one C-level scan of the lowered text instead of a generator over the hints
+_KV_HINT = re.compile("|".join(_KV_HINTS))
 _NOT_A_VALUE = frozenset({"null", "none", "true", "false", "nil", "undefined", ""})
 _SCHEMES = frozenset({"bearer", "basic", "digest", "token", "negotiate"})
 
@@ -236,11 +240,12 @@ def _is_masked(value: str) -> bool:
 class Redactor:
     """Replace secrets and personal data with typed placeholders, counting each kind.
 
-    Stateless after construction and safe to share between threads; the compiled
-    patterns are module-level, so many instances cost nothing extra.
+    Safe to share between threads: the compiled patterns are module-level, and the
+    only state is a bounded memo of short texts (logs repeat their attribute values,
+    hosts and status lines), whose dict operations are atomic.
     """
 
-    __slots__ = ("_allow", "_opaque")
+    __slots__ = ("_allow", "_memo", "_opaque")
 
     def __init__(self, *, allow: Sequence[str] = (), opaque_tokens: bool = True) -> None:
         """``allow``: regexes of tokens that are ids, not secrets, though they look
@@ -248,6 +253,7 @@ class Redactor:
         rule off (named keys, known formats and the rest still apply)."""
         self._allow = re.compile("|".join(f"(?:{a})" for a in allow)) if allow else None
         self._opaque = opaque_tokens
+        self._memo: dict[str, tuple[str, dict[str, int]]] = {}
 
     @classmethod
     def from_settings(cls, settings: Settings) -> Redactor:
@@ -257,9 +263,19 @@ class Redactor:
 
     def redact(self, text: str) -> tuple[str, dict[str, int]]:
         """Return ``text`` with every finding replaced, and the number of findings per kind."""
-        counts: dict[str, int] = {}
         if not text:
-            return text, counts
+            return text, {}
+        if len(text) > MEMO_CHARS:
+            return self._redact(text)
+        hit = self._memo.get(text)
+        if hit is None:
+            if len(self._memo) >= MEMO_TEXTS:
+                self._memo.clear()
+            hit = self._memo[text] = self._redact(text)
+        return hit[0], dict(hit[1])  # the caller may add to its counts
+
+    def _redact(self, text: str) -> tuple[str, dict[str, int]]:
+        counts: dict[str, int] = {}
         if "-----BEGIN" in text:
             text = _sub(_PEM, text, counts, "private_key")
         if "eyJ" in text:
@@ -271,7 +287,7 @@ class Redactor:
             text = _sub(_URL_PASSWORD, text, counts, "password", keep_group=True)
         if _API_KEY_HINT.search(text):
             text = _sub(_API_KEY, text, counts, "api_key")
-        if any(h in lower for h in _KV_HINTS):
+        if _KV_HINT.search(lower):
             text = _KV.sub(lambda m: _replace_kv(m, counts), text)
         if "@" in text:
             text = _sub(_EMAIL, text, counts, "email")

@@ -73,11 +73,13 @@ class StructuredParser:
     def __init__(self, formats: TextParser) -> None:
         self._formats = formats
 
-    def json_or_docker(self, text: str) -> Parsed | None:
-        try:
-            obj = json.loads(text)
-        except ValueError:
-            return None
+    def json_or_docker(self, text: str, obj: Any = None) -> Parsed | None:
+        """A JSON record (``obj``: its object, when decoded already) or a Docker one."""
+        if obj is None:
+            try:
+                obj = json.loads(text)
+            except ValueError:
+                return None
         if not isinstance(obj, dict):
             return None
         log = obj.get("log")

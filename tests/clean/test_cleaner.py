@@ -200,7 +200,7 @@ def test_redaction_happens_before_templates_and_tokens() -> None:
 def test_a_parser_exception_becomes_a_dead_letter(monkeypatch: pytest.MonkeyPatch) -> None:
     c = make()
 
-    def explode(text: str, *, source: str | None = None) -> None:
+    def explode(text: str, *, source: str | None = None, obj: object = None) -> None:
         raise RuntimeError("parser exploded on purpose")
 
     monkeypatch.setattr(c.parser, "parse", explode)
