@@ -465,3 +465,21 @@ def test_the_allow_list_setting_is_checked_and_reaches_the_cleaner() -> None:
         RawCoord(topic="raw", partition=0, offset=1), "app")
     assert isinstance(out, NormalizedRecord)
     assert "req_2Nf8aQx9Lm3Kp7ZtW4" in out.message and AWS_SECRET not in out.message
+
+
+def test_a_remembered_text_gives_its_own_counts_each_time(r: Redactor) -> None:
+    first, counts = r.redact("password=hunter2")
+    counts["password"] = 99  # a caller adds to the counts it gets
+    again, counts_again = r.redact("password=hunter2")
+    assert again == first and "hunter2" not in again
+    assert counts_again == {"password": 1}
+
+
+def test_the_memo_is_bounded(r: Redactor, monkeypatch: pytest.MonkeyPatch) -> None:
+    import streams.clean.redact as module
+
+    monkeypatch.setattr(module, "MEMO_TEXTS", 3)
+    for i in range(10):
+        text = f"user {i} password=abc{i}"
+        assert r.redact(text) == (f"user {i} password=[REDACTED:password]", {"password": 1})
+    assert len(r._memo) <= 3
