@@ -33,6 +33,7 @@ from streams.batch.prompt_tokens import (
     group_cost,
     json_tokens,
     message_tokens,
+    message_tokens_bound,
 )
 from streams.batch.templates import most_general
 from streams.intervals import Coverage
@@ -295,13 +296,20 @@ class _GroupCost:
     def total(self) -> int:
         return self.base + sum(cost for cost, _ in self.top)
 
+    def settled(self, cost: int, k: int) -> bool:
+        """True when a message costing at most ``cost`` leaves the top as it is."""
+        top = self.top
+        return len(top) >= k and cost <= top[-1][0]
+
     def with_message(self, cost: int, message: str, k: int) -> list[tuple[int, str]]:
         # the cheap test first: most messages cost no more than the k-th costliest
-        if len(self.top) >= k and cost <= self.top[-1][0]:
-            return self.top
-        if any(m == message for _, m in self.top):
-            return self.top
-        return sorted([*self.top, (cost, message)], key=lambda cm: -cm[0])[:k]
+        top = self.top
+        if len(top) >= k and cost <= top[-1][0]:
+            return top
+        for _, seen in top:  # a loop, not any(genexpr): this runs for most records
+            if seen == message:
+                return top
+        return sorted([*top, (cost, message)], key=lambda cm: -cm[0])[:k]
 
 
 class TokenWindow:
@@ -386,20 +394,33 @@ class TokenWindow:
         """Add one record; return the batches this closes (0, 1 or 2), oldest first."""
         out: list[Batch] = []
         key = (service_of(record), record.template_id)
-        message_cost = message_tokens(self._counter, record) + EXAMPLE_SEPARATOR_TOKENS
         group = self._groups.get(key)
+        message_cost: int | None = None
         if group is None:
             group = _GroupCost(base=self._group_base(key[0], record.template),
                                templates={record.template})
+            known = False
+        else:
+            known = True
         base = group.base
         if record.template not in group.templates:
             # the batch shows one of the group's texts (group_template): the costliest bounds it
             base = max(base, self._group_base(key[0], record.template))
-        new_top = group.with_message(message_cost, record.message, self.max_examples)
-        grown = base + sum(c for c, _ in new_top)
-        marginal = grown - (group.total if key in self._groups else 0)
+        bound = message_tokens_bound(self._counter, record) if known else None
+        if bound is not None and group.settled(bound + EXAMPLE_SEPARATOR_TOKENS,
+                                               self.max_examples):
+            # no cost up to the bound changes the top: the message need not be encoded
+            new_top = group.top
+            marginal = base - group.base
+        else:
+            message_cost = message_tokens(self._counter, record) + EXAMPLE_SEPARATOR_TOKENS
+            new_top = group.with_message(message_cost, record.message, self.max_examples)
+            grown = base + sum(c for c, _ in new_top)
+            marginal = grown - (group.total if known else 0)
 
         if self._estimate + marginal > self.effective_budget:
+            if message_cost is None:
+                message_cost = message_tokens(self._counter, record) + EXAMPLE_SEPARATOR_TOKENS
             alone = self.overhead_tokens + self._group_base(key[0], record.template) + message_cost
             if self._records:
                 out.append(self._flush("budget"))
