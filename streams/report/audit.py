@@ -34,7 +34,7 @@ from streams.intervals import Coverage, IntervalSet, split_message_key
 from streams.kafka.connect import aiokafka_kwargs, partitions_of, stop_consumer
 from streams.kafka.inputs import input_topics
 from streams.records import DeadLetter, Review
-from streams.report.store import read_latest, read_topic
+from streams.report.store import read_latest, read_topic, readable_partitions
 from streams.settings import Settings
 
 
@@ -162,6 +162,8 @@ async def raw_coverage(settings: Settings) -> tuple[Coverage, list[str]]:
         found = await input_topics(settings, consumer)
         for topic in settings.topics.raw_topics:
             if topic not in found:
+                # a topic this user may not describe is missing from the listing too
+                await readable_partitions(consumer, topic)  # raises NotAuthorized then
                 problems.append(f"input topic {topic} does not exist")
         pattern = settings.topics.raw_pattern
         if pattern and not set(found) - set(settings.topics.raw_topics):

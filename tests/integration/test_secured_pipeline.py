@@ -294,7 +294,8 @@ def test_each_role_runs_as_its_own_user_and_is_refused_the_rest(
         for role, command, topic in (("batch", "deadletter", "retro.deadletter"),
                                      ("keda", "deadletter", "retro.deadletter"),
                                      ("compactor", "review", "retro.review"),
-                                     ("producer", "report", "retro.reports")):
+                                     ("producer", "report", "retro.reports"),
+                                     ("keda", "audit", "retro.reports")):
             proc = _retro_as(p, credentials.client_env(USER[role]), command)
             err = proc.stderr.decode()
             assert proc.returncode == 77 and not proc.stdout.strip(), (role, command, err)
