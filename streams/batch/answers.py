@@ -173,11 +173,13 @@ def _service(groups: list[TemplateGroup], named: str) -> str:
 
 
 def _window(groups: list[TemplateGroup]) -> TimeWindow:
-    timed = [r for g in groups for r in g.records if epoch_of(r.timestamp) is not None]
-    if not timed:
+    """The earliest and latest timed record of the groups (each group knows its own)."""
+    firsts = [g.span[0] for g in groups if g.span[0] is not None]
+    if not firsts:
         return TimeWindow()
+    lasts = [g.span[1] for g in groups if g.span[1] is not None]
     return TimeWindow(
-        start=min(timed, key=time_key).timestamp, end=max(timed, key=time_key).timestamp
+        start=min(firsts, key=time_key).timestamp, end=max(lasts, key=time_key).timestamp
     )
 
 

@@ -14,10 +14,11 @@ room in the context for the reserved output.
 from __future__ import annotations
 
 import functools
+import itertools
 import logging
 import math
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Literal
@@ -78,6 +79,30 @@ def record_key(record: NormalizedRecord) -> tuple[str, tuple[int, float, str, in
     return (service_of(record), time_key(record))
 
 
+def _flat_key(record: NormalizedRecord) -> tuple[str, bool, float, str, int, int]:
+    """``record_key`` as one flat tuple (the same order): sorts build one tuple a record."""
+    epoch = epoch_of(record.timestamp)
+    raw = record.raw
+    return (record.service or record.source, epoch is None, epoch or 0.0, raw.topic,
+            raw.partition, raw.offset)
+
+
+def _time_span(records: Sequence[NormalizedRecord]) -> tuple[NormalizedRecord | None,
+                                                               NormalizedRecord | None]:
+    """The records ``min`` and ``max`` by ``time_key`` pick among the timed ``records``
+    (None, None without any), for ``records`` already in ``time_key`` order: the first
+    timed one, and the first of the last timed key (the undated ones come last)."""
+    last = len(records) - 1
+    while last >= 0 and epoch_of(records[last].timestamp) is None:
+        last -= 1
+    if last < 0:
+        return None, None
+    key = time_key(records[last])
+    while last > 0 and time_key(records[last - 1]) == key:
+        last -= 1
+    return records[0], records[last]
+
+
 # --- values -----------------------------------------------------------------------
 
 
@@ -90,7 +115,7 @@ class TemplateGroup:
     level: str | None
     template_id: str
     template: str
-    records: tuple[NormalizedRecord, ...]
+    records: tuple[NormalizedRecord, ...]  # in time_key order (build_batch sorts them)
     examples: tuple[str, ...]
     truncated: bool
 
@@ -99,23 +124,23 @@ class TemplateGroup:
         return len(self.records)
 
     @functools.cached_property
-    def _span(self) -> tuple[str | None, str | None]:
-        """(first, last) timestamp, computed once: prompts, answers and fragments ask."""
-        timed = [r for r in self.records if epoch_of(r.timestamp) is not None]
-        if not timed:
-            return None, None
-        return min(timed, key=time_key).timestamp, max(timed, key=time_key).timestamp
+    def span(self) -> tuple[NormalizedRecord | None, NormalizedRecord | None]:
+        """(first, last) timed record, computed once: prompts, answers and fragments ask."""
+        return _time_span(self.records)
 
     @property
     def first_seen(self) -> str | None:
-        return self._span[0]
+        first = self.span[0]
+        return None if first is None else first.timestamp
 
     @property
     def last_seen(self) -> str | None:
-        return self._span[1]
+        last = self.span[1]
+        return None if last is None else last.timestamp
 
-    @property
+    @functools.cached_property
     def coverage(self) -> Coverage:
+        """Computed once (a fragment asks for its union and for its evidence); immutable."""
         return Coverage.from_entries(r.raw.ledger_entry() for r in self.records)
 
 
@@ -135,6 +160,9 @@ class Batch:
     max_template_tokens: int | None = None
     counter: TokenCounterLike | None = field(default=None, compare=False, repr=False)
     overhead_tokens: int | None = field(default=None, compare=False, repr=False)
+    # the records in record_key order when build_batch knows it (no two share a key)
+    presorted: tuple[NormalizedRecord, ...] | None = field(default=None, compare=False,
+                                                           repr=False)
 
     @property
     def records(self) -> list[NormalizedRecord]:
@@ -142,8 +170,10 @@ class Batch:
 
     @functools.cached_property
     def _ordered(self) -> tuple[NormalizedRecord, ...]:
-        """Sorted once per batch (it was sorted again on every use)."""
-        return tuple(sorted((r for g in self.groups for r in g.records), key=record_key))
+        """Sorted once per batch; ties in record_key keep the groups' order."""
+        if self.presorted is not None:
+            return self.presorted
+        return tuple(sorted((r for g in self.groups for r in g.records), key=_flat_key))
 
     @property
     def record_count(self) -> int:
@@ -197,7 +227,10 @@ def build_batch(
     template) over its cap is cut and marked `` …[cut: N tokens]``.
     ``max_template_tokens`` defaults to ``max_example_tokens``; None means no cap.
     """
-    ordered = sorted(records, key=record_key)
+    given = list(records)
+    keys = [_flat_key(r) for r in given]
+    at = sorted(range(len(given)), key=keys.__getitem__)  # stable: ties keep arrival order
+    ordered = [given[i] for i in at]
     if not ordered:
         raise ValueError("cannot build a batch of no records")
     if max_examples < 1:
@@ -206,8 +239,10 @@ def build_batch(
     overhead = overhead_tokens if overhead_tokens is not None else prompt_overhead_tokens(counter)
 
     buckets: dict[tuple[str, str], list[NormalizedRecord]] = {}
-    for record in ordered:
-        buckets.setdefault((service_of(record), record.template_id), []).append(record)
+    for i in at:
+        buckets.setdefault((keys[i][0], given[i].template_id), []).append(given[i])
+    # the groups' concatenation sorts to ``ordered`` unless two records share a key
+    distinct = all(keys[a] != keys[b] for a, b in itertools.pairwise(at))
 
     def order(item: tuple[tuple[str, str], list[NormalizedRecord]]) -> tuple:
         (service, template_id), members = item
@@ -260,6 +295,7 @@ def build_batch(
         max_template_tokens=max_template_tokens,
         counter=counter,
         overhead_tokens=overhead,
+        presorted=tuple(ordered) if distinct else None,
     )
 
 
