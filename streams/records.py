@@ -183,10 +183,24 @@ def iso_utc(dt: datetime) -> str:
     )
 
 
-@functools.lru_cache(maxsize=65536)
+# a time as the clean stage writes it (fixed-width UTC, milliseconds), its minute captured
+_UTC_MILLIS = re.compile(r"(\d{4}-\d\d-\d\dT(?:[01]\d|2[0-3]):[0-5]\d):[0-5]\d\.\d{3}Z",
+                         re.ASCII)
+
+
 def minute_of(timestamp: str | None) -> str | None:
     """The UTC minute a time falls in, as ``Evidence.minutes`` keys it ("2026-01-02T03:04"),
-    or None without a usable time. Cached: neighbouring records share their minute."""
+    or None without a usable time. A time as records carry it is looked up by its minute
+    (neighbouring records share it; their whole times seldom repeat)."""
+    if timestamp:
+        match = _UTC_MILLIS.fullmatch(timestamp)
+        if match is not None:
+            return _minute(match.group(1))
+    return _minute(timestamp)
+
+
+@functools.lru_cache(maxsize=65536)
+def _minute(timestamp: str | None) -> str | None:
     if not timestamp:
         return None
     try:
@@ -200,8 +214,9 @@ def minute_of(timestamp: str | None) -> str | None:
 
 def count_minutes(timestamps: Iterable[str | None]) -> dict[str, int]:
     """Records per UTC minute, oldest first; records without a time are not counted."""
-    counts = Counter(m for m in map(minute_of, timestamps) if m is not None)
-    return dict(sorted(counts.items()))
+    counts = Counter(map(minute_of, timestamps))
+    counts.pop(None, None)
+    return dict(sorted(counts.items()))  # type: ignore[arg-type]
 
 
 MAX_TRACES = 8  # trace ids an evidence entry keeps: the smallest, see ``smallest_traces``

@@ -8,6 +8,7 @@ report, whose coverage check makes counting it twice impossible.
 
 from __future__ import annotations
 
+import functools
 import logging
 import re
 from datetime import UTC, datetime
@@ -21,6 +22,8 @@ Window = Literal["hour", "day", "week"]
 GroupBy = Literal["service", "source", "all"]
 UNDATED = "undated"
 SHARD_MARK = "#"  # "<report id>#<shard>": the key one share of a report is compacted under
+# a time as the clean stage writes it (fixed-width UTC, milliseconds), its hour captured
+_UTC_MILLIS = re.compile(r"(\d{4}-\d\d-\d\dT(?:[01]\d|2[0-3])):[0-5]\d:[0-5]\d\.\d{3}Z", re.ASCII)
 
 
 def record_place(record: NormalizedRecord, *, window: Window, group_by: GroupBy,
@@ -40,7 +43,7 @@ def record_place(record: NormalizedRecord, *, window: Window, group_by: GroupBy,
         group = service_of(record)
     else:
         group = record.source
-    report_id = f"{_bucket(parse_time(record.timestamp), window)}/{_clean_group(group)}"
+    report_id = f"{_bucket_of(record.timestamp, window)}/{_clean_group(group)}"
     if shards > 1:
         return f"{report_id}{SHARD_MARK}{record.raw.partition % shards}"
     return report_id
@@ -74,6 +77,28 @@ def format_time(value: datetime) -> str:
     return iso_utc(value)
 
 
+def _bucket_of(timestamp: str | None, window: Window) -> str:
+    """``_bucket(parse_time(timestamp), window)``; for a time as records carry it, looked
+    up per UTC hour, which is all its bucket depends on (hours repeat, times seldom do)."""
+    if timestamp:
+        match = _UTC_MILLIS.fullmatch(timestamp)
+        if match is not None:
+            bucket = _hour_bucket(match.group(1), window)
+            if bucket is not None:
+                return bucket
+    return _bucket(parse_time(timestamp), window)
+
+
+@functools.lru_cache(maxsize=4096)
+def _hour_bucket(hour: str, window: Window) -> str | None:
+    """The bucket of every time in UTC ``hour`` ("2026-11-28T09"), None if it is no date."""
+    try:
+        when = datetime.fromisoformat(f"{hour}:00:00.000Z")
+    except ValueError:
+        return None  # the caller parses the whole time again, and warns
+    return _bucket(when, window)
+
+
 def _bucket(when: datetime | None, window: Window) -> str:
     if when is None:
         return UNDATED
@@ -85,7 +110,9 @@ def _bucket(when: datetime | None, window: Window) -> str:
     return f"{iso.year}-W{iso.week:02d}"
 
 
+@functools.lru_cache(maxsize=4096)
 def _clean_group(value: str) -> str:
-    """A group is one path segment of a report id: no slashes, no whitespace."""
+    """A group is one path segment of a report id: no slashes, no whitespace (cached: a
+    stream has few services and sources)."""
     value = re.sub(r"[\s/]+", "_", value.strip())
     return value or "unknown"
