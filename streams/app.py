@@ -170,7 +170,7 @@ def _wire_lag(app: Any, settings: Settings, metrics: Metrics, roles: tuple[str, 
     for topic in sorted({t for topics in groups.values() for t in topics}):
         metrics.offset_rereads.labels(topic)
 
-    @app.timer(interval=15.0)
+    @app.timer(interval=settings.kafka.lag_seconds)
     async def measure_lag() -> None:
         try:
             offsets = await monitor.publish(

@@ -392,6 +392,10 @@ class KafkaSettings(BaseModel):
     # a fragments partition whose oldest fragment the compactor loop held this long is
     # read again from its commit (StageLoop, the compactor's step); 0 turns it off
     reread_held_seconds: float = Field(20.0, ge=0.0)
+    # how often a worker measures its groups' lag and the partitions' leaders (the lag
+    # gauges, the stall check and retro_partition_leader_changes_total); a leader that
+    # moves and moves back between two measurements is not seen
+    lag_seconds: float = Field(15.0, gt=0.0)
     # reports are single messages that grow with the day; raise with the topic config
     max_message_bytes: PositiveInt = 8 * 1024 * 1024
     # `retro produce` sends what failed again (a broker restart) for this long, then
