@@ -198,9 +198,7 @@ def _fragment(
     window = _window(groups)
     who = worth_counting(item["severity"], item["event"], item["cause"])
     return Fragment(
-        id=fragment_id(
-            lane=batch.lane, model=model, prompt_version=prompt_version, covered=covered_json
-        ),
+        id=_fragment_id_of(batch.lane, model, prompt_version, covered_json),
         lane=batch.lane,
         window=window,
         service=_service(groups, item["service"]),
@@ -301,8 +299,7 @@ def _part(
         services.items(), key=lambda kv: (-kv[1], kv[0]))[0]
     covered = coverage.to_json()
     return fragment.model_copy(update={
-        "id": fragment_id(lane=fragment.lane, model=fragment.model,
-                          prompt_version=fragment.prompt_version, covered=covered),
+        "id": _fragment_id_of(fragment.lane, fragment.model, fragment.prompt_version, covered),
         "report_id": report_id, "window": window, "timestamp": window.start,
         "service": service, "evidence": evidence, "covered": covered,
         "record_count": len(coverage)})
@@ -326,6 +323,12 @@ def fragment_id(
 ) -> str:
     """Same lane, model, prompt version and covered records => same id, across re-runs."""
     canonical = Coverage.from_json(covered).to_json()
+    return _fragment_id_of(lane, model, prompt_version, canonical)
+
+
+def _fragment_id_of(lane: str, model: str, prompt_version: str,
+                    canonical: dict[str, list[list[int]]]) -> str:
+    """``fragment_id`` of a ``Coverage.to_json`` output, which is canonical already."""
     return "f-" + _digest(lane, model, prompt_version, canonical)
 
 

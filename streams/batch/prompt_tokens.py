@@ -52,8 +52,7 @@ def message_tokens(counter: TokenCounterLike, record: NormalizedRecord) -> int:
 
 # escaped by json.dumps as a backslash and one character; other control characters
 # take six (\u00XX) and get no bound
-_SHORT_ESCAPES = '"\\\n\r\t\b\f'
-_LONG_ESCAPED = re.compile(r"[\x00-\x07\x0b\x0e-\x1f]")
+_SHORT_ESCAPES = frozenset('"\\\n\r\t\b\f')
 
 
 def message_tokens_bound(counter: TokenCounterLike, record: NormalizedRecord) -> int | None:
@@ -73,13 +72,12 @@ def message_tokens_bound(counter: TokenCounterLike, record: NormalizedRecord) ->
     of_counted = getattr(counter, "of_counted", None)
     if of_counted is None:
         return None
-    message = record.message
-    if _JSON_ESCAPED.search(message) is None:
+    escaped = _JSON_ESCAPED.findall(record.message)
+    if not escaped:
         return int(of_counted(record.tokens + 2))
-    if _LONG_ESCAPED.search(message) is not None:
+    if not _SHORT_ESCAPES.issuperset(escaped):
         return None
-    escapes = sum(message.count(c) for c in _SHORT_ESCAPES)
-    return int(of_counted(record.tokens + 2 + 2 * escapes))
+    return int(of_counted(record.tokens + 2 + 2 * len(escaped)))
 
 
 def group_cost(counter: TokenCounterLike, service: str, template: str, example_costs: int) -> int:
