@@ -55,8 +55,10 @@ def message_tokens(counter: TokenCounterLike, record: NormalizedRecord) -> int:
 _SHORT_ESCAPES = frozenset('"\\\n\r\t\b\f')
 
 
-def message_tokens_bound(counter: TokenCounterLike, record: NormalizedRecord) -> int | None:
-    """An upper bound of ``message_tokens`` without encoding, or None when none is known.
+def message_tokens_bound(counter: TokenCounterLike,
+                         record: NormalizedRecord) -> tuple[int, bool] | None:
+    """(an upper bound of ``message_tokens`` found without encoding, whether it is
+    ``message_tokens`` itself), or None when no bound is known.
 
     A message with nothing to escape costs what ``message_tokens`` says. Escaping puts
     a backslash before a quote or backslash, or spells a newline, tab, carriage return,
@@ -74,10 +76,10 @@ def message_tokens_bound(counter: TokenCounterLike, record: NormalizedRecord) ->
         return None
     escaped = _JSON_ESCAPED.findall(record.message)
     if not escaped:
-        return int(of_counted(record.tokens + 2))
+        return int(of_counted(record.tokens + 2)), True
     if not _SHORT_ESCAPES.issuperset(escaped):
         return None
-    return int(of_counted(record.tokens + 2 + 2 * len(escaped)))
+    return int(of_counted(record.tokens + 2 + 2 * len(escaped))), False
 
 
 def group_cost(counter: TokenCounterLike, service: str, template: str, example_costs: int) -> int:

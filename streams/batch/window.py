@@ -443,13 +443,15 @@ class TokenWindow:
             # the batch shows one of the group's texts (group_template): the costliest bounds it
             base = max(base, self._group_base(key[0], record.template))
         bound = message_tokens_bound(self._counter, record) if known else None
-        if bound is not None and group.settled(bound + EXAMPLE_SEPARATOR_TOKENS,
+        if bound is not None and group.settled(bound[0] + EXAMPLE_SEPARATOR_TOKENS,
                                                self.max_examples):
             # no cost up to the bound changes the top: the message need not be encoded
             new_top = group.top
             marginal = base - group.base
         else:
-            message_cost = message_tokens(self._counter, record) + EXAMPLE_SEPARATOR_TOKENS
+            cost = bound[0] if bound is not None and bound[1] else message_tokens(
+                self._counter, record)
+            message_cost = cost + EXAMPLE_SEPARATOR_TOKENS
             new_top = group.with_message(message_cost, record.message, self.max_examples)
             grown = base + sum(c for c, _ in new_top)
             marginal = grown - (group.total if known else 0)

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 import streams.batch.window as window_module
-from streams.batch.prompt_tokens import json_tokens, message_tokens_bound
+from streams.batch.prompt_tokens import json_tokens, message_tokens, message_tokens_bound
 from streams.batch.window import TokenWindow
 from streams.clean.tokens import TokenCalibration, TokenCounter
 from streams.gateway.factory import CalibratedCounter
@@ -45,10 +45,13 @@ def test_the_bound_never_undercounts(tmp_path: Path) -> None:
     escaped = 0
     for line in _lines(tmp_path):
         record = make_record(1, message=line, tokens=plain.count(line))
-        bound = message_tokens_bound(counter, record)
-        if bound is None:
+        found = message_tokens_bound(counter, record)
+        if found is None:
             continue
+        bound, exact = found
         assert bound >= json_tokens(counter, line), line
+        if exact:
+            assert bound == message_tokens(counter, record), line
         escaped += json.dumps(line, ensure_ascii=False) != f'"{line}"'
     assert escaped >= 100
 
@@ -58,7 +61,13 @@ def test_each_short_escape_is_allowed_two_tokens(message: str) -> None:
     counter = _counter()
     record = make_record(1, message=message, tokens=TokenCounter(ENCODING).count(message))
     escapes = len(json.dumps(message)) - len(message) - 2
-    assert message_tokens_bound(counter, record) == record.tokens + 2 + 2 * escapes
+    assert message_tokens_bound(counter, record) == (record.tokens + 2 + 2 * escapes, False)
+
+
+def test_a_message_with_nothing_to_escape_is_bounded_by_its_own_cost() -> None:
+    counter = _counter()
+    record = make_record(1, message="GET /orders 200", tokens=5)
+    assert message_tokens_bound(counter, record) == (message_tokens(counter, record), True)
 
 
 def test_a_control_character_spelled_in_hex_gets_no_bound() -> None:

@@ -204,8 +204,12 @@ def _classify(group: _Group) -> tuple[str, Rule | None, str | None]:
     pieces = [(piece, piece.lower()) for piece in (group.template, *group.examples)]
     for rule, needles in _rules():
         for piece, lowered in pieces:
-            if needles is not None and not any(n in lowered for n in needles):
-                continue
+            if needles is not None:
+                for needle in needles:  # a loop, not any(genexpr): rules x pieces per group
+                    if needle in lowered:
+                        break
+                else:
+                    continue
             match = affirmed(rule.pattern, piece, rule.sense)
             if match:
                 return rule.name, rule, match.groupdict().get("subject")
