@@ -30,13 +30,15 @@ def count_entities(texts: Iterable[str]) -> Counter[str]:
     """``"ip 10.0.0.7"``, ``"user alice"``, ``"host db-1"``, ``"pod api-7d9f8c6b5-x2x9q"``
     occurrences in ``texts`` (redacted values and loopback addresses left out)."""
     counts = Counter[str]()
-    for text in texts:
+    # each distinct text scanned once, its entities counted as often as it repeats (a
+    # template's records repeat their messages); keys arrive in the same first-seen order
+    for text, times in Counter(texts).items():
         for match in _ENTITY.finditer(text):
             name = match.lastgroup or ""
             value = match.group(name)
             if "REDACTED" in value or (name == "ip" and value.startswith(_IGNORED_ADDRESSES)):
                 continue
-            counts[f"{name} {value}"] += 1
+            counts[f"{name} {value}"] += times
     return counts
 
 
