@@ -92,7 +92,31 @@ def _answer_validator() -> Any:
     """schemas/answer.schema.json, loaded once (on first use, not at import)."""
     path = Path(streams.__file__).resolve().parents[1] / "schemas" / "answer.schema.json"
     schema = json.loads(path.read_text(encoding="utf-8"))
-    return jsonschema.Draft202012Validator(schema)
+    return jsonschema.Draft202012Validator(_inline_refs(schema, schema.get("$defs", {})))
+
+
+def _inline_refs(node: Any, defs: dict[str, Any], depth: int = 0) -> Any:
+    """``node`` with each ``{"$ref": "#/$defs/x", ...}`` replaced by the definition itself
+    (``allOf`` beside the ref's own keywords, in its place): the same checks and error
+    messages, without resolving a reference for every fragment of every answer."""
+    if depth > 32:  # a definition that refers to itself keeps its references
+        return node
+    if isinstance(node, list):
+        return [_inline_refs(item, defs, depth) for item in node]
+    if not isinstance(node, dict):
+        return node
+    out: dict[str, Any] = {}
+    for key, value in node.items():
+        ref = value if key == "$ref" and isinstance(value, str) else None
+        name = ref.removeprefix("#/$defs/") if ref is not None else None
+        if name is not None and ref != name and name in defs:
+            target = _inline_refs(defs[name], defs, depth + 1)
+            if len(node) == 1:
+                return target
+            out["allOf"] = [target]
+        else:
+            out[key] = _inline_refs(value, defs, depth) if key != "$defs" else value
+    return out
 
 
 def _listed(items: list[str]) -> str:
