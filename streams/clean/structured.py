@@ -14,7 +14,7 @@ from typing import Any, Protocol
 
 from streams.clean.levels import normalize_level
 from streams.clean.parsed import Parsed
-from streams.clean.timestamps import TimeResolver, from_number, match_leading
+from streams.clean.timestamps import TimeResolver, exact_instant, from_number, match_leading
 from streams.records import LogFormat
 
 _TS_KEYS = ("@timestamp", "timestamp", "ts", "time", "datetime", "date", "asctime", "@t", "t")
@@ -160,6 +160,10 @@ class StructuredParser:
         if value.isdigit():
             parsed.timestamp = from_number(float(value))
             return parsed.timestamp is not None
+        exact = exact_instant(value)
+        if exact is not None:
+            parsed.stamp, parsed.timestamp = exact
+            return True
         stamp = match_leading(value.strip())
         if stamp is None:
             return False
@@ -174,9 +178,13 @@ class StructuredParser:
         outer: datetime | None = None
         time_value = obj.get("time")
         if isinstance(time_value, str):
-            stamp = match_leading(time_value)
-            if stamp is not None and stamp.offset is not None:
-                outer, _ = self._formats.times.resolve(stamp)
+            exact = exact_instant(time_value)
+            if exact is not None:
+                outer = exact[1]
+            else:
+                stamp = match_leading(time_value)
+                if stamp is not None and stamp.offset is not None:
+                    outer, _ = self._formats.times.resolve(stamp)
         inner_format = inner.format
         parsed = inner
         parsed.format = "docker"

@@ -166,6 +166,29 @@ def match_leading(text: str, pos: int = 0) -> Stamp | None:
     return None
 
 
+# a whole ISO-8601 instant with its zone, as JSON loggers and shippers write their time
+_EXACT_ISO = re.compile(
+    r"\d{4}-\d{2}-\d{2}[T ]\d{2}:\d{2}:\d{2}(?:[.,]\d{1,9})?(?:Z|[+-]\d{2}:?\d{2})")
+
+
+def exact_instant(text: str) -> tuple[Stamp, datetime] | None:
+    """``text`` read as one whole zoned ISO-8601 instant: its stamp and UTC time, as
+    ``match_leading`` and ``TimeResolver.resolve`` read it (no rule: nothing is
+    assumed), by the C parser at a fraction of their cost; None for any other text."""
+    if _EXACT_ISO.fullmatch(text) is None:
+        return None
+    try:
+        dt = datetime.fromisoformat(text)
+        utc = dt.astimezone(UTC)
+    except (ValueError, OverflowError):  # hour 24, day 32, out of range in UTC
+        return None
+    offset = dt.utcoffset()
+    if offset is None or abs(offset) > MAX_OFFSET:
+        return None
+    return Stamp(dt.year, dt.month, dt.day, dt.hour, dt.minute, dt.second, dt.microsecond,
+                 offset, len(text)), utc
+
+
 def time_of_day_at(text: str, pos: int = 0) -> bool:
     """True if ``text[pos]`` starts a bare time of day (``12:46:51``, ``17:26:32.809``)."""
     return _TOD.match(text, pos) is not None

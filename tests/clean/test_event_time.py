@@ -152,3 +152,40 @@ def test_on_envelope_names_what_it_took() -> None:
     assert tod is not None
     assert TIMES.on_envelope(tod, SHIPPED) == (
         datetime(2024, 5, 4, 9, 15, 0, 500000, tzinfo=UTC), ["date-from"])
+
+
+def _iso_variants() -> list[str]:
+    """Zoned ISO-8601 instants in every spelling the fast path takes, and near misses."""
+    import random
+
+    rng = random.Random(7)
+    out = []
+    for _ in range(3000):
+        year = rng.choice([1, 1970, 1999, 2024, 2026, 9999])
+        stamp = (f"{year:04d}-{rng.randint(1, 12):02d}-{rng.randint(1, 31):02d}"
+                 f"{rng.choice('T ')}{rng.randint(0, 24):02d}:{rng.randint(0, 59):02d}:"
+                 f"{rng.randint(0, 60):02d}")
+        if rng.random() < 0.7:
+            stamp += rng.choice(".,") + "".join(rng.choice("0123456789")
+                                                for _ in range(rng.randint(1, 9)))
+        hours, minutes = rng.randint(0, 19), rng.choice([0, 15, 30, 45, 61])
+        stamp += rng.choice(["Z", f"+{hours:02d}:{minutes:02d}", f"-{hours:02d}{minutes:02d}"])
+        out.append(stamp)
+    return out
+
+
+def test_an_exact_iso_instant_reads_as_the_general_path_reads_it() -> None:
+    from streams.clean.timestamps import exact_instant
+
+    times = TimeResolver(default_year=None, default_timezone="Europe/Paris")
+    taken = 0
+    for text in _iso_variants():
+        general = match_leading(text)
+        slow = times.resolve(general) if general is not None else (None, None)
+        fast = exact_instant(text)
+        if fast is None:
+            continue  # the general path reads it (or refuses it) as before
+        taken += 1
+        assert general is not None and general.end == len(text), text
+        assert (fast[0], fast[1], None) == (general, *slow), text
+    assert taken > 1000  # most variants take the fast path
