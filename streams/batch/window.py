@@ -29,6 +29,7 @@ from streams.batch.prompt_tokens import (
     GROUP_OVERHEAD_TOKENS,
     MARKER_RESERVE,
     MIN_CUT_TOKENS,
+    PieceCounter,
     TokenCounterLike,
     cut_to_cap,
     group_cost,
@@ -381,6 +382,7 @@ class TokenWindow:
         self.max_wait_seconds = max_wait_seconds
         self.max_examples = max_examples
         self._counter = counter
+        self._pieces = PieceCounter.of(counter)  # escaped messages counted by their pieces
         self._clock = clock
         self.effective_budget = min(input_budget, math.floor(context_window / (1 + output_reserve)))
         self.overhead_tokens = prompt_overhead_tokens(counter)
@@ -450,7 +452,7 @@ class TokenWindow:
             marginal = base - group.base
         else:
             cost = bound[0] if bound is not None and bound[1] else message_tokens(
-                self._counter, record)
+                self._counter, record, self._pieces)
             message_cost = cost + EXAMPLE_SEPARATOR_TOKENS
             new_top = group.with_message(message_cost, record.message, self.max_examples)
             grown = base + sum(c for c, _ in new_top)
@@ -458,7 +460,8 @@ class TokenWindow:
 
         if self._estimate + marginal > self.effective_budget:
             if message_cost is None:
-                message_cost = message_tokens(self._counter, record) + EXAMPLE_SEPARATOR_TOKENS
+                message_cost = (message_tokens(self._counter, record, self._pieces)
+                                + EXAMPLE_SEPARATOR_TOKENS)
             alone = self.overhead_tokens + self._group_base(key[0], record.template) + message_cost
             if self._records:
                 out.append(self._flush("budget"))

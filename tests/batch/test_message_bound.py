@@ -1,4 +1,5 @@
-"""The window skips encoding a message whose cost bound cannot change its group's examples."""
+"""The window skips encoding a message whose cost bound cannot change its group's examples,
+and counts an escaped message by its pieces: the same batches as counting every message."""
 
 from __future__ import annotations
 
@@ -8,7 +9,12 @@ from pathlib import Path
 import pytest
 
 import streams.batch.window as window_module
-from streams.batch.prompt_tokens import json_tokens, message_tokens, message_tokens_bound
+from streams.batch.prompt_tokens import (
+    PieceCounter,
+    json_tokens,
+    message_tokens,
+    message_tokens_bound,
+)
 from streams.batch.window import TokenWindow
 from streams.clean.tokens import TokenCalibration, TokenCounter
 from streams.gateway.factory import CalibratedCounter
@@ -56,6 +62,24 @@ def test_the_bound_never_undercounts(tmp_path: Path) -> None:
     assert escaped >= 100
 
 
+def test_pieces_add_up_to_the_whole_text(tmp_path: Path) -> None:
+    plain = TokenCounter(ENCODING)
+    pieces = PieceCounter.of(_counter())
+    assert pieces is not None
+    for line in _lines(tmp_path):
+        for text in (line, json.dumps(line, ensure_ascii=False)):
+            assert pieces.count(text) == plain.count(text), text
+
+
+def test_only_an_encoding_the_cut_is_proven_for_counts_by_pieces() -> None:
+    assert PieceCounter.of(TokenCounter(ENCODING)) is None  # not a calibrated counter
+
+    class Other:
+        counter = type("Raw", (), {"name": "o200k_base", "count_many": None})()
+
+    assert PieceCounter.of(Other()) is None
+
+
 @pytest.mark.parametrize("message", ['said "no"', "a\nb", "C:\\temp", "tab\there", '""\\\\'])
 def test_each_short_escape_is_allowed_two_tokens(message: str) -> None:
     counter = _counter()
@@ -97,5 +121,6 @@ def test_the_window_batches_as_if_every_message_were_counted(
 
     bounded = batches()
     monkeypatch.setattr(window_module, "message_tokens_bound", lambda counter, record: None)
+    monkeypatch.setattr(window_module.PieceCounter, "of", classmethod(lambda cls, counter: None))
     assert bounded == batches()
     assert len(bounded) > 5
