@@ -35,6 +35,7 @@ from streams.ingest.reader import iter_records, open_source
 from streams.metrics import Metrics
 from streams.report.keys import record_place
 from streams.report.step import CompactStep
+from streams.runner import tune_gc
 from streams.runtime.memory import MemoryRun, Part, Record
 from streams.runtime.step import Out
 from streams.settings import Settings
@@ -112,6 +113,7 @@ def main() -> int:
     with tempfile.TemporaryDirectory() as tmp:
         raw = raw_messages(args.records, Path(tmp))
     n = len(raw)
+    tune_gc()  # the collector as `retro worker` sets it, or it scans every held message
     runs = []
     for _ in range(args.repeat):
         cpu = asyncio.run(one_pass(settings, raw))
