@@ -42,6 +42,7 @@ import tempfile
 import time
 import uuid
 from collections import Counter
+from collections.abc import Iterator
 from dataclasses import asdict, dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
@@ -1044,15 +1045,24 @@ def main(argv: list[str] | None = None) -> int:
     signal.signal(signal.SIGTERM, _interrupt)
     tmp = Path(tempfile.mkdtemp(prefix="e2e-bench-"))
     broker = LocalBroker(tmp / "broker-state")
-    try:
+    with stopped_at_exit(tmp, broker, keep=args.keep):
         return run_all(args, tmp, broker)
+    return 130  # interrupted
+
+
+@contextlib.contextmanager
+def stopped_at_exit(tmp: Path, broker: Any, *, keep: bool) -> Iterator[None]:
+    """Every process started here and ``broker`` stopped however the run ends; an
+    interrupt is swallowed (the caller returns 130 after the block); ``tmp`` removed
+    unless ``keep``."""
+    try:
+        yield
     except (KeyboardInterrupt, asyncio.CancelledError):
-        print("interrupted; every process this bench started is stopped", file=sys.stderr)
-        return 130
+        print("interrupted; every process this run started is stopped", file=sys.stderr)
     finally:
         PROCS.stop_all()
         broker.stop()
-        if args.keep:
+        if keep:
             print(f"kept {tmp}", file=sys.stderr)
         else:
             shutil.rmtree(tmp, ignore_errors=True)

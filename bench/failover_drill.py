@@ -26,7 +26,6 @@ import argparse
 import asyncio
 import json
 import re
-import shutil
 import signal
 import sys
 import tempfile
@@ -49,6 +48,7 @@ from e2e_bench import (
     make_data,
     on_signal,
     retro,
+    stopped_at_exit,
     timed_audit,
 )
 
@@ -273,23 +273,16 @@ def main(argv: list[str] | None = None) -> int:
     args.out.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix="failover-drill-"))
     cluster = LocalCluster(tmp / "broker-state", brokers=args.brokers)
-    try:
+    result: dict[str, Any] | None = None
+    with stopped_at_exit(tmp, cluster, keep=args.keep):
         started = time.monotonic()
         bootstrap = cluster.start()
         start_s = time.monotonic() - started
         log(f"{args.brokers} nodes up in {start_s:.1f}s at {bootstrap}")
         result = asyncio.run(drill(args, tmp, cluster, bootstrap))
         result["cluster_start_s"] = start_s
-    except (KeyboardInterrupt, asyncio.CancelledError):
-        print("interrupted; every process this drill started is stopped", file=sys.stderr)
+    if result is None:  # interrupted
         return 130
-    finally:
-        PROCS.stop_all()
-        cluster.stop()
-        if args.keep:
-            print(f"kept {tmp}", file=sys.stderr)
-        else:
-            shutil.rmtree(tmp, ignore_errors=True)
     problems = verdict(result)
     audit = result["audit"]
     rows = [

@@ -75,17 +75,13 @@ def time_key(record: NormalizedRecord) -> tuple[int, float, str, int, int]:
     return (epoch is None, epoch or 0.0, record.raw.topic, record.raw.partition, record.raw.offset)
 
 
-def record_key(record: NormalizedRecord) -> tuple[str, tuple[int, float, str, int, int]]:
-    """Batch order: by service, then in time order within it."""
-    return (service_of(record), time_key(record))
-
-
-def _flat_key(record: NormalizedRecord) -> tuple[str, bool, float, str, int, int]:
-    """``record_key`` as one flat tuple (the same order): sorts build one tuple a record."""
+def record_key(record: NormalizedRecord) -> tuple[str, bool, float, str, int, int]:
+    """Batch order: by service, then ``time_key`` order within it, as one flat tuple
+    (a sort builds one tuple a record)."""
     epoch = epoch_of(record.timestamp)
     raw = record.raw
-    return (record.service or record.source, epoch is None, epoch or 0.0, raw.topic,
-            raw.partition, raw.offset)
+    return (service_of(record), epoch is None, epoch or 0.0, raw.topic, raw.partition,
+            raw.offset)
 
 
 def _time_span(records: Sequence[NormalizedRecord]) -> tuple[NormalizedRecord | None,
@@ -174,7 +170,7 @@ class Batch:
         """Sorted once per batch; ties in record_key keep the groups' order."""
         if self.presorted is not None:
             return self.presorted
-        return tuple(sorted((r for g in self.groups for r in g.records), key=_flat_key))
+        return tuple(sorted((r for g in self.groups for r in g.records), key=record_key))
 
     @property
     def record_count(self) -> int:
@@ -229,7 +225,7 @@ def build_batch(
     ``max_template_tokens`` defaults to ``max_example_tokens``; None means no cap.
     """
     given = list(records)
-    keys = [_flat_key(r) for r in given]
+    keys = [record_key(r) for r in given]
     at = sorted(range(len(given)), key=keys.__getitem__)  # stable: ties keep arrival order
     ordered = [given[i] for i in at]
     if not ordered:
