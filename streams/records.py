@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, model_serializer
+from pydantic import BaseModel, ConfigDict, Field
 
 Lane = Literal["fast", "slow"]
 Level = Literal["TRACE", "DEBUG", "INFO", "NOTICE", "WARN", "ERROR", "FATAL"]
@@ -29,6 +29,14 @@ LogFormat = Literal["json", "docker", "logfmt", "log4j", "syslog", "delimited", 
 EnvelopeKind = Literal[
     "otlp_json", "otlp_proto", "fluentbit", "vector", "ecs", "rsyslog", "syslog_ng", "plain"
 ]
+
+
+def _is_none(value: object) -> bool:
+    return value is None
+
+
+def _is_empty(value: list[str]) -> bool:
+    return not value
 
 
 class RawCoord(BaseModel):
@@ -45,17 +53,10 @@ class RawCoord(BaseModel):
     topic: str
     partition: int
     offset: int
-    index: int | None = None  # the record's place in a multi-record message
-    count: int | None = None  # log records the message carries, with index
-
-    @model_serializer(mode="wrap")
-    def _drop_unset(self, handler: Any) -> dict[str, Any]:
-        """Single-record coordinates stay exactly {topic, partition, offset} on the wire."""
-        data = handler(self)
-        if self.index is None:
-            data.pop("index", None)
-            data.pop("count", None)
-        return data
+    # set together, for a record of a multi-record message; left off the wire otherwise,
+    # so single-record coordinates stay exactly {topic, partition, offset}
+    index: int | None = Field(default=None, exclude_if=_is_none)  # its place in the message
+    count: int | None = Field(default=None, exclude_if=_is_none)  # records the message carries
 
     @property
     def id(self) -> str:
@@ -162,16 +163,9 @@ class Review(BaseModel):
     # where its records sit in the lane topics ("lane topic/partition" -> inclusive lane
     # offset ranges): a re-drive reads them back from there, already redacted, so it
     # never needs the raw topic; None in reviews written before it and in the
-    # compactor's rejected fragments, whose records it cannot place in the lanes
-    lane_covered: dict[str, list[list[int]]] | None = None
-
-    @model_serializer(mode="wrap")
-    def _drop_unplaced(self, handler: Any) -> dict[str, Any]:
-        """Without lane coordinates the review is what it was on the wire before them."""
-        data = handler(self)
-        if self.lane_covered is None:
-            data.pop("lane_covered", None)
-        return data
+    # compactor's rejected fragments, whose records it cannot place in the lanes; left
+    # off the wire then, so such a review reads as it did before the field
+    lane_covered: dict[str, list[list[int]]] | None = Field(default=None, exclude_if=_is_none)
 
 
 def iso_utc(dt: datetime) -> str:
@@ -295,17 +289,9 @@ class Evidence(BaseModel):
     # records themselves so a report can test rates; undated records are not in it
     minutes: dict[str, int] = Field(default_factory=dict)
     # trace ids of its records at WARN or above, the MAX_TRACES smallest (from the records'
-    # attributes, never the model): failures of two services in one trace are one request
-    traces: list[str] = Field(default_factory=list)
-
-    # No return annotation: pydantic would take it for the serialized schema.
-    @model_serializer(mode="wrap")
-    def _lean(self, handler: Any):  # type: ignore[no-untyped-def]
-        """Leave out ``traces`` while empty: most templates have none."""
-        data = handler(self)
-        if data.get("traces") == []:
-            del data["traces"]
-        return data
+    # attributes, never the model): failures of two services in one trace are one request;
+    # left off the wire while empty, as most templates have none
+    traces: list[str] = Field(default_factory=list, exclude_if=_is_empty)
 
 
 class TimeWindow(BaseModel):
