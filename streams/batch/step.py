@@ -90,22 +90,28 @@ class LaneStep(Step):
         return [p.run_timer() for p in self.processors.values()]
 
     async def take(self, fetch: Fetch, ctx: Context) -> None:
+        # the validator model_validate_json calls, without its wrapper: the same checks
+        validate = NormalizedRecord.__pydantic_validator__.validate_json
+        give, track = ctx.give, ctx.track
         for part, messages in fetch.items():
             lane = self.lane_of[part.topic]
             processor = self.processors[lane]
+            offer = processor.offer
             self.records_in[lane].inc(len(messages))
             for m in messages:
-                await ctx.give()  # the compactor and the lanes' batches run
-                handle = ctx.track(part, m.offset)
+                await give()  # the compactor and the lanes' batches run
+                handle = track(part, m.offset)
                 try:
-                    record = NormalizedRecord.model_validate_json(m.value or b"")
+                    record = validate(m.value or b"")
                 except ValidationError as exc:
                     letter = self._bad_record(m, exc)
                     await ctx.send([Out(self.settings.topics.deadletter, b"", letter)],
                                    done=[handle], on_delivered=self.bad_records.inc)
                     continue
                 # its lane coordinates go into any review of it: the re-drive reads it there
-                await processor.add(record, handle, at=(m.topic, m.partition, m.offset))
+                batches = offer(record, handle, (m.topic, m.partition, m.offset))
+                if batches:
+                    await processor.dispatch(batches)
 
     def failure(self) -> str | None:
         for lane, p in self.processors.items():

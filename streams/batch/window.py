@@ -136,9 +136,15 @@ class TemplateGroup:
         return None if last is None else last.timestamp
 
     @functools.cached_property
+    def entries(self) -> tuple[tuple[str, int], ...]:
+        """Each record's ledger entry, in ``records`` order, computed once: the coverage
+        and the placing of fragments in reports both read them."""
+        return tuple([r.raw.ledger_entry() for r in self.records])
+
+    @functools.cached_property
     def coverage(self) -> Coverage:
         """Computed once (a fragment asks for its union and for its evidence); immutable."""
-        return Coverage.from_entries(r.raw.ledger_entry() for r in self.records)
+        return Coverage.from_entries(self.entries)
 
 
 @dataclass(frozen=True)
@@ -178,8 +184,11 @@ class Batch:
 
     @property
     def coverage(self) -> Coverage:
-        return Coverage.from_entries(
-            r.raw.ledger_entry() for g in self.groups for r in g.records)
+        return Coverage.from_entries(e for g in self.groups for e in g.entries)
+
+    def by_coord(self) -> dict[tuple[str, int], NormalizedRecord]:
+        """Each record by its ledger entry, from the entries its groups know already."""
+        return {e: r for g in self.groups for e, r in zip(g.entries, g.records, strict=True)}
 
     def split(self) -> tuple[Batch, Batch]:
         """Halve by records in service/time order; a one-record batch cannot be split."""

@@ -524,6 +524,8 @@ def retry_hint(headers: Mapping[str, str], message: str, limit: str = "unknown",
 
 # --- offline ---------------------------------------------------------------------
 
+_KNOWN_INSTRUCTIONS = 16  # system texts whose counts the rules backend keeps
+
 
 class RulesBackend:
     """The embedded default: the deterministic rules analyzer, no network.
@@ -534,10 +536,13 @@ class RulesBackend:
     by token, so there is nothing to cut.
     """
 
-    __slots__ = ("_counter",)
+    __slots__ = ("_counter", "_instructions")
 
     def __init__(self, *, counter: _Counter) -> None:
         self._counter = counter
+        # token counts of system messages: the same instructions open every prompt, and
+        # at several thousand characters they are past the counter's own cache
+        self._instructions: dict[str, int] = {}
 
     def __repr__(self) -> str:
         return "RulesBackend()"
@@ -556,7 +561,8 @@ class RulesBackend:
         # so a long prompt's count (6% of a worker's CPU while its batches are new) runs
         # beside the worker's stages, as a remote model's would
         prompt_tokens, completion_tokens = await asyncio.to_thread(
-            self._usage, [str(m.get("content") or "") for m in messages], content)
+            self._usage, [(str(m.get("content") or ""), m.get("role") == "system")
+                          for m in messages], content)
         return ChatResult(
             content=content,
             finish_reason="stop",
@@ -564,8 +570,21 @@ class RulesBackend:
             completion_tokens=completion_tokens,
         )
 
-    def _usage(self, prompts: list[str], content: str) -> tuple[int, int]:
-        return sum(self._counter.count(p) for p in prompts), self._counter.count(content)
+    def _usage(self, prompts: list[tuple[str, bool]], content: str) -> tuple[int, int]:
+        """(prompt tokens, answer tokens); ``prompts``: each message's text and whether it
+        is a system message, whose count is remembered."""
+        total = 0
+        known = self._instructions
+        for text, system in prompts:
+            tokens = known.get(text) if system else None
+            if tokens is None:
+                tokens = self._counter.count(text)
+                if system:
+                    if len(known) >= _KNOWN_INSTRUCTIONS:
+                        known.clear()
+                    known[text] = tokens
+            total += tokens
+        return total, self._counter.count(content)
 
     async def close(self) -> None:
         return None
