@@ -174,19 +174,21 @@ class LaneProcessor:
             self.metrics.batch_tokens.labels(batch.lane).observe(batch.estimated_input_tokens)
         records = batch.records
         tokens = [t for r in records for t in self._tokens.pop(id(r), [])]
-        at: dict[str, list[LaneCoord]] = {}
+        # the records' lane coordinates, keyed by record id only if a review needs them
+        at: list[tuple[NormalizedRecord, list[LaneCoord]]] = []
         if self._at:
+            pop = self._at.pop
             for r in records:
-                where = self._at.pop(id(r), None)
+                where = pop(id(r), None)
                 if where is not None:
-                    at.setdefault(r.id, []).extend(where)
+                    at.append((r, where))
         await self._slots.acquire()
         task = asyncio.create_task(self._run(batch, tokens, at))
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
 
     async def _run(self, batch: Batch, tokens: list[Any],
-                   at: Mapping[str, Sequence[LaneCoord]]) -> None:
+                   at: list[tuple[NormalizedRecord, list[LaneCoord]]]) -> None:
         try:
             try:
                 outcome = await self.analyzer.analyze(batch)
@@ -201,7 +203,10 @@ class LaneProcessor:
                                     output=None)
                 outcome = BatchOutcome(fragments=[], reviews=[review], calls=0, cache_hits=0)
             if at and outcome.reviews:
-                outcome.reviews = [with_lane_coverage(r, at) for r in outcome.reviews]
+                by_id: dict[str, list[LaneCoord]] = {}
+                for record, where in at:
+                    by_id.setdefault(record.id, []).extend(where)
+                outcome.reviews = [with_lane_coverage(r, by_id) for r in outcome.reviews]
             await self.publish(outcome)
         except BaseException as exc:
             # publishing failed: leave the records unacked so they are re-read on restart

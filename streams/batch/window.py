@@ -333,10 +333,11 @@ class _GroupCost:
     base: int  # overhead + service + the costliest template text seen in the group
     templates: set[str] = field(default_factory=set)
     top: list[tuple[int, str]] = field(default_factory=list)  # (cost, message), costliest first
+    top_cost: int = 0  # the costs in ``top`` added up, kept with it (not summed per record)
 
     @property
     def total(self) -> int:
-        return self.base + sum(cost for cost, _ in self.top)
+        return self.base + self.top_cost
 
     def settled(self, cost: int, k: int) -> bool:
         """True when a message costing at most ``cost`` leaves the top as it is."""
@@ -450,6 +451,7 @@ class TokenWindow:
             # the batch shows one of the group's texts (group_template): the costliest bounds it
             base = max(base, self._group_base(key[0], record.template))
         bound = message_tokens_bound(self._counter, record) if known else None
+        new_top_cost = group.top_cost
         if bound is not None and group.settled(bound[0] + EXAMPLE_SEPARATOR_TOKENS,
                                                self.max_examples):
             # no cost up to the bound changes the top: the message need not be encoded
@@ -460,7 +462,9 @@ class TokenWindow:
                 self._counter, record, self._pieces)
             message_cost = cost + EXAMPLE_SEPARATOR_TOKENS
             new_top = group.with_message(message_cost, record.message, self.max_examples)
-            grown = base + sum(c for c, _ in new_top)
+            if new_top is not group.top:  # with_message hands back the same list unchanged
+                new_top_cost = sum(c for c, _ in new_top)
+            grown = base + new_top_cost
             marginal = grown - (group.total if known else 0)
 
         if self._estimate + marginal > self.effective_budget:
@@ -475,11 +479,12 @@ class TokenWindow:
                 return out
             return out + self.add(record)  # fits an empty window: no further recursion
 
-        if key not in self._groups:
+        if not known:
             self._groups[key] = group
         group.base = base
         group.templates.add(record.template)
         group.top = new_top
+        group.top_cost = new_top_cost
         self._estimate += marginal
         self._records.append(record)
         if self._started is None:
