@@ -27,6 +27,7 @@ the configuration is built in code.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import logging
 import re
@@ -54,7 +55,8 @@ MAX_WORDS = 100_000
 _B = r"(?<![A-Za-z0-9_])"  # not inside a word
 _E = r"(?![A-Za-z0-9_])"
 
-_DIGIT = "digit"  # a hint: the text holds a digit (every mask below but PATH needs one)
+# a prefilter: the text holds a digit; looked for once per line, since masks add none
+_DIGIT = "digit"
 
 _MON = (r"(?:Jan(?:uary)?|Feb(?:ruary)?|Mar(?:ch)?|Apr(?:il)?|May|June?|July?|Aug(?:ust)?"
         r"|Sep(?:t(?:ember)?)?|Oct(?:ober)?|Nov(?:ember)?|Dec(?:ember)?)")
@@ -62,9 +64,14 @@ _WDAY = r"(?:Mon|Tue(?:s)?|Wed(?:nes)?|Thu(?:rs)?|Fri|Sat(?:ur)?|Sun)(?:day)?"
 _TIME = r"\d{1,2}:\d{2}(?::\d{2}(?:[.,]\d+)?)?"
 _IP = r"\d{1,3}(?:\.\d{1,3}){3}(?::\d{1,5})?"
 
-# (pattern, mask name, hints) in the order applied; earlier masks protect their text
-# from later ones. A mask runs only when its text holds one of its hints, since most
-# lines need few of the substitutions and each one scans the whole line.
+# (pattern, mask name, prefilters) in the order applied; earlier masks protect their
+# text from later ones. A mask runs only when the text, as the masks before left it,
+# holds a digit (if ``_DIGIT`` is among its prefilters) and something one of its other
+# prefilters finds (if it has any). Each prefilter finds a part that every match of
+# the pattern holds, so a skip changes nothing. Most lines need few of the
+# substitutions, and a prefilter that opens with a literal character is a quick scan
+# for that character, where a pattern that opens with a lookbehind is tried at every
+# position.
 MASKS: tuple[tuple[str, str, tuple[str, ...]], ...] = (
     # a date written inside the message ("at Sun Jul  3 13:52:21 2005") as one token:
     # its day and month names would otherwise read as words that tell events apart
@@ -75,23 +82,28 @@ MASKS: tuple[tuple[str, str, tuple[str, ...]], ...] = (
         + r"|" + _MON + r"\s+\d{1,2}(?:,?\s+\d{4})?\s+" + _TIME + r"(?:\s+\d{4})?"
         + r"|\d{4}-\d{2}-\d{2}(?:[T ]" + _TIME + r")?(?:Z|[+-]\d{2}:?\d{2})?"
         + r")(?!\w)(?!\.\d)",
-        "DATE", (_DIGIT,),
+        "DATE",
+        # two searches, since one alternation of both would lose the fast first-character
+        # scan; every full month name is its abbreviation and lowercase letters
+        (_DIGIT, r"-\d\d-", r"(?:Jan|Feb|Ma[ry]|Apr|Ju[nl]|Aug|Sep|Oct|Nov|Dec)[a-z]*\s+\d"),
     ),
     # HDFS block ids, and a run of them ("delete blk_1 blk_2 ...") as one token so
     # the number of blocks does not change the template.
     (r"(?<![\w/])blk_-?\d+(?:[ ,]+blk_-?\d+)*", "BLK", ("blk_",)),
     (
         _B + r"[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}" + _E,
-        "UUID", ("-",),
+        "UUID", (r"-[0-9a-fA-F]{4}-",),
     ),
     # a comma-separated list of addresses (a proxy chain) as one token, like one address
-    (r"(?<![\w.])" + _IP + r"(?:,[ ]?" + _IP + r")*(?![\w.])", "IP", (".",)),
-    (_B + r"(?:[0-9A-Fa-f]{2}:){5,}[0-9A-Fa-f]{2}" + _E, "MAC", (":",)),
-    (r"(?<![\w/<>*])(?:/[\w.\-]+){2,}/?", "PATH", ("/",)),
-    (_B + r"0[xX][0-9a-fA-F]+" + _E, "HEX", ("0x", "0X")),
+    (r"(?<![\w.])" + _IP + r"(?:,[ ]?" + _IP + r")*(?![\w.])", "IP", (_DIGIT, r"\.\d+\.\d+\.")),
+    # three inner groups, so a time's two colons do not pass
+    (_B + r"(?:[0-9A-Fa-f]{2}:){5,}[0-9A-Fa-f]{2}" + _E, "MAC",
+     (r":[0-9A-Fa-f]{2}:[0-9A-Fa-f]{2}:[0-9A-Fa-f]{2}:",)),
+    (r"(?<![\w/<>*])(?:/[\w.\-]+){2,}/?", "PATH", (r"/[\w.\-]+/",)),
+    (_B + r"0[xX][0-9a-fA-F]+" + _E, "HEX", (_DIGIT, r"0[xX][0-9a-fA-F]")),
     # bare hex of 8+ with a letter and a digit: object hashes, trace and session ids
     (_B + r"(?=[0-9a-fA-F]*[a-fA-F])(?=[0-9a-fA-F]*\d)[0-9a-fA-F]{8,}" + _E, "HEX",
-     (_DIGIT,)),
+     (_DIGIT, r"[0-9a-fA-F]{8}")),
     (r"(?<![\w.])[-+]?\d+(?:\.\d+)?(?:ms|us|ns|s|[KMGT]i?B|B)?(?![\w.])", "NUM", (_DIGIT,)),
 )
 _HAS_DIGIT = re.compile(r"\d")
@@ -99,28 +111,49 @@ _HAS_DIGIT = re.compile(r"\d")
 _VARIABLE = re.compile(r"[\d<]")
 _LETTER = re.compile(r"[^\W\d_]")
 
+# messages of at most this many characters are remembered with their masked text:
+# about half the messages of the loghub samples repeat one seen before (a constant
+# message, the same request), and a hit costs a lookup instead of the substitutions;
+# the bounds keep the memo to a few MB
+MEMO_MAX_CHARS = 256
+MEMO_SIZE = 4096
 
-_COMPILED = tuple(
-    (re.compile(pattern), f"<{name}>", tuple(h for h in hints if h != _DIGIT), _DIGIT in hints)
-    for pattern, name, hints in MASKS
+_Search = Callable[[str], "re.Match[str] | None"]
+_COMPILED: tuple[tuple[Callable[[str, str], str], str, bool, tuple[_Search, ...]], ...] = tuple(
+    (re.compile(pattern).sub, f"<{name}>", _DIGIT in prefilters,
+     tuple(re.compile(f).search for f in prefilters if f != _DIGIT))
+    for pattern, name, prefilters in MASKS
 )
+
+
+def _mask(text: str) -> str:
+    """``mask`` without the memo: the masks whose prefilters find something."""
+    has_digit = _HAS_DIGIT.search(text) is not None
+    for sub, replacement, needs_digit, prefilters in _COMPILED:
+        if needs_digit and not has_digit:
+            continue
+        if prefilters:
+            for found in prefilters:
+                if found(text) is not None:
+                    break
+            else:
+                continue
+        text = sub(replacement, text)
+    return text
+
+
+_mask_memo = functools.lru_cache(maxsize=MEMO_SIZE)(_mask)
 
 
 def mask(text: str) -> str:
     """``text`` with every mask applied, in order (``<NAME>`` in place of the variable).
 
-    A mask runs only when the text holds one of its hints (a substring every match
-    holds): most lines need few of the substitutions.
+    A mask runs only when its prefilters find a part every match holds: most lines
+    need few of the substitutions. Short messages are memoised: about half repeat.
     """
-    has_digit = _HAS_DIGIT.search(text) is not None
-    for regex, replacement, hints, needs_digit in _COMPILED:
-        if needs_digit:
-            if not has_digit:
-                continue
-        elif not any(h in text for h in hints):
-            continue
-        text = regex.sub(replacement, text)
-    return text
+    if len(text) <= MEMO_MAX_CHARS:
+        return _mask_memo(text)
+    return _mask(text)
 
 
 def is_word(token: str) -> bool:

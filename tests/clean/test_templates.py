@@ -12,8 +12,6 @@ from collections import Counter, defaultdict
 from pathlib import Path
 
 import pytest
-from hypothesis import given, settings
-from hypothesis import strategies as st
 
 from streams.clean.templates import WORD_ESCAPE, TemplateMiner, template_id
 
@@ -261,18 +259,3 @@ def test_pathological_long_lines_stay_fast() -> None:
         start = time.perf_counter()
         miner.match(text)
         assert time.perf_counter() - start < 1.0
-
-
-@settings(max_examples=300, deadline=None)
-@given(st.text(alphabet=st.sampled_from(list("0123456789abcdefABCDEFxX-.:/_ blk,=JulSun")),
-               max_size=80))
-def test_hinted_masks_mask_exactly_as_their_plain_patterns(text: str) -> None:
-    """The hints only skip substitutions that could not match."""
-    import re
-
-    from streams.clean.templates import MASKS, mask
-
-    plain = text
-    for pattern, name, _ in MASKS:
-        plain = re.sub(pattern, f"<{name}>", plain)
-    assert mask(text) == plain
