@@ -46,6 +46,26 @@ def shared_file(*parts: str) -> Path:
     return path
 
 
+def sample_lines(tmp_path: Path) -> list[str]:
+    """Distinct lines of the generated sample, the loghub 2k samples and the other shared
+    logs (and the text each docker json-file line logged): what token counts are checked on."""
+    from streams.dev.sample import write_sample
+
+    lines: list[str] = []
+    for path in write_sample(tmp_path, records=2000):
+        lines.extend(path.read_text(errors="replace").splitlines())
+    for path in sorted(SHARED_DATA.glob("loghub/*/*_2k.log")):
+        lines.extend(path.read_text(errors="replace").splitlines())
+    for path in sorted(SHARED_DATA.glob("*/*.log")):
+        for line in path.read_text(errors="replace").splitlines():
+            lines.append(line)
+            if line.startswith("{"):  # docker json-file: the logged text, with its newline
+                log = json.loads(line).get("log")
+                if isinstance(log, str):
+                    lines.append(log)
+    return list(dict.fromkeys(lines))
+
+
 def ci_tool(name: str) -> str | None:
     """A command-line tool that .ci/test builds into .ci-cache/go/bin, else one on PATH."""
     built = REPO / ".ci-cache" / "go" / "bin" / name

@@ -9,9 +9,9 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Iterable
 from typing import Protocol
 
+from streams.clean.tokens import PieceCounter
 from streams.records import NormalizedRecord
 
 GROUP_OVERHEAD_TOKENS = 96  # keys, ref, level, count, two timestamps, punctuation of a group
@@ -19,14 +19,6 @@ EXAMPLE_SEPARATOR_TOKENS = 1  # ", " between examples
 MIN_CUT_TOKENS = 16  # the least of a template or example an oversize record keeps
 _MARKER = " …[cut: {n} tokens]"
 MARKER_RESERVE = 12  # tokens the marker itself may take
-
-
-class RawCounterLike(Protocol):
-    """What :class:`PieceCounter` needs of ``streams.clean.tokens.TokenCounter``."""
-
-    name: str
-
-    def count_many(self, texts: Iterable[str]) -> list[int]: ...
 
 
 class TokenCounterLike(Protocol):
@@ -62,58 +54,6 @@ def message_tokens(counter: TokenCounterLike, record: NormalizedRecord,
             return json_tokens(counter, record.message)
         return int(of_counted(pieces.count(json.dumps(record.message, ensure_ascii=False))))
     return int(of_counted(record.tokens + 2))
-
-
-# where a piece of cl100k_base's pre-tokenizer always begins: a space before a non-space
-_PIECE_START = re.compile(r"(?= \S)")
-PIECE_COUNTS = 16384  # pieces whose counts a PieceCounter keeps (short texts: ~2 MB)
-
-
-class PieceCounter:
-    """Exact token counts of texts from remembered counts of their pieces.
-
-    tiktoken encodes each piece its pre-tokenizer regex cuts out on its own, and in
-    cl100k_base a space before a non-space always begins one: no alternative of that
-    regex takes a space but as its first character, except the whitespace runs, and
-    ``\\s+(?!\\S)`` gives such a space back to the piece after it. So a text cut
-    before each such space costs its pieces' tokens added up (checked on every line of
-    the loghub 2k samples, the Kafka broker and train-ticket logs and the generated
-    sample, JSON-escaped and not, and on 100k random strings). Log lines repeat their
-    words, so most pieces of a line are counted already, and their counts stay out of
-    the counter's own cache of whole messages.
-    """
-
-    ENCODINGS = ("cl100k_base",)
-
-    __slots__ = ("_counts", "_raw")
-
-    def __init__(self, raw: RawCounterLike) -> None:
-        self._raw = raw
-        self._counts: dict[str, int] = {}
-
-    @classmethod
-    def of(cls, counter: object) -> PieceCounter | None:
-        """For a calibrated counter (its own ``counter``) of an encoding the cut is
-        proven for; else None."""
-        raw = getattr(counter, "counter", None)
-        name = getattr(raw, "name", None)
-        if not isinstance(name, str) or not hasattr(raw, "count_many"):
-            return None
-        if name.removesuffix("_offline") not in cls.ENCODINGS:
-            return None
-        return cls(raw)  # type: ignore[arg-type]
-
-    def count(self, text: str) -> int:
-        """Tokens of ``text``, uncalibrated."""
-        pieces = _PIECE_START.split(text)
-        counts = self._counts
-        missing = [p for p in dict.fromkeys(pieces) if p not in counts]
-        if missing:
-            if len(counts) + len(missing) > PIECE_COUNTS:
-                counts.clear()
-                missing = list(dict.fromkeys(pieces))
-            counts.update(zip(missing, self._raw.count_many(missing), strict=True))
-        return sum(map(counts.__getitem__, pieces))
 
 
 # escaped by json.dumps as a backslash and one character; other control characters

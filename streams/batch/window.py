@@ -29,7 +29,6 @@ from streams.batch.prompt_tokens import (
     GROUP_OVERHEAD_TOKENS,
     MARKER_RESERVE,
     MIN_CUT_TOKENS,
-    PieceCounter,
     TokenCounterLike,
     cut_to_cap,
     group_cost,
@@ -38,6 +37,7 @@ from streams.batch.prompt_tokens import (
     message_tokens_bound,
 )
 from streams.batch.templates import most_general
+from streams.clean.tokens import PieceCounter
 from streams.intervals import Coverage
 from streams.records import Lane, NormalizedRecord, service_of
 

