@@ -16,7 +16,9 @@ from __future__ import annotations
 
 import re
 from bisect import bisect_left
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Sequence
+from itertools import groupby
+from operator import itemgetter
 
 Range = tuple[int, int]  # inclusive [first, last]
 _MESSAGE_KEY = re.compile(r"^(?P<part>.+/\d+)@(?P<offset>\d+):(?P<count>\d+)$")
@@ -64,14 +66,14 @@ class IntervalSet:
 
     @classmethod
     def from_values(cls, values: Iterable[int]) -> IntervalSet:
-        return cls((v, v) for v in values)
+        return cls._of(_runs(set(map(int, values))))
 
     @property
     def ranges(self) -> list[Range]:
         return list(self._ranges)
 
     def to_json(self) -> list[list[int]]:
-        return [[a, b] for a, b in self._ranges]
+        return list(map(list, self._ranges))
 
     def __len__(self) -> int:
         return sum(b - a + 1 for a, b in self._ranges)
@@ -155,6 +157,17 @@ def _insert(ranges: list[Range], a: int, b: int) -> None:
     ranges[lo:hi] = [(a, b)]
 
 
+def _runs(values: set[int]) -> list[Range]:
+    """The merged ranges of a set of ints, found by set operations in C rather than a
+    Python step per value: a run starts at a value whose predecessor is missing and
+    ends at one whose successor is missing."""
+    if len(values) < 2:
+        return [(v, v) for v in values]
+    starts = sorted(values.difference(map((1).__add__, values)))
+    ends = sorted(values.difference(map((-1).__add__, values)))
+    return list(zip(starts, ends, strict=True))
+
+
 def _normalize(ranges: Iterable[Range]) -> list[Range]:
     merged: list[Range] = []
     for a, b in sorted(ranges):
@@ -165,6 +178,10 @@ def _normalize(ranges: Iterable[Range]) -> list[Range]:
         else:
             merged.append((a, b))
     return merged
+
+
+_KEY = itemgetter(0)
+_VALUE = itemgetter(1)
 
 
 class Coverage:
@@ -189,10 +206,14 @@ class Coverage:
     @classmethod
     def from_entries(cls, entries: Iterable[tuple[str, int]]) -> Coverage:
         """From (key, value) ledger entries, e.g. ``RawCoord.ledger_entry()``."""
-        buckets: dict[str, list[int]] = {}
-        for key, value in entries:
-            buckets.setdefault(key, []).append(value)
-        return cls({k: IntervalSet.from_values(v) for k, v in buckets.items()})
+        given: Sequence[tuple[str, int]] = (
+            entries if isinstance(entries, list | tuple) else list(entries))
+        keys = set(map(_KEY, given))
+        if len(keys) == 1:  # one partition, the common case: no grouping needed
+            return cls({keys.pop(): IntervalSet.from_values(map(_VALUE, given))})
+        # grouped in C: the sort brings each key's entries together
+        return cls({key: IntervalSet.from_values(map(_VALUE, group))
+                    for key, group in groupby(sorted(given, key=_KEY), _KEY)})
 
     def to_json(self) -> dict[str, list[list[int]]]:
         return {k: self._parts[k].to_json() for k in sorted(self._parts)}

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from itertools import pairwise
+
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -44,3 +46,18 @@ def test_coverage_keeps_partitions_apart() -> None:
     assert a.union(b).to_json() == {"raw/0": [[0, 14]], "raw/1": [[0, 4]]}
     assert a.difference(b).to_json() == {"raw/0": [[0, 4]], "raw/1": [[0, 4]]}
     assert a.intersection(b).to_json() == {"raw/0": [[5, 9]]}
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.tuples(st.sampled_from(["raw/0", "raw/1", "raw/0@7:3"]),
+                          st.integers(min_value=-5, max_value=60)), max_size=80))
+def test_coverage_from_entries_holds_each_entry_once(entries: list[tuple[str, int]]) -> None:
+    coverage = Coverage.from_entries(iter(entries))
+    expected: dict[str, set[int]] = {}
+    for key, value in entries:
+        expected.setdefault(key, set()).add(value)
+    assert {k: set(v) for k, v in coverage.parts().items()} == expected
+    for key, ranges in coverage.to_json().items():  # sorted, merged, nothing adjacent
+        assert all(a <= b for a, b in ranges)
+        assert all(b + 1 < c for (_, b), (c, _) in pairwise(ranges))
+        assert IntervalSet(ranges) == coverage.parts()[key]

@@ -39,6 +39,7 @@ import aiohttp
 from pydantic import SecretStr
 
 from streams.batch.prompt import extract_payload
+from streams.batch.prompt_tokens import PieceCounter
 from streams.errors import (
     ConfigError,
     ContextTooLong,
@@ -536,13 +537,16 @@ class RulesBackend:
     by token, so there is nothing to cut.
     """
 
-    __slots__ = ("_counter", "_instructions")
+    __slots__ = ("_counter", "_instructions", "_pieces")
 
     def __init__(self, *, counter: _Counter) -> None:
         self._counter = counter
         # token counts of system messages: the same instructions open every prompt, and
         # at several thousand characters they are past the counter's own cache
         self._instructions: dict[str, int] = {}
+        # the same counts from the remembered counts of their pieces, where the encoding
+        # allows it: prompts and answers repeat the words of their log lines and rules
+        self._pieces = _piece_counter(counter)
 
     def __repr__(self) -> str:
         return "RulesBackend()"
@@ -557,12 +561,15 @@ class RulesBackend:
                 f"the rules backend found no batch in the prompt: {exc}", reason="bad_prompt"
             ) from exc
         content = json.dumps(analyze(payload), ensure_ascii=False)
-        # the usage a provider reports, counted on a thread: tiktoken lets go of the GIL,
-        # so a long prompt's count (6% of a worker's CPU while its batches are new) runs
-        # beside the worker's stages, as a remote model's would
-        prompt_tokens, completion_tokens = await asyncio.to_thread(
-            self._usage, [(str(m.get("content") or ""), m.get("role") == "system")
-                          for m in messages], content)
+        prompts = [(str(m.get("content") or ""), m.get("role") == "system") for m in messages]
+        if self._pieces is not None:  # most pieces are known: little is left to encode
+            prompt_tokens, completion_tokens = self._usage(prompts, content)
+        else:
+            # the usage a provider reports, counted on a thread: tiktoken lets go of the
+            # GIL, so a long prompt's count runs beside the worker's stages, as a remote
+            # model's would
+            prompt_tokens, completion_tokens = await asyncio.to_thread(
+                self._usage, prompts, content)
         return ChatResult(
             content=content,
             finish_reason="stop",
@@ -575,19 +582,31 @@ class RulesBackend:
         is a system message, whose count is remembered."""
         total = 0
         known = self._instructions
+        count = self._counter.count if self._pieces is None else self._pieces.count
         for text, system in prompts:
             tokens = known.get(text) if system else None
             if tokens is None:
-                tokens = self._counter.count(text)
+                tokens = count(text)
                 if system:
                     if len(known) >= _KNOWN_INSTRUCTIONS:
                         known.clear()
                     known[text] = tokens
             total += tokens
-        return total, self._counter.count(content)
+        return total, count(content)
 
     async def close(self) -> None:
         return None
+
+
+def _piece_counter(counter: object) -> PieceCounter | None:
+    """A ``PieceCounter`` over ``counter`` when it is a plain counter of an encoding whose
+    counts add up by pieces (``PieceCounter.ENCODINGS``), else None."""
+    name = getattr(counter, "name", None)
+    if not isinstance(name, str) or not hasattr(counter, "count_many"):
+        return None
+    if name.removesuffix("_offline") not in PieceCounter.ENCODINGS:
+        return None
+    return PieceCounter(counter)  # type: ignore[arg-type]
 
 
 def build_backend(model_settings: ModelSettings, counter: _Counter) -> ChatBackend:

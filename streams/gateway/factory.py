@@ -41,8 +41,11 @@ class CalibratedCounter:
         return self.calibration.adjust(self.model, self.counter.count(text))
 
     def of_counted(self, tokens: int) -> int:
-        """A count the clean stage made with the same encoding, calibrated."""
-        return self.calibration.adjust(self.model, tokens)
+        """A count the clean stage made with the same encoding, calibrated: ``adjust``
+        with its rounding up written out, as the window asks for every record."""
+        scaled = tokens * self.calibration.factor(self.model)
+        whole = int(scaled)
+        return whole if whole == scaled else whole + 1
 
     def truncate(self, text: str, max_tokens: int) -> tuple[str, bool]:
         factor = self.calibration.factor(self.model)

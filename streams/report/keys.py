@@ -36,22 +36,40 @@ def record_place(record: NormalizedRecord, *, window: Window, group_by: GroupBy,
     record's raw partition, so one busy report spreads over partitions and workers;
     readers compose the shares (``report_of`` names the report of a key).
     """
-    _check(window, group_by)
+    if window not in _WINDOWS or group_by not in _GROUPS:
+        _check(window, group_by)
     if group_by == "all":
         group = "all"
     elif group_by == "service":
         group = service_of(record)
     else:
         group = record.source
-    report_id = f"{_bucket_of(record.timestamp, window)}/{_clean_group(group)}"
+    # called for every record of every fragment: a time as records carry it goes
+    # straight to its hour's cached report id
+    timestamp = record.timestamp
+    match = _UTC_MILLIS.fullmatch(timestamp) if timestamp else None
+    report_id = _hour_report(match.group(1), window, group) if match is not None else None
+    if report_id is None:
+        report_id = f"{_bucket_of(timestamp, window)}/{_clean_group(group)}"
     if shards > 1:
         return f"{report_id}{SHARD_MARK}{record.raw.partition % shards}"
     return report_id
 
 
+@functools.lru_cache(maxsize=4096)
+def _hour_report(hour: str, window: Window, group: str) -> str | None:
+    """The report id of every time in UTC ``hour`` of ``group``, None if it is no date."""
+    bucket = _hour_bucket(hour, window)
+    return None if bucket is None else f"{bucket}/{_clean_group(group)}"
+
+
 def report_of(key: str) -> str:
     """The report id of a compaction key: "2026-11-29/all#3" -> "2026-11-29/all"."""
     return key.split(SHARD_MARK, 1)[0]
+
+
+_WINDOWS = ("hour", "day", "week")
+_GROUPS = ("service", "source", "all")
 
 
 def _check(window: str, group_by: str) -> None:

@@ -356,6 +356,30 @@ async def test_rules_backend_answers_the_payload_offline() -> None:
     assert result.completion_tokens == _Chars().count(result.content)
 
 
+async def test_rules_backend_counts_usage_by_pieces_as_the_encoder_counts_it() -> None:
+    from streams.batch.prompt import build_messages
+    from streams.batch.window import build_batch
+    from streams.clean.tokens import TokenCounter
+    from streams.records import NormalizedRecord, RawCoord
+
+    counter = TokenCounter()
+    messages = ["Connection to 10.0.0.7:5432 refused", 'bad "quoted" value\tand\nlines',
+                "  two  spaces , and  trailing ", "user=alice login failed from 10.1.2.3"]
+    records = [NormalizedRecord(
+        id=f"raw/0/{i}", raw=RawCoord(topic="raw", partition=0, offset=i), source="app.log",
+        format="text", timestamp=f"2026-01-02T03:04:{i:02d}.000Z", level="ERROR",
+        service="api", message=m, template_id=f"t{i % 2}", template=m, tokens=counter.count(m),
+        cost=0.0, lane="fast") for i, m in enumerate(messages * 3)]
+    batch = build_batch(records, lane="fast", counter=counter, max_example_tokens=None,
+                        trigger="count")
+    prompt = build_messages(batch, detail="detailed", prompt_version="v1")
+    backend = RulesBackend(counter=counter)
+    for _ in range(2):  # the second time from remembered pieces
+        result = await backend.chat(model="m", messages=prompt, max_tokens=500, timeout=1)
+        assert result.prompt_tokens == sum(counter.count(m["content"]) for m in prompt)
+        assert result.completion_tokens == counter.count(result.content)
+
+
 async def test_rules_backend_without_a_payload_is_a_permanent_error() -> None:
     backend = RulesBackend(counter=_Chars())
     with pytest.raises(PermanentModelError) as caught:

@@ -46,6 +46,29 @@ def test_count_minutes_leaves_out_undated_records_and_sorts() -> None:
     assert list(counts) == sorted(counts)
 
 
+times = st.one_of(
+    st.none(),
+    st.sampled_from(["", "bad", "2026-13-02T03:04:05.678Z", "2026-02-30T03:04:05.678Z",
+                     "2026-01-02T03:04:05.678Z\n2026-01-02T03:04:05.678Z",
+                     "2026-01-02T03:04:05.678Z\n", "2026-01-02T01:30:00-02:00"]),
+    st.datetimes(min_value=datetime(1990, 1, 1), max_value=datetime(2040, 1, 1)).map(
+        lambda t: t.strftime("%Y-%m-%dT%H:%M:%S.") + f"{t.microsecond // 1000:03d}Z"),
+)
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(times, max_size=40))
+def test_count_minutes_counts_each_time_as_minute_of_does(stamps) -> None:
+    expected: dict[str, int] = {}
+    for stamp in stamps:
+        minute = minute_of(stamp)
+        if minute is not None:
+            expected[minute] = expected.get(minute, 0) + 1
+    counts = count_minutes(iter(stamps))
+    assert counts == expected
+    assert list(counts) == sorted(counts)
+
+
 def test_parse_minute_reads_back_the_start_of_the_minute() -> None:
     assert parse_minute("2026-01-02T03:04") == datetime(2026, 1, 2, 3, 4, tzinfo=UTC)
     assert parse_minute(minute_of("2026-01-02T03:04:59Z") or "") == parse_minute(
