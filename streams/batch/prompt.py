@@ -281,12 +281,23 @@ def prompt_overhead_tokens(counter: _Counter, *, detail: Detail | None = None) -
     With ``detail=None`` the larger of both variants, for callers that do not know it.
     """
     details: list[Detail] = [detail] if detail else ["brief", "detailed"]
+    counts: dict[str, int] = {}  # both variants open with the same long instructions
     best = 0
     for d in details:
-        messages = _render({"lane": "fast", "detail": d, "groups": []}, d)
-        total = sum(counter.count(m["content"]) + MESSAGE_FRAMING_TOKENS for m in messages)
+        total = 0
+        for m in _render({"lane": "fast", "detail": d, "groups": []}, d):
+            text = m["content"]
+            tokens = counts.get(text)
+            if tokens is None:
+                tokens = counts[text] = counter.count(text)
+            total += tokens + MESSAGE_FRAMING_TOKENS
         best = max(best, total + REPLY_PRIMING_TOKENS)
     return best
+
+
+def instruction_texts() -> tuple[str, ...]:
+    """The texts every prompt carries unchanged, longer than a counter's cache of texts."""
+    return (_SYSTEM,)
 
 
 def max_output_tokens(

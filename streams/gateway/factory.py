@@ -12,6 +12,7 @@ import random
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
+from streams.batch.prompt import instruction_texts
 from streams.clean.tokens import TokenCalibration, TokenCounter
 from streams.gateway.aimd import AIMDLimiter
 from streams.gateway.backends import ChatBackend, build_backend
@@ -36,9 +37,16 @@ class CalibratedCounter:
         self.counter = counter
         self.calibration = calibration
         self.model = model
+        # raw counts of the prompt's instructions: every window counts them when it opens
+        self._instructions: dict[str, int | None] = dict.fromkeys(instruction_texts())
 
     def count(self, text: str) -> int:
-        return self.calibration.adjust(self.model, self.counter.count(text))
+        raw = self._instructions.get(text)
+        if raw is None:
+            raw = self.counter.count(text)
+            if text in self._instructions:
+                self._instructions[text] = raw
+        return self.calibration.adjust(self.model, raw)
 
     def of_counted(self, tokens: int) -> int:
         """A count the clean stage made with the same encoding, calibrated: ``adjust``

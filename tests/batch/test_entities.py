@@ -30,6 +30,14 @@ def test_counts_each_kind_and_skips_loopback_and_redacted_values() -> None:
     assert list(top_entities({"b": 2, "a": 2, "c": 5}, limit=2)) == ["c", "a"]
 
 
+def test_texts_repeated_unequally_count_as_one_scan_of_each_text_would() -> None:
+    texts = (["user=alice from 10.0.0.7", "host=db-1 user=bob"] * 3
+             + ["for invalid user eve from 10.0.0.7 port 22", "user=alice"]
+             + ["multi\nline user=alice\nhost=db-1"] * 2)
+    assert count_entities(texts) == {"ip 10.0.0.7": 4, "user alice": 6, "host db-1": 5,
+                                     "user bob": 3, "user eve": 1}
+
+
 def test_counted_on_errors_and_security_events_only() -> None:
     assert worth_counting("high", "Disk full")
     assert worth_counting("low", "Authentication failures", "invalid user")
