@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
@@ -93,6 +93,8 @@ class Cleaner:
         self._by_envelope = Series(metrics.records_by_envelope) if metrics else None
         self._redactions = Series(metrics.redactions) if metrics else None
         self._lane_keys: dict[bytes, bytes] = {}
+        # records per format and redactions per kind while tallied() is open, else None
+        self._tally: tuple[dict[str, int], dict[str, int]] | None = None
 
     @classmethod
     def from_settings(cls, settings: Settings, metrics: Metrics | None = None) -> Cleaner:
@@ -344,11 +346,36 @@ class Cleaner:
             lane=choose_lane(score, self.slow_cost_threshold),
             redactions=counts,
         )
-        if self._by_format is not None and self._redactions is not None:
+        tally = self._tally
+        if tally is not None:
+            formats, kinds = tally
+            formats[parsed.format] = formats.get(parsed.format, 0) + 1
+            for kind, n in counts.items():
+                kinds[kind] = kinds.get(kind, 0) + n
+        elif self._by_format is not None and self._redactions is not None:
             self._by_format(record.format).inc()
             for kind, n in counts.items():
                 self._redactions(kind).inc(n)
         return record
+
+    @contextlib.contextmanager
+    def tallied(self) -> Iterator[None]:
+        """Count records per format and redactions per kind once for all the records
+        cleaned inside (a fetch), not once per record: a metric increment takes a lock."""
+        if self._tally is not None or self._by_format is None or self._redactions is None:
+            yield  # already tallied by an outer block, or nothing to count
+            return
+        formats: dict[str, int] = {}
+        kinds: dict[str, int] = {}
+        self._tally = (formats, kinds)
+        try:
+            yield
+        finally:
+            self._tally = None
+            for fmt, n in formats.items():
+                self._by_format(fmt).inc(n)
+            for kind, n in kinds.items():
+                self._redactions(kind).inc(n)
 
     def _dead(
         self, raw: bytes, coord: RawCoord, source: str, reason: str, detail: str

@@ -18,6 +18,8 @@ from streams.records import DeadLetter, RawCoord
 from streams.runtime.step import Context, Fetch, Out, Step
 from streams.settings import Settings
 
+MAX_CACHED_KEYS = 4096  # message keys remembered with their source (keys name sources)
+
 
 @dataclass(frozen=True)
 class Routed:
@@ -65,6 +67,11 @@ class RouteCounters:
             lanes[r.lane] = lanes.get(r.lane, 0) + 1
             if r.reason is not None:
                 reasons[r.reason] = reasons.get(r.reason, 0) + 1
+        self.delivered(lanes, reasons)
+
+    def delivered(self, lanes: dict[str, int], reasons: dict[str, int]) -> None:
+        """A whole fetch delivered, counted already: records per lane, dead letters per
+        reason."""
         for lane, n in lanes.items():
             self.records_out[lane].inc(n)
         for reason, n in reasons.items():
@@ -72,7 +79,11 @@ class RouteCounters:
 
 
 class CleanStep(Step):
-    """Cleans every message of a fetch and sends the results to their lane topics."""
+    """Cleans every message of a fetch and sends the results to their lane topics.
+
+    Routes as :func:`route` does, but builds each output once (no ``Routed`` between)
+    and counts lanes and reasons as it goes: per record, that is work worth saving.
+    """
 
     name = "clean loop"
 
@@ -82,18 +93,56 @@ class CleanStep(Step):
         self.targets = {"fast": t.fast, "slow": t.slow, "deadletter": t.deadletter}
         self.records_in = metrics.records_in.labels("clean")
         self.counters = RouteCounters(metrics, self.targets)
+        self._sources: dict[bytes, str] = {}  # message key -> source; keys are few
+        self._received: tuple[int | None, datetime | None] = (None, None)  # the last one
+
+    def _source(self, key: bytes) -> str:
+        source = self._sources.get(key)
+        if source is None:
+            if len(self._sources) >= MAX_CACHED_KEYS:
+                self._sources.clear()
+            source = self._sources[key] = source_of_key(key)
+        return source
+
+    def _received_at(self, timestamp_ms: int) -> datetime:
+        """The Kafka timestamp as a time; a fetch's messages often share their millisecond."""
+        last_ms, last = self._received
+        if timestamp_ms != last_ms or last is None:
+            last = datetime.fromtimestamp(timestamp_ms / 1000, UTC)
+            self._received = (timestamp_ms, last)
+        return last
 
     async def take(self, fetch: Fetch, ctx: Context) -> None:
-        routed: list[Routed] = []
+        outs: list[Out] = []
+        lanes: dict[str, int] = {}
+        reasons: dict[str, int] = {}
         handles = []
-        for part, messages in fetch.items():
-            self.records_in.inc(len(messages))
-            for m in messages:
-                routed += route(self.cleaner, value=m.value, key=m.key, topic=m.topic,
-                                partition=m.partition, offset=m.offset, timestamp_ms=m.timestamp)
-                await ctx.give()
-            # one handle for the run: the fetch is done when all of it is delivered
-            handles.append(ctx.track(part, messages[-1].offset))
+        cleaner = self.cleaner
         targets = self.targets
-        await ctx.send((Out(targets[r.lane], r.key, r.value) for r in routed), done=handles,
-                       on_delivered=lambda: self.counters.delivered_all(routed))
+        deadletter = targets["deadletter"]
+        with cleaner.tallied():
+            for part, messages in fetch.items():
+                self.records_in.inc(len(messages))
+                for m in messages:
+                    key = m.key
+                    stamp = m.timestamp
+                    coord = RawCoord(topic=m.topic, partition=m.partition, offset=m.offset)
+                    for out in cleaner.clean(
+                            m.value or b"", coord, self._source(key) if key else "unknown",
+                            received_at=self._received_at(stamp) if stamp else None):
+                        if isinstance(out, DeadLetter):
+                            outs.append(Out(deadletter, out.id.encode(),
+                                            out.model_dump_json().encode()))
+                            lanes["deadletter"] = lanes.get("deadletter", 0) + 1
+                            reasons[out.reason] = reasons.get(out.reason, 0) + 1
+                        else:  # the key as route() makes it
+                            lane = out.lane
+                            outs.append(Out(targets[lane],
+                                            cleaner.lane_key(key) if key else out.source.encode(),
+                                            out.model_dump_json().encode()))
+                            lanes[lane] = lanes.get(lane, 0) + 1
+                    await ctx.give()
+                # one handle for the run: the fetch is done when all of it is delivered
+                handles.append(ctx.track(part, messages[-1].offset))
+        await ctx.send(outs, done=handles,
+                       on_delivered=lambda: self.counters.delivered(lanes, reasons))

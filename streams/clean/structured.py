@@ -46,16 +46,31 @@ _LOGFMT_ESCAPE = re.compile(r"\\(.)")
 _DOCKER_KEYS = frozenset(("log", "stream", "time", "attrs"))
 
 
-def _lookup(obj: dict[str, Any], key: str) -> tuple[bool, Any, str | None]:
-    """(found, value, top-level key to drop): "log.level" also reads obj["log"]["level"]."""
-    if key in obj:
-        return True, obj[key], key
-    if "." in key:
-        outer, inner = key.split(".", 1)
-        nested = obj.get(outer)
-        if isinstance(nested, dict) and inner in nested:
-            return True, nested[inner], None
-    return False, None, None
+def _dotted(keys: tuple[str, ...]) -> tuple[tuple[str, ...] | None, ...]:
+    """Each key's (outer, inner) when it has a dot, None otherwise: split once, not per record."""
+    return tuple(tuple(key.split(".", 1)) if "." in key else None for key in keys)
+
+
+_TS_DOTTED, _LEVEL_DOTTED, _SERVICE_DOTTED = (
+    _dotted(_TS_KEYS), _dotted(_LEVEL_KEYS), _dotted(_SERVICE_KEYS))
+
+
+def _find(obj: dict[str, Any], keys: tuple[str, ...],
+          dotted: tuple[tuple[str, ...] | None, ...], start: int
+          ) -> tuple[int, Any, str | None]:
+    """The first of ``keys[start:]`` in ``obj`` (its index, value and the top-level key
+    to drop), index -1 when none is: "log.level" also reads obj["log"]["level"]. One
+    call scans the keys, as a record holds few of them."""
+    for i in range(start, len(keys)):
+        key = keys[i]
+        if key in obj:
+            return i, obj[key], key
+        split = dotted[i]
+        if split is not None:
+            nested = obj.get(split[0])
+            if isinstance(nested, dict) and split[1] in nested:
+                return i, nested[split[1]], None
+    return -1, None, None
 
 
 class TextParser(Protocol):
@@ -112,32 +127,38 @@ class StructuredParser:
         """Map a flat key/value record (JSON object or logfmt pairs) to a Parsed."""
         attrs = dict(obj)
         parsed = Parsed(fmt, "")
-        for key in _TS_KEYS:
-            found, value, drop = _lookup(obj, key)
-            if found and self._set_time(parsed, value):
+        i = 0
+        while (found := _find(obj, _TS_KEYS, _TS_DOTTED, i))[0] >= 0:
+            i, value, drop = found
+            if self._set_time(parsed, value):
                 if drop:
                     attrs.pop(drop, None)
                 break
-        for key in _LEVEL_KEYS:
-            found, value, drop = _lookup(obj, key)
-            level = normalize_level(value) if found else None
+            i += 1
+        i = 0
+        while (found := _find(obj, _LEVEL_KEYS, _LEVEL_DOTTED, i))[0] >= 0:
+            i, value, drop = found
+            level = normalize_level(value)
             if level is not None:
                 parsed.level = level
                 if drop:
                     attrs.pop(drop, None)
                 break
-        for key in _SERVICE_KEYS:
-            found, value, drop = _lookup(obj, key)
-            if found and isinstance(value, str) and value:
+            i += 1
+        i = 0
+        while (found := _find(obj, _SERVICE_KEYS, _SERVICE_DOTTED, i))[0] >= 0:
+            i, value, drop = found
+            if isinstance(value, str) and value:
                 parsed.service = value
                 if drop:
                     attrs.pop(drop, None)
                 break
-            if found and isinstance(value, dict) and isinstance(value.get("name"), str):
+            if isinstance(value, dict) and isinstance(value.get("name"), str):
                 parsed.service = value["name"]  # ECS: {"service": {"name": ...}}
                 if len(value) == 1 and drop:
                     attrs.pop(drop, None)
                 break
+            i += 1
         for key in _MSG_KEYS:
             value = obj.get(key)
             if isinstance(value, str):
