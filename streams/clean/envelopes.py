@@ -136,7 +136,9 @@ def _json_object(raw: bytes) -> dict[str, Any] | None:
     if raw[:1] != b"{" and raw[:64].lstrip()[:1] != b"{":
         return None
     try:
-        obj = json.loads(raw)
+        # opening with "{" or a blank and no NUL next, the bytes are what json.loads
+        # reads as UTF-8: decoded here as it would, without its encoding detection
+        obj = json.loads(raw.decode("utf-8", "surrogatepass") if raw[1:2] != b"\0" else raw)
     except ValueError:
         return None
     return obj if isinstance(obj, dict) else None

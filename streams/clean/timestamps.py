@@ -123,27 +123,35 @@ def _offset(zone: str | None, zname: str | None) -> timedelta | None:
 
 def _stamp(m: re.Match[str]) -> Stamp | None:
     g = m.groupdict()
-    if g.get("H") is None:  # a bare date: midnight
+    hour_text = g.get("H")
+    if hour_text is None:  # a bare date: midnight
         hour = minute = second = 0
     else:
-        hour, minute, second = int(g["H"]), int(g["M"]), int(g["S"])
-    if g.get("yy") is not None:
-        yy = int(g["yy"])
-        year: int | None = 2000 + yy if yy < 70 else 1900 + yy
+        hour, minute, second = int(hour_text), int(g["M"]), int(g["S"])
+    yy = g.get("yy")
+    if yy is not None:
+        short = int(yy)
+        year: int | None = 2000 + short if short < 70 else 1900 + short
     else:
-        year = int(g["y"]) if g.get("y") else None
-    if g.get("mon"):
-        month: int | None = MONTHS[g["mon"].lower()]
+        y = g.get("y")
+        year = int(y) if y else None
+    mon = g.get("mon")
+    if mon:
+        month: int | None = MONTHS[mon.lower()]
     else:
-        month = int(g["mo"]) if g.get("mo") else None
-    day = int(g["d"]) if g.get("d") else None
+        mo = g.get("mo")
+        month = int(mo) if mo else None
+    d = g.get("d")
+    day = int(d) if d else None
     if hour > 23 or minute > 59 or second > 60 or (month is not None and not 1 <= month <= 12):
         return None
     if day is not None and not 1 <= day <= 31:
         return None
-    offset = _offset(g.get("zone"), g.get("zname"))
+    zone, zname = g.get("zone"), g.get("zname")
+    offset = _offset(zone, zname) if zone or zname else None
     if offset is not None and abs(offset) > MAX_OFFSET:
         return None
+    frac = g.get("frac")
     return Stamp(
         year,
         month,
@@ -151,7 +159,7 @@ def _stamp(m: re.Match[str]) -> Stamp | None:
         hour,
         minute,
         min(second, 59),
-        _micro(g.get("frac"), g.get("fsep")),
+        _micro(frac, g.get("fsep")) if frac else 0,
         offset,
         m.end(),
     )
@@ -219,6 +227,19 @@ def from_number(value: float) -> datetime | None:
         return None
 
 
+ONE_DAY = timedelta(days=1)
+_FIXED_ZONES: dict[timedelta, timezone] = {}  # offsets in use are few: one zone object each
+
+
+def _fixed_zone(offset: timedelta) -> timezone:
+    zone = _FIXED_ZONES.get(offset)
+    if zone is None:
+        if len(_FIXED_ZONES) >= 256:
+            _FIXED_ZONES.clear()
+        zone = _FIXED_ZONES[offset] = timezone(offset)
+    return zone
+
+
 def load_zone(name: str) -> tzinfo:
     """The zone for timestamps that name none; a clear error for a typo."""
     if name.upper() in ("UTC", "Z", "GMT"):
@@ -245,38 +266,37 @@ class TimeResolver:
         self._default_year = default_year
         self._zone = load_zone(default_timezone)
         self._zone_name = "UTC" if self._zone is UTC else default_timezone
+        self._zone_rule = f"zone-assumed:{self._zone_name}"
         self._clock = clock or (lambda: datetime.now(UTC))
 
     def resolve(self, stamp: Stamp) -> tuple[datetime | None, str | None]:
         """UTC datetime and rule; ``(None, None)`` if the stamp names no date (time of day)."""
         if stamp.month is None or stamp.day is None:
             return None, None
-        tz = self._zone if stamp.offset is None else timezone(stamp.offset)
+        offset = stamp.offset
+        tz = self._zone if offset is None else _fixed_zone(offset)
         year = stamp.year
         if year is None:
             year = self._default_year if self._default_year is not None else self._clock().year
-        local = self._build(year, stamp)
-        if local is None:
-            return None, None
+        try:  # the date as stated, else the walk back of _build
+            local: datetime | None = datetime(year, *stamp[1:7])
+        except ValueError:
+            local = self._build(year, stamp)
+            if local is None:
+                return None, None
         try:
             dt = local.replace(tzinfo=tz).astimezone(UTC)
         except OverflowError:  # year 1 or 9999 pushed out of range by the offset
             return None, None
-        # "This year" must not put a record in the future: Dec 31 read on Jan 1.
-        if (
-            stamp.year is None
-            and self._default_year is None
-            and dt > self._clock() + timedelta(days=1)
-        ):
-            earlier = self._build(local.year - 1, stamp)
-            if earlier is not None:
-                local, dt = earlier, earlier.replace(tzinfo=tz).astimezone(UTC)
-        rules: list[str] = []
         if stamp.year is None:
-            rules.append(f"year-assumed:{local.year}")
-        if stamp.offset is None:
-            rules.append(f"zone-assumed:{self._zone_name}")
-        return dt, ",".join(rules) or None
+            # "This year" must not put a record in the future: Dec 31 read on Jan 1.
+            if self._default_year is None and dt > self._clock() + ONE_DAY:
+                earlier = self._build(local.year - 1, stamp)
+                if earlier is not None:
+                    local, dt = earlier, earlier.replace(tzinfo=tz).astimezone(UTC)
+            rule = f"year-assumed:{local.year}"
+            return dt, rule if offset is not None else f"{rule},{self._zone_rule}"
+        return dt, self._zone_rule if offset is None else None
 
     @staticmethod
     def _build(year: int, stamp: Stamp) -> datetime | None:
