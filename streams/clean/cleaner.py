@@ -297,13 +297,14 @@ class Cleaner:
         return text, replaced
 
     def _redact_name(self, name: str) -> tuple[str, dict[str, int]]:
-        """A source or service name redacted; names repeat, so each is redacted once."""
+        """A source or service name redacted, and its counts (shared: read them only);
+        names repeat, so each is redacted once."""
         hit = self._names.get(name)
         if hit is None:
             if len(self._names) >= MAX_CACHED_NAMES:
                 self._names.clear()
             hit = self._names[name] = self.redactor.redact(name)
-        return hit[0], dict(hit[1])
+        return hit
 
     def _finish(self, parsed: Parsed, text: str, coord: RawCoord, source: str) -> NormalizedRecord:
         # trace and span ids move to attributes: in the text they are new on every line,
@@ -315,15 +316,17 @@ class Cleaner:
                 parsed.attributes.setdefault(key, value)  # a JSON body's own ids win
         message, counts = self.redactor.redact(parsed.message)
         attributes, attr_counts = self.redactor.redact_mapping(parsed.attributes)
-        for kind, n in attr_counts.items():
-            counts[kind] = counts.get(kind, 0) + n
+        if attr_counts:
+            for kind, n in attr_counts.items():
+                counts[kind] = counts.get(kind, 0) + n
         # the Kafka key / --source and a service name travel to the model and the report
         # as much as the message does (e.g. a DSN with a password used as a stream name)
         source, source_counts = self._redact_name(source)
         service, service_counts = self._redact_name(parsed.service or source)
         for found in (source_counts, service_counts):
-            for kind, n in found.items():
-                counts[kind] = counts.get(kind, 0) + n
+            if found:
+                for kind, n in found.items():
+                    counts[kind] = counts.get(kind, 0) + n
         template_id, template = self.templates.match(message.partition("\n")[0])
         # the score is a number that never leaves the stage, so it is taken on the raw
         # text rather than paying to redact the whole line a second time

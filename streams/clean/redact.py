@@ -125,7 +125,8 @@ _CARD = re.compile(
 )
 # Every layout above contains this; cheaper than the full pattern, and like it
 # skips digits glued to a word (blk_-6952295868487656571), the common case in logs.
-_CARD_HINT = re.compile(r"(?<![\w.-])\d{4}[ -]?\d{4,6}[ -]?\d{4}")
+# It opens with the digit, the boundary checked behind it, so a search skips to digits.
+_CARD_HINT = re.compile(r"\d(?<![\w.-]\d)\d{3}[ -]?\d{4,6}[ -]?\d{4}")
 
 # Mapping keys whose value is replaced whole (normalized: snake_case, lower).
 _SENSITIVE_KEY = re.compile(
@@ -329,9 +330,24 @@ class Redactor:
 
     def _redact_dict(self, attrs: dict[str, Any], counts: dict[str, int]) -> dict[str, Any]:
         out: dict[str, Any] = {}
+        memo = self._memo
         for key, value in attrs.items():
             kind = _kind_for_key(key) if isinstance(key, str) else None
-            if kind is not None and _has_secret(value):
+            if kind is None:  # the common values inline, as _redact_value takes them
+                cls = type(value)
+                if cls is int and -CARD_FLOOR < value < CARD_FLOOR:
+                    out[key] = value
+                    continue
+                if cls is str and value and len(value) <= MEMO_CHARS:
+                    hit = memo.get(value)
+                    if hit is None:
+                        hit = self._remembered(value)
+                    for found, n in hit[1].items():
+                        counts[found] = counts.get(found, 0) + n
+                    out[key] = hit[0]
+                    continue
+                out[key] = self._redact_value(value, counts)
+            elif _has_secret(value):
                 if kind == "secret" and isinstance(value, str):
                     kind = _kind_for_key(key, value.split(" ", 1)[0])  # "Bearer ...", "Basic ..."
                 out[key] = placeholder(kind or "secret")
@@ -365,7 +381,8 @@ class Redactor:
         if isinstance(value, dict):
             return self._redact_dict(value, counts)
         if isinstance(value, list | tuple):
-            return [self._redact_value(v, counts) for v in value]
+            redact = self._redact_value
+            return [redact(v, counts) for v in value]
         if isinstance(value, int) and not isinstance(value, bool) and is_card_number(str(value)):
             counts["card_number"] = counts.get("card_number", 0) + 1
             return placeholder("card_number")
