@@ -184,13 +184,13 @@ class FormatParser:
 
     def _header(self, line: str, pos: int, stamp: Stamp | None, fmt: LogFormat) -> Parsed | None:
         """Timestamp done; read `[pid] [thread] LEVEL [thread] logger: msg` in its variants."""
+        m = _PRE_LEVEL.match(line, pos)
+        if stamp is None and pos == 0 and m is None:
+            return None  # no timestamp and no level: not a header at all
         parsed = Parsed(fmt, "")
         attrs = parsed.attributes
         if stamp is not None:
             self._apply_stamp(parsed, stamp, line)
-        elif pos == 0 and _PRE_LEVEL.match(line) is None:
-            return None  # no timestamp and no level: not a header at all
-        m = _PRE_LEVEL.match(line, pos)
         if m is not None:
             level = normalize_level(m["level"] or m["blevel"])
             if level is None:

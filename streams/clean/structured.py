@@ -113,7 +113,10 @@ class StructuredParser:
             if line[pos : m.start()].strip():  # prose between pairs: not logfmt
                 break
             quoted = m[2]
-            pairs[m[1]] = _LOGFMT_ESCAPE.sub(r"\1", quoted) if quoted is not None else m[3]
+            if quoted is None:
+                pairs[m[1]] = m[3]
+            else:  # most quoted values hold no escape: no substitution to run
+                pairs[m[1]] = _LOGFMT_ESCAPE.sub(r"\1", quoted) if "\\" in quoted else quoted
             pos = m.end()
         if len(pairs) < 2 or not line.startswith(next(iter(pairs))):
             return None

@@ -181,9 +181,10 @@ def match_leading(text: str, pos: int = 0) -> Stamp | None:
     return None
 
 
-# a whole ISO-8601 instant with its zone, as JSON loggers and shippers write their time
+# a whole ISO-8601 instant with its zone, as JSON loggers and shippers write their time;
+# ASCII digits only, the cheaper test: datetime.fromisoformat refuses any other digit
 _EXACT_ISO = re.compile(
-    r"\d{4}-\d{2}-\d{2}[T ]\d{2}:\d{2}:\d{2}(?:[.,]\d{1,9})?(?:Z|[+-]\d{2}:?\d{2})")
+    r"\d{4}-\d{2}-\d{2}[T ]\d{2}:\d{2}:\d{2}(?:[.,]\d{1,9})?(?:Z|[+-]\d{2}:?\d{2})", re.ASCII)
 
 
 def exact_instant(text: str) -> tuple[Stamp, datetime] | None:
