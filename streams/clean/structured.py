@@ -195,25 +195,30 @@ class StructuredParser:
         parsed.timestamp, parsed.timestamp_rule = self._formats.times.resolve(stamp)
         return parsed.timestamp is not None
 
+    def _outer_time(self, time_value: Any) -> datetime | None:
+        """Docker's ``time`` as an exact UTC time; None if it is not one."""
+        if not isinstance(time_value, str):
+            return None
+        exact = exact_instant(time_value)
+        if exact is not None:
+            return exact[1]
+        stamp = match_leading(time_value)
+        if stamp is not None and stamp.offset is not None:
+            return self._formats.times.resolve(stamp)[0]
+        return None
+
     def _docker(self, obj: dict[str, Any], log: str) -> Parsed:
         """Docker json-file: the inner ``log`` is parsed as any record; ``time`` is exact UTC."""
         inner_text = log.rstrip("\r\n")
         inner = self._formats.parse(inner_text)
-        outer: datetime | None = None
-        time_value = obj.get("time")
-        if isinstance(time_value, str):
-            exact = exact_instant(time_value)
-            if exact is not None:
-                outer = exact[1]
-            else:
-                stamp = match_leading(time_value)
-                if stamp is not None and stamp.offset is not None:
-                    outer, _ = self._formats.times.resolve(stamp)
+        # the wrapper's time is read only when the line's own time is missing or completed
+        needs_outer = inner.timestamp is None or bool(inner.timestamp_rule)
+        outer = self._outer_time(obj.get("time")) if needs_outer else None
         inner_format = inner.format
         parsed = inner
         parsed.format = "docker"
         stamp = inner.stamp
-        if outer is not None and (inner.timestamp is None or inner.timestamp_rule):
+        if outer is not None:
             if stamp is not None:
                 ts, rule = self._formats.times.on_wrapper_date(stamp, outer)
                 if inner.timestamp is None or abs(ts - outer).total_seconds() < 86400:
