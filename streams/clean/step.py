@@ -19,6 +19,7 @@ from streams.runtime.step import Context, Fetch, Out, Step
 from streams.settings import Settings
 
 MAX_CACHED_KEYS = 4096  # message keys remembered with their source (keys name sources)
+_NO_KEY: tuple[str, bytes | None] = ("unknown", None)  # a message without a key: its source
 
 
 @dataclass(frozen=True)
@@ -93,16 +94,15 @@ class CleanStep(Step):
         self.targets = {"fast": t.fast, "slow": t.slow, "deadletter": t.deadletter}
         self.records_in = metrics.records_in.labels("clean")
         self.counters = RouteCounters(metrics, self.targets)
-        self._sources: dict[bytes, str] = {}  # message key -> source; keys are few
+        # message key -> its source and its redacted lane key; keys are few (sources)
+        self._keys: dict[bytes, tuple[str, bytes | None]] = {}
         self._received: tuple[int | None, datetime | None] = (None, None)  # the last one
 
-    def _source(self, key: bytes) -> str:
-        source = self._sources.get(key)
-        if source is None:
-            if len(self._sources) >= MAX_CACHED_KEYS:
-                self._sources.clear()
-            source = self._sources[key] = source_of_key(key)
-        return source
+    def _key(self, key: bytes) -> tuple[str, bytes | None]:
+        if len(self._keys) >= MAX_CACHED_KEYS:
+            self._keys.clear()
+        known = self._keys[key] = (source_of_key(key), self.cleaner.lane_key(key))
+        return known
 
     def _received_at(self, timestamp_ms: int) -> datetime:
         """The Kafka timestamp as a time; a fetch's messages often share their millisecond."""
@@ -120,15 +120,17 @@ class CleanStep(Step):
         cleaner = self.cleaner
         targets = self.targets
         deadletter = targets["deadletter"]
+        keys = self._keys
         with cleaner.tallied():
             for part, messages in fetch.items():
                 self.records_in.inc(len(messages))
                 for m in messages:
                     key = m.key
+                    source, lane_key = (keys.get(key) or self._key(key)) if key else _NO_KEY
                     stamp = m.timestamp
                     coord = RawCoord(topic=m.topic, partition=m.partition, offset=m.offset)
                     for out in cleaner.clean(
-                            m.value or b"", coord, self._source(key) if key else "unknown",
+                            m.value or b"", coord, source,
                             received_at=self._received_at(stamp) if stamp else None):
                         if isinstance(out, DeadLetter):
                             outs.append(Out(deadletter, out.id.encode(),
@@ -138,7 +140,7 @@ class CleanStep(Step):
                         else:  # the key as route() makes it
                             lane = out.lane
                             outs.append(Out(targets[lane],
-                                            cleaner.lane_key(key) if key else out.source.encode(),
+                                            out.source.encode() if lane_key is None else lane_key,
                                             out.model_dump_json().encode()))
                             lanes[lane] = lanes.get(lane, 0) + 1
                     await ctx.give()
