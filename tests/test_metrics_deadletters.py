@@ -10,7 +10,7 @@ from __future__ import annotations
 import ast
 from pathlib import Path
 
-from streams.clean.step import RouteCounters, Routed
+from streams.clean.step import RouteCounters
 from streams.metrics import DEADLETTER_REASONS, Metrics
 
 STREAMS = Path(__file__).resolve().parents[1] / "streams"
@@ -85,6 +85,6 @@ def test_the_first_deadletter_increments_the_series_already_there() -> None:
     get = metrics.registry.get_sample_value
     labels = {"stage": "clean", "reason": "undecodable"}
     before = get("retro_deadletter_total", labels)
-    RouteCounters(metrics, ("fast", "slow", "deadletter")).delivered_all(
-        [Routed("deadletter", b"k", b"{}", reason="undecodable")])
+    RouteCounters(metrics, ("fast", "slow", "deadletter")).delivered(
+        {"deadletter": 1}, {"undecodable": 1})
     assert (before, get("retro_deadletter_total", labels)) == (0.0, 1.0)

@@ -7,7 +7,7 @@ is done once they are delivered.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from datetime import UTC, datetime
 
@@ -30,23 +30,32 @@ class Routed:
     reason: str | None = None  # a dead letter's reason code
 
 
-def route(cleaner: Cleaner, *, value: bytes | None, key: bytes | None, topic: str,
-          partition: int, offset: int, timestamp_ms: int | None) -> list[Routed]:
-    """Where the log records of one raw message go, and as what (one per record: an
-    envelope may carry many); never raises on bad input."""
-    coord = RawCoord(topic=topic, partition=partition, offset=offset)
-    source = source_of_key(key)
-    received = datetime.fromtimestamp(timestamp_ms / 1000, UTC) if timestamp_ms else None
-    routed = []
+def routed_records(cleaner: Cleaner, value: bytes | None, coord: RawCoord, source: str,
+                   lane_key: bytes | None, received: datetime | None
+                   ) -> Iterator[tuple[str, bytes, bytes, str | None]]:
+    """(lane, key, value, dead letter reason) of each log record of one raw message (an
+    envelope may carry many); never raises on bad input.
+
+    ``lane_key`` is the raw key redacted (``Cleaner.lane_key``): it keeps --spread
+    partitioning in the lanes, and is read by every reader of the lanes (a DSN as
+    --source carried its password); without one, a record is keyed by its source.
+    """
     for out in cleaner.clean(value or b"", coord, source, received_at=received):
         if isinstance(out, DeadLetter):
-            routed.append(Routed("deadletter", out.id.encode(), out.model_dump_json().encode(),
-                                 reason=out.reason))
-        else:  # the raw key keeps --spread partitioning in the lanes; redacted, as the
-            # key is read by every reader of the lanes (a DSN as --source carried its password)
-            routed.append(Routed(out.lane, cleaner.lane_key(key) if key else out.source.encode(),
-                                 out.model_dump_json().encode()))
-    return routed
+            yield "deadletter", out.id.encode(), out.model_dump_json().encode(), out.reason
+        else:
+            yield (out.lane, out.source.encode() if lane_key is None else lane_key,
+                   out.model_dump_json().encode(), None)
+
+
+def route(cleaner: Cleaner, *, value: bytes | None, key: bytes | None, topic: str,
+          partition: int, offset: int, timestamp_ms: int | None) -> list[Routed]:
+    """Where the log records of one raw message go, and as what."""
+    coord = RawCoord(topic=topic, partition=partition, offset=offset)
+    received = datetime.fromtimestamp(timestamp_ms / 1000, UTC) if timestamp_ms else None
+    lane_key = cleaner.lane_key(key) if key else None
+    return [Routed(*r) for r in routed_records(cleaner, value, coord, source_of_key(key),
+                                                lane_key, received)]
 
 
 class RouteCounters:
@@ -60,19 +69,8 @@ class RouteCounters:
         self.records_out = {lane: metrics.records_out.labels(lane) for lane in lanes}
         self.deadletters = metrics.deadletters
 
-    def delivered_all(self, routed: Iterable[Routed]) -> None:
-        """A whole fetch delivered: one increment per lane and reason."""
-        lanes: dict[str, int] = {}
-        reasons: dict[str, int] = {}
-        for r in routed:
-            lanes[r.lane] = lanes.get(r.lane, 0) + 1
-            if r.reason is not None:
-                reasons[r.reason] = reasons.get(r.reason, 0) + 1
-        self.delivered(lanes, reasons)
-
     def delivered(self, lanes: dict[str, int], reasons: dict[str, int]) -> None:
-        """A whole fetch delivered, counted already: records per lane, dead letters per
-        reason."""
+        """A whole fetch delivered: records per lane, dead letters per reason."""
         for lane, n in lanes.items():
             self.records_out[lane].inc(n)
         for reason, n in reasons.items():
@@ -82,8 +80,8 @@ class RouteCounters:
 class CleanStep(Step):
     """Cleans every message of a fetch and sends the results to their lane topics.
 
-    Routes as :func:`route` does, but builds each output once (no ``Routed`` between)
-    and counts lanes and reasons as it goes: per record, that is work worth saving.
+    Builds each output once (no ``Routed`` between) and counts lanes and reasons as it
+    goes: per record, that is work worth saving.
     """
 
     name = "clean loop"
@@ -119,7 +117,6 @@ class CleanStep(Step):
         handles = []
         cleaner = self.cleaner
         targets = self.targets
-        deadletter = targets["deadletter"]
         keys = self._keys
         with cleaner.tallied():
             for part, messages in fetch.items():
@@ -129,20 +126,13 @@ class CleanStep(Step):
                     source, lane_key = (keys.get(key) or self._key(key)) if key else _NO_KEY
                     stamp = m.timestamp
                     coord = RawCoord(topic=m.topic, partition=m.partition, offset=m.offset)
-                    for out in cleaner.clean(
-                            m.value or b"", coord, source,
-                            received_at=self._received_at(stamp) if stamp else None):
-                        if isinstance(out, DeadLetter):
-                            outs.append(Out(deadletter, out.id.encode(),
-                                            out.model_dump_json().encode()))
-                            lanes["deadletter"] = lanes.get("deadletter", 0) + 1
-                            reasons[out.reason] = reasons.get(out.reason, 0) + 1
-                        else:  # the key as route() makes it
-                            lane = out.lane
-                            outs.append(Out(targets[lane],
-                                            out.source.encode() if lane_key is None else lane_key,
-                                            out.model_dump_json().encode()))
-                            lanes[lane] = lanes.get(lane, 0) + 1
+                    for lane, out_key, value, reason in routed_records(
+                            cleaner, m.value, coord, source, lane_key,
+                            self._received_at(stamp) if stamp else None):
+                        outs.append(Out(targets[lane], out_key, value))
+                        lanes[lane] = lanes.get(lane, 0) + 1
+                        if reason is not None:
+                            reasons[reason] = reasons.get(reason, 0) + 1
                     await ctx.give()
                 # one handle for the run: the fetch is done when all of it is delivered
                 handles.append(ctx.track(part, messages[-1].offset))
