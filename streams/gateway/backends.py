@@ -39,7 +39,7 @@ import aiohttp
 from pydantic import SecretStr
 
 from streams.batch.prompt import extract_payload
-from streams.batch.prompt_tokens import PieceCounter
+from streams.clean.tokens import PieceCounter
 from streams.errors import (
     ConfigError,
     ContextTooLong,
@@ -599,14 +599,10 @@ class RulesBackend:
 
 
 def _piece_counter(counter: object) -> PieceCounter | None:
-    """A ``PieceCounter`` over ``counter`` when it is a plain counter of an encoding whose
-    counts add up by pieces (``PieceCounter.ENCODINGS``), else None."""
-    name = getattr(counter, "name", None)
-    if not isinstance(name, str) or not hasattr(counter, "count_many"):
-        return None
-    if name.removesuffix("_offline") not in PieceCounter.ENCODINGS:
-        return None
-    return PieceCounter(counter)  # type: ignore[arg-type]
+    """The piece counts of ``counter`` (a ``TokenCounter`` of an encoding whose counts add
+    up by pieces keeps its own, shared here), else None."""
+    pieces = getattr(counter, "pieces", None)
+    return pieces if isinstance(pieces, PieceCounter) else None
 
 
 def build_backend(model_settings: ModelSettings, counter: _Counter) -> ChatBackend:

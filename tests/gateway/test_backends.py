@@ -376,8 +376,9 @@ async def test_rules_backend_counts_usage_by_pieces_as_the_encoder_counts_it() -
     backend = RulesBackend(counter=counter)
     for _ in range(2):  # the second time from remembered pieces
         result = await backend.chat(model="m", messages=prompt, max_tokens=500, timeout=1)
-        assert result.prompt_tokens == sum(counter.count(m["content"]) for m in prompt)
-        assert result.completion_tokens == counter.count(result.content)
+        # count_many encodes each text whole: the reference the pieces must equal
+        assert result.prompt_tokens == sum(counter.count_many(m["content"] for m in prompt))
+        assert result.completion_tokens == counter.count_many([result.content])[0]
 
 
 async def test_rules_backend_without_a_payload_is_a_permanent_error() -> None:
