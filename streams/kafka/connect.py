@@ -197,10 +197,16 @@ def stage_producer(settings: Settings) -> Any:
                             max_request_size=settings.kafka.max_message_bytes)
 
 
+# aiokafka keeps one fetch in flight per broker: a long poll on a caught-up partition
+# holds back the next fetch of every other partition on that broker for this long
+FETCH_WAIT_MS = 100
+
+
 def stage_consumer(settings: Settings, group: str, *topics: str, **options: Any) -> Any:
     """The consumer of a stage loop in its own group: commits by hand, starts at the
-    earliest offset, and leaves the group as fast as ``RETRO_KAFKA__SESSION_TIMEOUT_SECONDS``
-    says; ``options`` are the loop's own (fetch sizes, poll interval)."""
+    earliest offset, long-polls for at most ``FETCH_WAIT_MS``, and leaves the group as fast
+    as ``RETRO_KAFKA__SESSION_TIMEOUT_SECONDS`` says; ``options`` are the loop's own (fetch
+    sizes, poll interval)."""
     from aiokafka import AIOKafkaConsumer
 
     session = settings.kafka.session_timeout_seconds
@@ -208,7 +214,8 @@ def stage_consumer(settings: Settings, group: str, *topics: str, **options: Any)
         *topics, **aiokafka_kwargs(settings), group_id=group,
         enable_auto_commit=False, auto_offset_reset="earliest",
         session_timeout_ms=int(session * 1000),
-        heartbeat_interval_ms=int(heartbeat_seconds(settings) * 1000), **options)
+        heartbeat_interval_ms=int(heartbeat_seconds(settings) * 1000),
+        **{"fetch_max_wait_ms": FETCH_WAIT_MS, **options})
 
 
 def heartbeat_seconds(settings: Settings) -> float:

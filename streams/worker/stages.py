@@ -66,11 +66,16 @@ def fragments_group(worker_group: str) -> str:
     return f"{worker_group}-fragments"
 
 
+RAW_FETCH_BYTES = 4 * 1024 * 1024  # per raw partition: ~13k records of 300 bytes
+
+
 def clean_loop(settings: Settings, metrics: Metrics, worker_group: str) -> StageLoop:
     """Raw input topics -> clean -> the lanes or the dead letter."""
     s = settings
     step = CleanStep(s, Cleaner.from_settings(s, metrics=metrics), metrics)
-    options = {"max_partition_fetch_bytes": max(1024 * 1024, s.clean.max_record_bytes * 4),
+    # aiokafka fetches a partition again only once its buffer is empty: a fetch that holds
+    # seconds of work keeps a worker left with one partition from waiting on each one
+    options = {"max_partition_fetch_bytes": max(RAW_FETCH_BYTES, s.clean.max_record_bytes * 4),
                # a topic created later that matches the pattern joins within this long
                "metadata_max_age_ms": 30_000 if s.topics.raw_pattern else 300_000}
     if s.topics.raw_pattern:

@@ -9,10 +9,12 @@ import pytest
 
 from streams.errors import ConfigError, KafkaUnreachable
 from streams.kafka.connect import (
+    FETCH_WAIT_MS,
     aiokafka_kwargs,
     bootstrap_addresses,
     check_reachable,
     resolve_bootstrap,
+    stage_consumer,
 )
 from streams.settings import Settings
 
@@ -96,3 +98,30 @@ def test_members_hear_of_a_rebalance_within_a_second_and_well_inside_the_session
     for session in (6.0, 10.0, 30.0, 300.0):
         beat = heartbeat_seconds(Settings(kafka=KafkaSettings(session_timeout_seconds=session)))
         assert beat <= 1.0 and beat <= session / 3
+
+
+def test_stage_consumers_long_poll_briefly_unless_a_loop_says_otherwise(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """One fetch is in flight per broker, so a long poll on a caught-up partition delays
+    the next fetch of every busy partition on it by up to ``fetch_max_wait_ms``."""
+    import aiokafka
+
+    made: list[dict[str, object]] = []
+    monkeypatch.setattr(aiokafka, "AIOKafkaConsumer", lambda *topics, **kw: made.append(kw))
+    s = Settings(kafka={"bootstrap": "k:9092"})
+    stage_consumer(s, "g")
+    stage_consumer(s, "g", fetch_max_wait_ms=400)
+    assert [kw["fetch_max_wait_ms"] for kw in made] == [FETCH_WAIT_MS, 400]
+    assert FETCH_WAIT_MS <= 100 < 500  # aiokafka's own default is 500
+
+
+def test_the_clean_loop_fetches_seconds_of_work_per_raw_partition() -> None:
+    from streams.metrics import Metrics
+    from streams.worker.stages import RAW_FETCH_BYTES, clean_loop
+
+    s = Settings(kafka={"bootstrap": "k:9092"})
+    options = clean_loop(s, Metrics(), "g").subscription.options
+    assert options["max_partition_fetch_bytes"] == RAW_FETCH_BYTES >= 4 * 1024 * 1024
+    big = Settings(kafka={"bootstrap": "k:9092"}, clean={"max_record_bytes": 2 * 1024 * 1024})
+    assert clean_loop(big, Metrics(), "g").subscription.options[
+        "max_partition_fetch_bytes"] == 8 * 1024 * 1024  # four of the largest records
