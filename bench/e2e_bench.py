@@ -1,6 +1,6 @@
 """End to end through a real broker: raw logs -> clean -> batch -> compactor -> reports.
 
-The figure issue 9 asks for: the pipeline's records/s (one ``retro worker``, the
+The pipeline's records/s (one ``retro worker``, the
 offline rules model) as a share of a raw aiokafka consume -> json.dumps -> produce
 -> commit loop over the same raw topic, measured in the same run on the same broker.
 
@@ -12,11 +12,13 @@ Steps (every process it starts is stopped on exit, Ctrl-C and errors included):
    --quiet --spread 4`` after ``python -m streams topics``;
 3. the baseline loop, in this process, with its own group and scratch topic,
    ``--baseline-runs`` times (3): the median run is the baseline;
-4. ``python -m streams worker`` (``--workers K`` more in a second group), timed until
+4. with ``--workers K`` > 1, K copies of a pure-Python loop against one, before and
+   after the pipelines: how far K processes can scale on this machine now;
+5. ``python -m streams worker`` (``--workers K`` more in a second group), timed until
    the group's lag on every input topic is 0 and ``python -m streams audit`` passes;
    progress over time comes from the fragments the compactor has committed (their
    covered counts) and from each worker's ``/metrics``;
-5. optionally ``py-spy record`` of the worker while it runs, summarized by stage,
+6. optionally ``py-spy record`` of the worker while it runs, summarized by stage,
    package and function.
 
 Run: ``.venv/bin/python bench/e2e_bench.py [--records 100000] [--workers 2]
@@ -36,6 +38,7 @@ import os
 import re
 import shutil
 import signal
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -835,6 +838,34 @@ async def timed_audit(env: dict[str, str]) -> dict[str, Any]:
 # --- the whole bench ------------------------------------------------------------------------------
 
 
+# a fixed amount of pure-Python work; prints its CPU seconds
+SPIN = ("import time\nt = time.process_time()\nx = 0\nfor i in range({n}): x += i * i % 7\n"
+        "print(time.process_time() - t)")
+
+
+async def spin(processes: int, n: int) -> float:
+    """Wall seconds for ``processes`` copies of the same work started together."""
+    started = time.monotonic()
+    procs = [await asyncio.create_subprocess_exec(
+        sys.executable, "-c", SPIN.format(n=n), stdout=asyncio.subprocess.DEVNULL)
+        for _ in range(processes)]
+    for proc in procs:
+        await proc.wait()
+    return time.monotonic() - started
+
+
+async def parallel_ceiling(workers: int, runs: int = 3, n: int = 15_000_000) -> dict[str, Any]:
+    """What ``workers`` CPU-bound processes get done together against one alone, here and
+    now: the most ``workers`` workers could scale to. Two cores can share one physical
+    core, or another tenant, so this is often well under ``workers``x."""
+    ratios = []
+    for _ in range(runs):
+        alone = await spin(1, n)
+        together = await spin(workers, n)
+        ratios.append(workers * alone / together)
+    return {"processes": workers, "ratios": ratios, "median": statistics.median(ratios)}
+
+
 async def bench(args: argparse.Namespace, tmp: Path, broker: LocalBroker,
                 bootstrap: str, broker_pid: int) -> dict[str, Any]:
     loop, main_task = asyncio.get_running_loop(), asyncio.current_task()
@@ -880,15 +911,23 @@ async def bench(args: argparse.Namespace, tmp: Path, broker: LocalBroker,
     log(f"baseline: {baseline['records_per_second']:,.0f} rec/s (median of "
         + ", ".join(f"{b['records_per_second']:,.0f}" for b in baselines) + ")")
 
+    ceiling = await parallel_ceiling(args.workers) if args.workers > 1 else None
     runs = []
     for k in [1] if args.workers == 1 else [1, args.workers]:
         check_interrupted()
         log(f"pipeline with {k} worker(s)")
         runs.append(await run_pipeline(args, ctx, k, tmp))
+    if ceiling:  # before and after the pipelines: the machine's share moves within minutes
+        after = await parallel_ceiling(args.workers)
+        ratios = ceiling["ratios"] + after["ratios"]
+        ceiling = {**ceiling, "ratios": ratios, "median": statistics.median(ratios)}
+        log(f"{args.workers} CPU-bound processes here do {ceiling['median']:.2f}x the work of "
+            "one (" + ", ".join(f"{r:.2f}" for r in ratios) + ")")
     sizes = topic_bytes(broker.data_dir)
     return {"data": data, "records": n, "raw_per_partition": per_partition,
             "produce_s": produce_s, "produce_line": line, "raw_value_bytes": raw_value_bytes,
-            "raw_disk_bytes": sizes.get(raw, 0), "baseline": baseline, "runs": runs}
+            "raw_disk_bytes": sizes.get(raw, 0), "baseline": baseline, "runs": runs,
+            "parallel_ceiling": ceiling}
 
 
 def fmt(value: float | None, spec: str = ".1f") -> str:
@@ -973,6 +1012,11 @@ def report(result: dict[str, Any], args: argparse.Namespace) -> dict[str, Any]:
     if len(summaries) > 1 and summaries[0]["records_per_second"]:
         scaling = (summaries[1]["records_per_second"] or 0) / summaries[0]["records_per_second"]
         print(f"\nscaling: {args.workers} workers = {scaling:.2f}x one worker")
+        ceiling = result.get("parallel_ceiling")
+        if ceiling:
+            print(f"the machine's ceiling: {args.workers} CPU-bound processes = "
+                  f"{ceiling['median']:.2f}x one, so the workers reached "
+                  f"{scaling / ceiling['median']:.0%} of what the cores allow")
     else:
         scaling = None
     if args.profile and not py_spy():
@@ -989,7 +1033,7 @@ def report(result: dict[str, Any], args: argparse.Namespace) -> dict[str, Any]:
                   "cpu_seconds_each": r.cpu_seconds, "profiles": r.profiles,
                   "timeline": [asdict(t) for t in r.timeline]}
                  for r, s in zip(result["runs"], summaries, strict=True)],
-        "scaling": scaling,
+        "scaling": scaling, "parallel_ceiling": result.get("parallel_ceiling"),
     }
 
 

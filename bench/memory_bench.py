@@ -111,7 +111,7 @@ async def fragments_of(
             batches += len(todo)
             outcomes = await asyncio.gather(*(gateways.lane(b.lane).analyze(b) for b in todo))
             for batch, outcome in zip(todo, outcomes, strict=True):
-                fragments.extend(place_fragments(outcome.fragments, batch.records, PLACE))
+                fragments.extend(place_fragments(outcome.fragments, batch.by_coord(), PLACE))
     finally:
         await gateways.close()
     return fragments, batches

@@ -17,7 +17,7 @@ import json
 import logging
 import re
 from collections import Counter
-from collections.abc import Callable, Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from functools import cache
 from itertools import chain, repeat
 from operator import attrgetter, itemgetter
@@ -344,8 +344,8 @@ Place = Callable[[NormalizedRecord], str]
 
 
 def place_fragments(
-    fragments: list[Fragment], records: Iterable[NormalizedRecord], place: Place, *,
-    by_coord: Mapping[tuple[str, int], NormalizedRecord] | None = None,
+    fragments: list[Fragment], by_coord: Mapping[tuple[str, int], NormalizedRecord],
+    place: Place,
 ) -> list[Fragment]:
     """Each fragment cut into one fragment per report its records belong to.
 
@@ -353,11 +353,9 @@ def place_fragments(
     fields), so a replay, a re-batching after a crash or a rebalance, or an
     overlapping re-run puts every record in the same report, where the merge's
     coverage check makes counting it twice impossible. Each part gets
-    ``report_id`` and an id derived from its own coverage. ``by_coord``: ``records``
-    by their ledger entries, when the caller has them (``Batch.by_coord``).
+    ``report_id`` and an id derived from its own coverage. ``by_coord``: the batch's
+    records by their ledger entries (``Batch.by_coord``).
     """
-    if by_coord is None:
-        by_coord = {r.raw.ledger_entry(): r for r in records}
     out: list[Fragment] = []
     for fragment in fragments:
         coords = list(_coords(fragment.covered))

@@ -193,8 +193,8 @@ class LaneProcessor:
             try:
                 outcome = await self.analyzer.analyze(batch)
                 if self.place is not None and outcome.fragments:
-                    outcome.fragments = place_fragments(outcome.fragments, batch.records,
-                                                        self.place, by_coord=batch.by_coord())
+                    outcome.fragments = place_fragments(outcome.fragments, batch.by_coord(),
+                                                        self.place)
             except Exception as exc:  # a bug must not stall the partition forever
                 logger.exception("analyzing a %s batch of %d records failed", batch.lane,
                                  batch.record_count)

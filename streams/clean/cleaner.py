@@ -93,8 +93,10 @@ class Cleaner:
         self._by_envelope = Series(metrics.records_by_envelope) if metrics else None
         self._redactions = Series(metrics.redactions) if metrics else None
         self._lane_keys: dict[bytes, bytes] = {}
-        # records per format and redactions per kind while tallied() is open, else None
-        self._tally: tuple[dict[str, int], dict[str, int]] | None = None
+        # records per format and redactions per kind, counted until tallied() flushes them
+        self._formats: dict[str, int] = {}
+        self._kinds: dict[str, int] = {}
+        self._tallying = False
 
     @classmethod
     def from_settings(cls, settings: Settings, metrics: Metrics | None = None) -> Cleaner:
@@ -122,6 +124,9 @@ class Cleaner:
         ``received_at`` (the Kafka record's timestamp) dates a record that carries no
         time of its own, such as a line of user feedback; the rule says so.
         """
+        if not self._tallying:
+            with self.tallied():
+                return self.clean(raw, coord, source, received_at=received_at)
         if len(raw) > self.max_message_bytes:
             return [self._dead(raw, coord, source, "too_large", (
                 f"message is over the {self.max_message_bytes}-byte limit ({len(raw)} bytes; "
@@ -155,6 +160,9 @@ class Cleaner:
     ) -> NormalizedRecord | DeadLetter:
         """Clean one message that is one log record (no envelope); ``obj``: its JSON
         object when the envelope check already decoded it."""
+        if not self._tallying:
+            with self.tallied():
+                return self.clean_line(raw, coord, source, received_at=received_at, obj=obj)
         try:
             text, repaired = self.decode(raw)
         except RecordError as exc:
@@ -316,17 +324,13 @@ class Cleaner:
                 parsed.attributes.setdefault(key, value)  # a JSON body's own ids win
         message, counts = self.redactor.redact(parsed.message)
         attributes, attr_counts = self.redactor.redact_mapping(parsed.attributes)
-        if attr_counts:
-            for kind, n in attr_counts.items():
-                counts[kind] = counts.get(kind, 0) + n
         # the Kafka key / --source and a service name travel to the model and the report
         # as much as the message does (e.g. a DSN with a password used as a stream name)
         source, source_counts = self._redact_name(source)
         service, service_counts = self._redact_name(parsed.service or source)
-        for found in (source_counts, service_counts):
-            if found:
-                for kind, n in found.items():
-                    counts[kind] = counts.get(kind, 0) + n
+        for found in (attr_counts, source_counts, service_counts):
+            for kind, n in found.items():
+                counts[kind] = counts.get(kind, 0) + n
         template_id, template = self.templates.match(message.partition("\n")[0])
         # the score is a number that never leaves the stage, so it is taken on the raw
         # text rather than paying to redact the whole line a second time
@@ -349,36 +353,32 @@ class Cleaner:
             lane=choose_lane(score, self.slow_cost_threshold),
             redactions=counts,
         )
-        tally = self._tally
-        if tally is not None:
-            formats, kinds = tally
-            formats[parsed.format] = formats.get(parsed.format, 0) + 1
-            for kind, n in counts.items():
-                kinds[kind] = kinds.get(kind, 0) + n
-        elif self._by_format is not None and self._redactions is not None:
-            self._by_format(record.format).inc()
-            for kind, n in counts.items():
-                self._redactions(kind).inc(n)
+        formats, kinds = self._formats, self._kinds
+        formats[parsed.format] = formats.get(parsed.format, 0) + 1
+        for kind, n in counts.items():
+            kinds[kind] = kinds.get(kind, 0) + n
         return record
 
     @contextlib.contextmanager
     def tallied(self) -> Iterator[None]:
-        """Count records per format and redactions per kind once for all the records
-        cleaned inside (a fetch), not once per record: a metric increment takes a lock."""
-        if self._tally is not None or self._by_format is None or self._redactions is None:
-            yield  # already tallied by an outer block, or nothing to count
+        """Count records per format and redactions per kind once for everything cleaned
+        inside (a fetch), not once per record: a metric increment takes a lock. ``clean``
+        and ``clean_line`` open one of their own when no outer block is open."""
+        if self._tallying:
+            yield  # an outer block counts
             return
-        formats: dict[str, int] = {}
-        kinds: dict[str, int] = {}
-        self._tally = (formats, kinds)
+        self._tallying = True
         try:
             yield
         finally:
-            self._tally = None
-            for fmt, n in formats.items():
-                self._by_format(fmt).inc(n)
-            for kind, n in kinds.items():
-                self._redactions(kind).inc(n)
+            self._tallying = False
+            if self._by_format is not None and self._redactions is not None:
+                for fmt, n in self._formats.items():
+                    self._by_format(fmt).inc(n)
+                for kind, n in self._kinds.items():
+                    self._redactions(kind).inc(n)
+            self._formats.clear()
+            self._kinds.clear()
 
     def _dead(
         self, raw: bytes, coord: RawCoord, source: str, reason: str, detail: str

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import re
+from collections.abc import Iterator
 from datetime import datetime
 from typing import Any, Protocol
 
@@ -55,22 +56,17 @@ _TS_DOTTED, _LEVEL_DOTTED, _SERVICE_DOTTED = (
     _dotted(_TS_KEYS), _dotted(_LEVEL_KEYS), _dotted(_SERVICE_KEYS))
 
 
-def _find(obj: dict[str, Any], keys: tuple[str, ...],
-          dotted: tuple[tuple[str, ...] | None, ...], start: int
-          ) -> tuple[int, Any, str | None]:
-    """The first of ``keys[start:]`` in ``obj`` (its index, value and the top-level key
-    to drop), index -1 when none is: "log.level" also reads obj["log"]["level"]. One
-    call scans the keys, as a record holds few of them."""
-    for i in range(start, len(keys)):
-        key = keys[i]
+def _present(obj: dict[str, Any], keys: tuple[str, ...],
+             dotted: tuple[tuple[str, ...] | None, ...]) -> Iterator[tuple[Any, str | None]]:
+    """(value, top-level key to drop) of each of ``keys`` that ``obj`` holds, in order:
+    "log.level" also reads obj["log"]["level"]. One scan for all the keys of a field."""
+    for key, split in zip(keys, dotted, strict=True):
         if key in obj:
-            return i, obj[key], key
-        split = dotted[i]
-        if split is not None:
+            yield obj[key], key
+        elif split is not None:
             nested = obj.get(split[0])
             if isinstance(nested, dict) and split[1] in nested:
-                return i, nested[split[1]], None
-    return -1, None, None
+                yield nested[split[1]], None
 
 
 class TextParser(Protocol):
@@ -130,27 +126,19 @@ class StructuredParser:
         """Map a flat key/value record (JSON object or logfmt pairs) to a Parsed."""
         attrs = dict(obj)
         parsed = Parsed(fmt, "")
-        i = 0
-        while (found := _find(obj, _TS_KEYS, _TS_DOTTED, i))[0] >= 0:
-            i, value, drop = found
+        for value, drop in _present(obj, _TS_KEYS, _TS_DOTTED):
             if self._set_time(parsed, value):
                 if drop:
                     attrs.pop(drop, None)
                 break
-            i += 1
-        i = 0
-        while (found := _find(obj, _LEVEL_KEYS, _LEVEL_DOTTED, i))[0] >= 0:
-            i, value, drop = found
+        for value, drop in _present(obj, _LEVEL_KEYS, _LEVEL_DOTTED):
             level = normalize_level(value)
             if level is not None:
                 parsed.level = level
                 if drop:
                     attrs.pop(drop, None)
                 break
-            i += 1
-        i = 0
-        while (found := _find(obj, _SERVICE_KEYS, _SERVICE_DOTTED, i))[0] >= 0:
-            i, value, drop = found
+        for value, drop in _present(obj, _SERVICE_KEYS, _SERVICE_DOTTED):
             if isinstance(value, str) and value:
                 parsed.service = value
                 if drop:
@@ -161,7 +149,6 @@ class StructuredParser:
                 if len(value) == 1 and drop:
                     attrs.pop(drop, None)
                 break
-            i += 1
         for key in _MSG_KEYS:
             value = obj.get(key)
             if isinstance(value, str):

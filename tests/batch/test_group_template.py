@@ -72,7 +72,7 @@ def test_a_fragment_cut_between_reports_counts_entities_of_older_texts_too() -> 
                              "event": "Authentication failures", "cause": "Guessing",
                              "suggestion": "Block", "severity": "high"}]}
     found = validate_answer(batch, answer, model="m", prompt_version="v1")
-    parts = place_fragments(found, batch.records, lambda r: (r.timestamp or "")[:10])
+    parts = place_fragments(found, batch.by_coord(), lambda r: (r.timestamp or "")[:10])
     by_day = {f.report_id: f.evidence[0] for f in parts}
     assert set(by_day) == {"2026-03-30", "2026-03-31"}
     # the next day's share holds one record of the narrow text: its entities are still there

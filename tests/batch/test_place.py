@@ -73,7 +73,7 @@ def fragments_of(records: list[NormalizedRecord], answer=answer_all_in_one, *,
                  window: str = "day", group_by: str = "all") -> list[Fragment]:
     batch = batch_of(records)
     found = validate_answer(batch, answer(batch), model="m", prompt_version="v1")
-    return place_fragments(found, batch.records,
+    return place_fragments(found, batch.by_coord(),
                            lambda r: record_place(r, window=window, group_by=group_by))
 
 
@@ -136,7 +136,7 @@ def test_a_fragment_within_one_report_is_kept_whole_with_its_id() -> None:
     records = [rec(i, i, service=SERVICES[i % 3]) for i in range(5)]
     batch = batch_of(records)
     found = validate_answer(batch, answer_all_in_one(batch), model="m", prompt_version="v1")
-    placed = place_fragments(found, batch.records,
+    placed = place_fragments(found, batch.by_coord(),
                              lambda r: record_place(r, window="day", group_by="all"))
     assert [f.id for f in placed] == [f.id for f in found]
     assert placed[0].report_id == "2026-03-30/all"
@@ -153,7 +153,8 @@ def test_a_fragment_covering_a_record_outside_its_batch_is_a_bug() -> None:
     records = [rec(i, i) for i in range(3)]
     fragment = fragments_of(records)[0]
     with pytest.raises(ValueError, match="not in its batch"):
-        place_fragments([fragment], records[:2], lambda r: "x/all")
+        place_fragments([fragment], {r.raw.ledger_entry(): r for r in records[:2]},
+                        lambda r: "x/all")
 
 
 # --- the property --------------------------------------------------------------------

@@ -8,6 +8,7 @@ import json
 from streams.clean.cleaner import Cleaner
 from streams.clean.step import CleanStep, route
 from streams.metrics import Metrics
+from streams.records import NormalizedRecord, RawCoord
 from streams.runtime.memory import MemoryRun, Part, Record
 from streams.settings import CleanSettings, Settings
 
@@ -28,6 +29,19 @@ def test_an_otlp_message_routes_every_record_and_a_line_routes_one() -> None:
                     topic="raw", partition=0, offset=9, timestamp_ms=None)
     assert json.loads(line.value)["raw"] == {"topic": "raw", "partition": 0, "offset": 9}
     assert line.key == b"app.log"
+
+
+def test_a_routed_value_is_the_records_own_json() -> None:
+    """The lanes read these bytes back as a NormalizedRecord: what the model writes."""
+    settings = Settings()
+    coord = RawCoord(topic="raw", partition=0, offset=9)
+    line = b'{"time":"2026-11-28T10:00:00Z","level":"warn","msg":"disk 91% on /dev/sda1"}'
+    (record,) = Cleaner.from_settings(settings).clean(line, coord, "app")
+    (routed,) = route(Cleaner.from_settings(settings), value=line, key=b"app", topic="raw",
+                      partition=0, offset=9, timestamp_ms=None)
+    assert isinstance(record, NormalizedRecord)
+    assert routed.value == record.model_dump_json().encode()
+    assert NormalizedRecord.model_validate_json(routed.value) == record
 
 
 def _fetch() -> list[Record]:
