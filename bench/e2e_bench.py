@@ -12,8 +12,9 @@ Steps (every process it starts is stopped on exit, Ctrl-C and errors included):
    --quiet --spread 4`` after ``python -m streams topics``;
 3. the baseline loop, in this process, with its own group and scratch topic,
    ``--baseline-runs`` times (3): the median run is the baseline;
-4. with ``--workers K`` > 1, K copies of a pure-Python loop against one, before and
-   after the pipelines: how far K processes can scale on this machine now;
+4. with ``--workers K`` > 1, K processes running the workers' steps without a broker
+   against one, before and after the pipelines: how far K workers can scale on this
+   machine now;
 5. ``python -m streams worker`` (``--workers K`` more in a second group), timed until
    the group's lag on every input topic is 0 and ``python -m streams audit`` passes;
    progress over time comes from the fragments the compactor has committed (their
@@ -838,31 +839,43 @@ async def timed_audit(env: dict[str, str]) -> dict[str, Any]:
 # --- the whole bench ------------------------------------------------------------------------------
 
 
-# a fixed amount of pure-Python work; prints its CPU seconds
-SPIN = ("import time\nt = time.process_time()\nx = 0\nfor i in range({n}): x += i * i % 7\n"
-        "print(time.process_time() - t)")
+# the worker's own steps (clean, lanes, compactor) on the in-memory runtime over
+# generated records, without a broker; prints the wall seconds of that pass alone
+STEPS_PASS = """
+import asyncio, sys, tempfile, time
+from pathlib import Path
+sys.path.insert(0, {bench!r})
+from steps_bench import one_pass, raw_messages
+from streams.runner import tune_gc
+from streams.settings import Settings
+with tempfile.TemporaryDirectory() as tmp:
+    raw = raw_messages({records}, Path(tmp))
+tune_gc()
+started = time.monotonic()
+asyncio.run(one_pass(Settings(), raw))
+print(time.monotonic() - started)
+"""
 
 
-async def spin(processes: int, n: int) -> float:
-    """Wall seconds for ``processes`` copies of the same work started together."""
-    started = time.monotonic()
+async def steps_passes(processes: int, records: int) -> list[float]:
+    """Wall seconds of the steps pass in each of ``processes`` copies started together."""
+    code = STEPS_PASS.format(bench=str(REPO / "bench"), records=records)
     procs = [await asyncio.create_subprocess_exec(
-        sys.executable, "-c", SPIN.format(n=n), stdout=asyncio.subprocess.DEVNULL)
-        for _ in range(processes)]
-    for proc in procs:
-        await proc.wait()
-    return time.monotonic() - started
+        sys.executable, "-c", code, cwd=REPO, stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.DEVNULL) for _ in range(processes)]
+    return [float((await proc.communicate())[0]) for proc in procs]
 
 
-async def parallel_ceiling(workers: int, runs: int = 3, n: int = 15_000_000) -> dict[str, Any]:
-    """What ``workers`` CPU-bound processes get done together against one alone, here and
-    now: the most ``workers`` workers could scale to. Two cores can share one physical
-    core, or another tenant, so this is often well under ``workers``x."""
+async def parallel_ceiling(workers: int, runs: int = 3, records: int = 20_000) -> dict[str, Any]:
+    """How much more of the workers' own work ``workers`` processes get done together than
+    one alone, here and now: the most ``workers`` workers could scale to. The cores of a
+    shared machine can share caches, a physical core or another tenant, so this is often
+    well under ``workers``x."""
     ratios = []
     for _ in range(runs):
-        alone = await spin(1, n)
-        together = await spin(workers, n)
-        ratios.append(workers * alone / together)
+        (alone,) = await steps_passes(1, records)
+        together = await steps_passes(workers, records)
+        ratios.append(workers * alone / max(together))
     return {"processes": workers, "ratios": ratios, "median": statistics.median(ratios)}
 
 
@@ -921,8 +934,8 @@ async def bench(args: argparse.Namespace, tmp: Path, broker: LocalBroker,
         after = await parallel_ceiling(args.workers)
         ratios = ceiling["ratios"] + after["ratios"]
         ceiling = {**ceiling, "ratios": ratios, "median": statistics.median(ratios)}
-        log(f"{args.workers} CPU-bound processes here do {ceiling['median']:.2f}x the work of "
-            "one (" + ", ".join(f"{r:.2f}" for r in ratios) + ")")
+        log(f"{args.workers} processes running the steps here do {ceiling['median']:.2f}x the "
+            "work of one (" + ", ".join(f"{r:.2f}" for r in ratios) + ")")
     sizes = topic_bytes(broker.data_dir)
     return {"data": data, "records": n, "raw_per_partition": per_partition,
             "produce_s": produce_s, "produce_line": line, "raw_value_bytes": raw_value_bytes,
@@ -1014,7 +1027,7 @@ def report(result: dict[str, Any], args: argparse.Namespace) -> dict[str, Any]:
         print(f"\nscaling: {args.workers} workers = {scaling:.2f}x one worker")
         ceiling = result.get("parallel_ceiling")
         if ceiling:
-            print(f"the machine's ceiling: {args.workers} CPU-bound processes = "
+            print(f"the machine's ceiling: {args.workers} processes running the steps = "
                   f"{ceiling['median']:.2f}x one, so the workers reached "
                   f"{scaling / ceiling['median']:.0%} of what the cores allow")
     else:
