@@ -627,6 +627,8 @@ class PipelineRun:
     reports: dict[str, Any] | None = None
     topic_bytes: dict[str, int] = field(default_factory=dict)
     profiles: list[dict[str, Any]] = field(default_factory=list)
+    waits: list[dict[str, Any]] = field(default_factory=list)  # per worker, with --waits
+    launched_at: float = 0.0  # time.monotonic() at launch (shared by every process)
     worker_exit: list[int | None] = field(default_factory=list)
 
     def progress_at(self, share: float, key: str = "accounted") -> float | None:
@@ -726,10 +728,14 @@ async def run_pipeline(args: argparse.Namespace, ctx: dict[str, Any], workers: i
     broker_cpu0 = cpu_seconds(ctx["broker_pid"])
     bench_cpu0 = time.process_time()
     async with Observer(ctx["bootstrap"], prefix, topics, args.partitions, ports) as obs:
-        launched = time.monotonic()
+        launched = run.launched_at = time.monotonic()
         for i, port in enumerate(ports):
             wenv = {**env, "RETRO_WEB_PORT": str(port),
                     "RETRO_STATE_DIR": str(state / f"w{i}")}  # faust datadir per process
+            if args.waits:
+                wenv["PYTHONPATH"] = os.pathsep.join(
+                    p for p in (str(REPO / "bench" / "waits"), env.get("PYTHONPATH")) if p)
+                wenv["BENCH_WAITS_OUT"] = str(state / f"waits-{i}.json")
             procs.append(PROCS.start([sys.executable, "-m", "streams", "worker"], env=wenv,
                                      log_path=state / f"worker-{i}.log"))
         last_audit, lag_at_audit = -1e9, -1
@@ -796,6 +802,9 @@ async def run_pipeline(args: argparse.Namespace, ctx: dict[str, Any], workers: i
             finally:
                 for proc in procs:
                     PROCS.stop(proc)
+    for i in range(workers if args.waits else 0):
+        with contextlib.suppress(OSError, ValueError):
+            run.waits.append(json.loads((state / f"waits-{i}.json").read_text()))
     if run.timed_out:  # the exact partial figure, with the worker stopped
         run.audit = await timed_audit(env)
     for _, path, at in profiles:
@@ -1010,6 +1019,19 @@ def report(result: dict[str, Any], args: argparse.Namespace) -> dict[str, Any]:
               f"{fmt(s['broker_cpu_cores'], '.2f')}, this bench (observer) "
               f"{fmt(s['bench_cpu_cores'], '.2f')} over {fmt(s['total_s'])} s; "
               f"second half / first half = {fmt(s['second_vs_first_half'], '.2f')}")
+        start, end = s["startup_s"], s["total_s"]
+        for i, waits in enumerate(run.waits):
+            if start is not None and end is not None and end > start:
+                steady = sum(idle for second, idle in waits.get("idle_by_second", ())
+                             if start <= second - run.launched_at <= end)
+                waits["steady_idle_share"] = steady / (end - start)
+                print(f"{run.name}: worker {i}'s event loop idle {steady / (end - start):.0%} "
+                      "of the steady time")
+            loops = "; ".join(f"{where} {seconds:.1f} s" for where, seconds in waits["waits"]
+                              if where.split("]")[0].endswith(" loop"))
+            print(f"{run.name}: worker {i}'s event loop idle {waits['idle_seconds']:.1f} of "
+                  f"{waits['seconds']:.1f} s (start and stop included); meanwhile its stage "
+                  f"loops waited in: {loops}")
         if run.timed_out:
             print(f"{run.name}: TIMED OUT after {args.timeout:.0f}s: {s['accounted']:,} of "
                   f"{n:,} records accounted for by then, {fmt(s['records_per_second'], ',.0f')}"
@@ -1043,7 +1065,7 @@ def report(result: dict[str, Any], args: argparse.Namespace) -> dict[str, Any]:
         "runs": [{"name": r.name, "workers": r.workers, **s, "audit": r.audit,
                   "audits_before_done": r.audits_before_done, "reports": r.reports,
                   "topic_bytes": r.topic_bytes, "peak_rss_mib_each": r.peak_rss_mib,
-                  "cpu_seconds_each": r.cpu_seconds, "profiles": r.profiles,
+                  "cpu_seconds_each": r.cpu_seconds, "profiles": r.profiles, "waits": r.waits,
                   "timeline": [asdict(t) for t in r.timeline]}
                  for r, s in zip(result["runs"], summaries, strict=True)],
         "scaling": scaling, "parallel_ceiling": result.get("parallel_ceiling"),
@@ -1086,6 +1108,9 @@ def main(argv: list[str] | None = None) -> int:
                         default=[0.2], metavar="SHARES",
                         help="start a profile when this share of the records is done "
                              "(comma-separated, default 0.2)")
+    parser.add_argument("--waits", action="store_true",
+                        help="load bench/waits into each worker: how long its event loop sat "
+                             "idle, and what its stage loops waited in meanwhile")
     parser.add_argument("--out", type=Path,
                         help="JSON result (default bench/out/e2e_bench[-TAG].json)")
     add_tag_argument(parser)
