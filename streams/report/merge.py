@@ -287,7 +287,9 @@ def _absorb(
         if not ev.covered:
             implicit.append(ev)
             continue
-        part = _coverage(ev.covered, fragment.id).intersection(new)
+        # a record re-read before its commit can be cleaned again under another template
+        # and meet its first copy in one batch: it counts for the first template only
+        part = _coverage(ev.covered, fragment.id).intersection(new).difference(claimed)
         claimed = claimed.union(part)
         shares.append(share_minutes(ev.minutes, len(part), ev.count))
         _add_evidence(evidence, ev.template, len(part), ev.examples,

@@ -334,6 +334,22 @@ def test_partial_overlap_counts_only_new_records_and_reports_growth() -> None:
     assert (r2.changes.from_version, r2.changes.to_version) == (1, 2)
 
 
+def test_a_record_two_templates_claim_in_one_fragment_is_counted_once() -> None:
+    """A raw record read again before its commit moved is cleaned again, by another
+    worker's miner under another template; both copies can meet in one batch."""
+    both = {"t/0": [[0, 4]]}
+    fragment = one_fragment("a", {"t/0": [[0, 9]]}, record_count=10, evidence=[
+        Evidence(template="Failed password for root from <IP>", count=5,
+                 examples=["Failed password for root from 10.0.0.1"], covered=both),
+        Evidence(template="Failed password for <*> from <IP>", count=10,
+                 examples=["Failed password for ftp from 10.0.0.2"], covered={"t/0": [[0, 9]]}),
+    ])
+    report, _ = merge(None, fragment, report_id="r", now="t1")
+    (inc,) = report.incidents
+    assert report.record_count == inc.count == 10
+    assert sum(ev.count for ev in inc.evidence) == 10
+
+
 def test_new_incident_is_listed_in_changes_and_signature_is_normalized() -> None:
     r1, _ = merge(None, one_fragment("a", {"t/0": [[0, 1]]}), report_id="r")
     same, _ = merge(
