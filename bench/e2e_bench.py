@@ -684,6 +684,7 @@ class PipelineRun:
                 halves[stage] = {"first_half_s": h - start,
                                  "second_half_s": (full - h) if full is not None else None}
         cpu = [c for c in self.cpu_seconds if c is not None]
+        idle = [self.steady_idle(waits, start, end) for waits in self.waits]
         return {
             "done": self.done_s is not None, "timed_out": self.timed_out,
             "startup_s": start, "steady_s": steady, "total_s": end,
@@ -703,7 +704,17 @@ class PipelineRun:
                                  if self.broker_cpu_seconds is not None and end else None),
             "bench_cpu_cores": (self.bench_cpu_seconds / end
                                 if self.bench_cpu_seconds is not None and end else None),
+            "steady_idle_share": idle,  # per worker, with --waits
         }
+
+    def steady_idle(self, waits: dict[str, Any], start: float | None,
+                    end: float | None) -> float | None:
+        """The share of the steady time [start, end] a worker's event loop sat idle."""
+        if start is None or end is None or end <= start:
+            return None
+        steady = sum(idle for second, idle in waits.get("idle_by_second", ())
+                     if start <= second - self.launched_at <= end)
+        return steady / (end - start)
 
 
 async def run_pipeline(args: argparse.Namespace, ctx: dict[str, Any], workers: int,
@@ -1019,14 +1030,9 @@ def report(result: dict[str, Any], args: argparse.Namespace) -> dict[str, Any]:
               f"{fmt(s['broker_cpu_cores'], '.2f')}, this bench (observer) "
               f"{fmt(s['bench_cpu_cores'], '.2f')} over {fmt(s['total_s'])} s; "
               f"second half / first half = {fmt(s['second_vs_first_half'], '.2f')}")
-        start, end = s["startup_s"], s["total_s"]
-        for i, waits in enumerate(run.waits):
-            if start is not None and end is not None and end > start:
-                steady = sum(idle for second, idle in waits.get("idle_by_second", ())
-                             if start <= second - run.launched_at <= end)
-                waits["steady_idle_share"] = steady / (end - start)
-                print(f"{run.name}: worker {i}'s event loop idle {steady / (end - start):.0%} "
-                      "of the steady time")
+        for i, (waits, idle) in enumerate(zip(run.waits, s["steady_idle_share"], strict=True)):
+            if idle is not None:
+                print(f"{run.name}: worker {i}'s event loop idle {idle:.0%} of the steady time")
             loops = "; ".join(f"{where} {seconds:.1f} s" for where, seconds in waits["waits"]
                               if where.split("]")[0].endswith(" loop"))
             print(f"{run.name}: worker {i}'s event loop idle {waits['idle_seconds']:.1f} of "

@@ -426,16 +426,17 @@ class SourceLearner:
         if state.structure is None:
             state.sample.append(line[:MAX_HEADER_CHARS])
             self._maybe_decide(state)
-            if state.structure is None:  # until then: what the sample so far agrees on
-                sofar = learn(state.sample, self.times, min_share=1.0, strict=True)
-                apply(sofar, line, parsed, self.times, header)
-                return
-        if state.structure.empty:
+        structure = state.structure  # read after deciding, which may have set it
+        if structure is None:  # until then: what the sample so far agrees on
+            sofar = learn(state.sample, self.times, min_share=1.0, strict=True)
+            apply(sofar, line, parsed, self.times, header)
+            return
+        if structure.empty:
             state.since_learned += 1
             if state.since_learned >= self.retry_lines:
                 self._reset(state)
             return
-        if apply(state.structure, line, parsed, self.times, header):
+        if apply(structure, line, parsed, self.times, header):
             state.misses = 0
             return
         state.misses += 1
