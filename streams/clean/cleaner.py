@@ -124,9 +124,13 @@ class Cleaner:
         ``received_at`` (the Kafka record's timestamp) dates a record that carries no
         time of its own, such as a line of user feedback; the rule says so.
         """
-        if not self._tallying:
-            with self.tallied():
-                return self.clean(raw, coord, source, received_at=received_at)
+        if self._tallying:  # the clean step's fetch counts them
+            return self._clean(raw, coord, source, received_at)
+        with self.tallied():
+            return self._clean(raw, coord, source, received_at)
+
+    def _clean(self, raw: bytes, coord: RawCoord, source: str,
+               received_at: datetime | None) -> list[NormalizedRecord | DeadLetter]:
         if len(raw) > self.max_message_bytes:
             return [self._dead(raw, coord, source, "too_large", (
                 f"message is over the {self.max_message_bytes}-byte limit ({len(raw)} bytes; "
@@ -144,7 +148,7 @@ class Cleaner:
             logger.warning("unwrapping failed on %s: %s", coord.id, exc, exc_info=True)
             envelope = None
         if envelope is None:
-            return [self.clean_line(raw, coord, source, received_at=received_at, obj=obj)]
+            return [self._clean_line(raw, coord, source, received_at, obj)]
         if not envelope.entries:
             return [self._dead(raw, coord, source, "empty_envelope", (
                 f"the {envelope.kind} message holds no log record; nothing to clean "
@@ -160,9 +164,14 @@ class Cleaner:
     ) -> NormalizedRecord | DeadLetter:
         """Clean one message that is one log record (no envelope); ``obj``: its JSON
         object when the envelope check already decoded it."""
-        if not self._tallying:
-            with self.tallied():
-                return self.clean_line(raw, coord, source, received_at=received_at, obj=obj)
+        if self._tallying:
+            return self._clean_line(raw, coord, source, received_at, obj)
+        with self.tallied():
+            return self._clean_line(raw, coord, source, received_at, obj)
+
+    def _clean_line(self, raw: bytes, coord: RawCoord, source: str,
+                    received_at: datetime | None,
+                    obj: dict[str, Any] | None) -> NormalizedRecord | DeadLetter:
         try:
             text, repaired = self.decode(raw)
         except RecordError as exc:
