@@ -71,7 +71,10 @@ _IP = r"\d{1,3}(?:\.\d{1,3}){3}(?::\d{1,5})?"
 # the pattern holds, so a skip changes nothing. Most lines need few of the
 # substitutions, and a prefilter that opens with a literal character is a quick scan
 # for that character, where a pattern that opens with a lookbehind is tried at every
-# position.
+# position. So where it can, a pattern opens with its first character and checks the
+# boundary behind it (``\d(?<![\w.]\d)`` for ``(?<![\w.])\d``: tests/clean/test_mask.py
+# holds the plain spellings), and takes digits possessively (``\d++``) where giving
+# one back could never make a match.
 MASKS: tuple[tuple[str, str, tuple[str, ...]], ...] = (
     # a date written inside the message ("at Sun Jul  3 13:52:21 2005") as one token:
     # its day and month names would otherwise read as words that tell events apart
@@ -89,22 +92,25 @@ MASKS: tuple[tuple[str, str, tuple[str, ...]], ...] = (
     ),
     # HDFS block ids, and a run of them ("delete blk_1 blk_2 ...") as one token so
     # the number of blocks does not change the template.
-    (r"(?<![\w/])blk_-?\d+(?:[ ,]+blk_-?\d+)*", "BLK", ("blk_",)),
+    (r"b(?<![\w/]b)lk_-?\d+(?:[ ,]+blk_-?\d+)*", "BLK", ("blk_",)),
     (
         _B + r"[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}" + _E,
         "UUID", (r"-[0-9a-fA-F]{4}-",),
     ),
     # a comma-separated list of addresses (a proxy chain) as one token, like one address
-    (r"(?<![\w.])" + _IP + r"(?:,[ ]?" + _IP + r")*(?![\w.])", "IP", (_DIGIT, r"\.\d+\.\d+\.")),
+    (r"\d(?<![\w.]\d)\d{0,2}+(?:\.\d{1,3}+){3}(?::\d{1,5}+)?(?:,[ ]?" + _IP + r")*(?![\w.])", "IP",
+     (_DIGIT, r"\.\d+\.\d+\.")),
     # three inner groups, so a time's two colons do not pass
     (_B + r"(?:[0-9A-Fa-f]{2}:){5,}[0-9A-Fa-f]{2}" + _E, "MAC",
      (r":[0-9A-Fa-f]{2}:[0-9A-Fa-f]{2}:[0-9A-Fa-f]{2}:",)),
-    (r"(?<![\w/<>*])(?:/[\w.\-]+){2,}/?", "PATH", (r"/[\w.\-]+/",)),
-    (_B + r"0[xX][0-9a-fA-F]+" + _E, "HEX", (_DIGIT, r"0[xX][0-9a-fA-F]")),
+    (r"/(?<![\w/<>*]/)[\w.\-]+(?:/[\w.\-]+)+/?", "PATH", (r"/[\w.\-]+/",)),
+    (r"0(?<![A-Za-z0-9_]0)[xX][0-9a-fA-F]+" + _E, "HEX", (_DIGIT, r"0[xX][0-9a-fA-F]")),
     # bare hex of 8+ with a letter and a digit: object hashes, trace and session ids
     (_B + r"(?=[0-9a-fA-F]*[a-fA-F])(?=[0-9a-fA-F]*\d)[0-9a-fA-F]{8,}" + _E, "HEX",
      (_DIGIT, r"[0-9a-fA-F]{8}")),
-    (r"(?<![\w.])[-+]?\d+(?:\.\d+)?(?:ms|us|ns|s|[KMGT]i?B|B)?(?![\w.])", "NUM", (_DIGIT,)),
+    # a sign or digit, then digits; the last character taken a digit (a lone sign is none)
+    (r"[-+\d](?<![\w.].)\d*+(?<=\d)(?:\.\d++)?(?:ms|us|ns|s|[KMGT]i?B|B)?(?![\w.])", "NUM",
+     (_DIGIT,)),
 )
 _HAS_DIGIT = re.compile(r"\d")
 # a token that holds a digit or a mask is a variable: never a branch of Drain's tree

@@ -17,6 +17,20 @@ from helpers import shared_file
 
 _PLAIN = tuple((re.compile(pattern), f"<{name}>") for pattern, name, _ in MASKS)
 
+# the masks MASKS writes with the boundary checked behind their first character (so a
+# search skips to that character), in their plain spelling: boundary first, no
+# possessive quantifier; by their place in MASKS
+_IP = r"\d{1,3}(?:\.\d{1,3}){3}(?::\d{1,5})?"
+PLAIN_SPELLINGS = {
+    1: ("BLK", r"(?<![\w/])blk_-?\d+(?:[ ,]+blk_-?\d+)*"),
+    3: ("IP", r"(?<![\w.])" + _IP + r"(?:,[ ]?" + _IP + r")*(?![\w.])"),
+    5: ("PATH", r"(?<![\w/<>*])(?:/[\w.\-]+){2,}/?"),
+    6: ("HEX", r"(?<![A-Za-z0-9_])0[xX][0-9a-fA-F]+(?![A-Za-z0-9_])"),
+    8: ("NUM", r"(?<![\w.])[-+]?\d+(?:\.\d+)?(?:ms|us|ns|s|[KMGT]i?B|B)?(?![\w.])"),
+}
+_SPELLED = [(re.compile(MASKS[i][0]), re.compile(plain), f"<{name}>")
+            for i, (name, plain) in PLAIN_SPELLINGS.items()]
+
 # each one at the edge of a prefilter: a match its prefilter must not miss, or a near
 # miss that no mask may take
 TRICKY = [
@@ -75,6 +89,18 @@ def assert_masked_plainly(lines: list[str]) -> None:
         assert mask(line) == expected, line
 
 
+def assert_spelled_plainly(lines: list[str]) -> None:
+    """Each mask written for speed substitutes exactly as its plain spelling."""
+    for line in lines:
+        for fast, plain, replacement in _SPELLED:
+            assert fast.sub(replacement, line) == plain.sub(replacement, line), (replacement, line)
+
+
+def test_masks_written_for_speed_are_their_plain_spellings() -> None:
+    assert [MASKS[i][1] for i in PLAIN_SPELLINGS] == [n for n, _ in PLAIN_SPELLINGS.values()]
+    assert_spelled_plainly(TRICKY)
+
+
 def test_tricky_lines_mask_as_the_plain_patterns() -> None:
     assert any(len(line) > MEMO_MAX_CHARS for line in TRICKY)  # past the memo too
     assert_masked_plainly(TRICKY)
@@ -85,14 +111,17 @@ def test_sample_lines_mask_as_the_plain_patterns(tmp_path: Path) -> None:
              for line in path.read_text(encoding="utf-8", errors="replace").splitlines()]
     assert len(lines) > 3000
     assert_masked_plainly(lines)
+    assert_spelled_plainly(lines)
 
 
 def test_loghub_lines_mask_as_the_plain_patterns() -> None:
     paths = sorted(shared_file("loghub").glob("*/*_2k.log"))
     if not paths:
         pytest.skip("no loghub *_2k.log in the shared data")
-    assert_masked_plainly([line for path in paths for line in
-                           path.read_text(encoding="utf-8", errors="replace").splitlines()])
+    lines = [line for path in paths
+             for line in path.read_text(encoding="utf-8", errors="replace").splitlines()]
+    assert_masked_plainly(lines)
+    assert_spelled_plainly(lines)
 
 
 @settings(max_examples=300, deadline=None)
@@ -101,3 +130,12 @@ def test_loghub_lines_mask_as_the_plain_patterns() -> None:
 def test_prefiltered_masks_mask_exactly_as_their_plain_patterns(text: str) -> None:
     """The prefilters only skip substitutions that could not match."""
     assert mask(text) == plain_mask(text)
+
+
+@settings(max_examples=500, deadline=None)
+@given(st.text(alphabet=st.sampled_from(list("0123456789+-.:/,_ <>*xXaBfKiGTmsblk")),
+               max_size=60))
+def test_masks_written_for_speed_match_as_their_plain_spellings(text: str) -> None:
+    """Signs, dots, slashes and word characters around digits: the boundary behind the
+    first character and the possessive digits find what the plain spellings find."""
+    assert_spelled_plainly([text])
