@@ -42,6 +42,8 @@ MAX_CACHED_NAMES = 4096  # source and service names remembered with their redact
 # C0 controls except tab, LF, VT, FF, CR and ESC (ANSI colours are text)
 _CONTROL = bytes(b for b in range(32) if b not in (9, 10, 11, 12, 13, 27)) + b"\x7f"
 _REPLACEMENT_UTF8 = "\ufffd".encode()
+# NormalizedRecord(**fields) less its keyword packing and __init__: the same validation
+_new_record = NormalizedRecord.__pydantic_validator__.validate_python
 MAX_MESSAGE_BYTES = 8 * 1024 * 1024  # an envelope is bounded by the Kafka message limit
 
 
@@ -344,24 +346,24 @@ class Cleaner:
         # the score is a number that never leaves the stage, so it is taken on the raw
         # text rather than paying to redact the whole line a second time
         score = cost_score(text)
-        record = NormalizedRecord(
-            id=coord.id,
-            raw=coord,
-            source=source,
-            format=parsed.format,
-            timestamp=iso_utc(parsed.timestamp) if parsed.timestamp else None,
-            timestamp_rule=parsed.timestamp_rule if parsed.timestamp else None,
-            level=parsed.level,
-            service=service,
-            message=message,
-            attributes=attributes,
-            template_id=template_id,
-            template=template,
-            tokens=self.tokens.count(message),
-            cost=round(score, 4),
-            lane=choose_lane(score, self.slow_cost_threshold),
-            redactions=counts,
-        )
+        record: NormalizedRecord = _new_record({
+            "id": coord.id,
+            "raw": coord,
+            "source": source,
+            "format": parsed.format,
+            "timestamp": iso_utc(parsed.timestamp) if parsed.timestamp else None,
+            "timestamp_rule": parsed.timestamp_rule if parsed.timestamp else None,
+            "level": parsed.level,
+            "service": service,
+            "message": message,
+            "attributes": attributes,
+            "template_id": template_id,
+            "template": template,
+            "tokens": self.tokens.count(message),
+            "cost": round(score, 4),
+            "lane": choose_lane(score, self.slow_cost_threshold),
+            "redactions": counts,
+        })
         formats, kinds = self._formats, self._kinds
         formats[parsed.format] = formats.get(parsed.format, 0) + 1
         for kind, n in counts.items():

@@ -22,6 +22,8 @@ MAX_CACHED_KEYS = 4096  # message keys remembered with their source (keys name s
 _NO_KEY: tuple[str, bytes | None] = ("unknown", None)  # a message without a key: its source
 # model_dump_json().encode() without its wrapper and its str round trip: the same bytes
 _record_json = NormalizedRecord.__pydantic_serializer__.to_json
+# RawCoord(**fields) less its keyword packing and __init__: the same validation
+_new_coord = RawCoord.__pydantic_validator__.validate_python
 
 
 @dataclass(frozen=True)
@@ -127,7 +129,8 @@ class CleanStep(Step):
                     key = m.key
                     source, lane_key = (keys.get(key) or self._key(key)) if key else _NO_KEY
                     stamp = m.timestamp
-                    coord = RawCoord(topic=m.topic, partition=m.partition, offset=m.offset)
+                    coord = _new_coord({"topic": m.topic, "partition": m.partition,
+                                        "offset": m.offset})
                     for lane, out_key, value, reason in routed_records(
                             cleaner, m.value, coord, source, lane_key,
                             self._received_at(stamp) if stamp else None):
