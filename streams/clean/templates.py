@@ -123,6 +123,9 @@ _LETTER = re.compile(r"[^\W\d_]")
 # the bounds keep the memo to a few MB
 MEMO_MAX_CHARS = 256
 MEMO_SIZE = 4096
+# masked lines remembered with the cluster they joined (a few MB at most)
+JOINED_MAX_CHARS = 512
+JOINED_LINES = 8192
 
 _Search = Callable[[str], "re.Match[str] | None"]
 _COMPILED: tuple[tuple[Callable[[str, str], str], str, bool, tuple[_Search, ...]], ...] = tuple(
@@ -253,6 +256,19 @@ class _Drain(Drain):
         self.id_to_cluster[cluster.cluster_id]  # touch: most recently used
         return cluster
 
+    def again(self, cluster_id: int) -> LogCluster | None:
+        """The cluster a masked line joined before, counted once more; None once evicted.
+
+        Joining a cluster only ever turns template tokens into ``<*>``, so a line the
+        cluster already holds leaves its template as it is.
+        """
+        cluster = self.id_to_cluster.get(cluster_id)
+        if cluster is None:
+            return None
+        cluster.size += 1
+        self.id_to_cluster[cluster_id]  # touch: most recently used
+        return cluster
+
     def fast_match(self, cluster_ids: Sequence[int], tokens: list[str], sim_th: float,
                    include_params: bool) -> LogCluster | None:
         best: LogCluster | None = None
@@ -286,7 +302,7 @@ class TemplateMiner:
     Not thread-safe (Drain mutates its tree); use one per worker or partition.
     """
 
-    __slots__ = ("_drain", "_ids")
+    __slots__ = ("_drain", "_ids", "_joined")
 
     def __init__(
         self,
@@ -303,6 +319,8 @@ class TemplateMiner:
         if max_clusters < 1 or max_children < 1:
             raise ValueError("max_clusters and max_children must be >= 1")
         self._ids: dict[int, str] = {}  # drain3 cluster id -> the id given at its birth
+        # masked line -> the cluster it joined: most lines repeat a masked line seen before
+        self._joined: dict[str, int] = {}
         self._drain = _Drain(depth=depth, sim_th=sim_th, max_children=max_children,
                              max_clusters=max_clusters, on_evict=self._forget)
 
@@ -311,7 +329,15 @@ class TemplateMiner:
 
     def match(self, message: str) -> tuple[str, str]:
         """Learn from ``message`` and return its current ``(template_id, template)``."""
-        cluster = self._drain.add(mask(message))
+        masked = mask(message)
+        known = self._joined.get(masked)
+        cluster = None if known is None else self._drain.again(known)
+        if cluster is None:
+            cluster = self._drain.add(masked)
+            if len(masked) <= JOINED_MAX_CHARS:
+                if len(self._joined) >= JOINED_LINES:
+                    self._joined.clear()
+                self._joined[masked] = cluster.cluster_id
         template = cluster.get_template()
         tid = self._ids.get(cluster.cluster_id)
         if tid is None:

@@ -214,6 +214,31 @@ def test_an_evicted_cluster_is_born_again_with_its_id() -> None:
     assert miner.match("disk sda is full") == first
 
 
+def test_a_line_seen_again_joins_its_cluster_as_it_stands_now() -> None:
+    miner = TemplateMiner()
+    tid, template = miner.match("user 12 logged in on node7")
+    assert template == "user <NUM> logged in on node7"
+    assert miner.match("user 12 logged in on node8")[0] == tid  # the cluster generalises
+    assert miner.match("user 12 logged in on node7") == (tid, "user <NUM> logged in on <*>")
+    (cluster,) = miner._drain.id_to_cluster.values()
+    assert cluster.size == 3
+
+
+def test_lines_remembered_with_their_cluster_are_bounded(monkeypatch: pytest.MonkeyPatch) -> None:
+    import streams.clean.templates as templates
+
+    monkeypatch.setattr(templates, "JOINED_LINES", 5)
+    monkeypatch.setattr(templates, "JOINED_MAX_CHARS", 30)
+    miner = TemplateMiner()
+    first = miner.match("job alpha started")
+    for word in ["beta", "gamma", "delta", "epsilon", "zeta", "eta", "theta", "iota"]:
+        miner.match(f"job {word} started")
+        assert len(miner._joined) <= 5
+    miner.match("job " + "x" * 40 + " started")  # too long to remember
+    assert all(len(line) <= 30 for line in miner._joined)
+    assert miner.match("job alpha started")[0] == first[0]  # forgotten, found by Drain again
+
+
 def test_no_config_file_is_read_from_the_cwd(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
