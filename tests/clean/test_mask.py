@@ -10,7 +10,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from streams.clean.templates import MASKS, MEMO_MAX_CHARS, mask
+from streams.clean.templates import _IP, MASKS, MEMO_MAX_CHARS, mask
 from streams.dev.sample import write_sample
 
 from helpers import shared_file
@@ -20,7 +20,6 @@ _PLAIN = tuple((re.compile(pattern), f"<{name}>") for pattern, name, _ in MASKS)
 # the masks MASKS writes with the boundary checked behind their first character (so a
 # search skips to that character), in their plain spelling: boundary first, no
 # possessive quantifier; by their place in MASKS
-_IP = r"\d{1,3}(?:\.\d{1,3}){3}(?::\d{1,5})?"
 PLAIN_SPELLINGS = {
     1: ("BLK", r"(?<![\w/])blk_-?\d+(?:[ ,]+blk_-?\d+)*"),
     3: ("IP", r"(?<![\w.])" + _IP + r"(?:,[ ]?" + _IP + r")*(?![\w.])"),
