@@ -61,31 +61,28 @@ def message_tokens(counter: TokenCounterLike, record: NormalizedRecord,
 _SHORT_ESCAPES = frozenset('"\\\n\r\t\b\f')
 
 
-def message_tokens_bound(counter: TokenCounterLike,
-                         record: NormalizedRecord) -> tuple[int, bool] | None:
-    """(an upper bound of ``message_tokens`` found without encoding, whether it is
-    ``message_tokens`` itself), or None when no bound is known.
+def message_tokens_bound(counter: TokenCounterLike, record: NormalizedRecord) -> int | None:
+    """An upper bound of ``message_tokens`` found without encoding, or None when no bound
+    is known; for a message with nothing to escape, ``message_tokens`` itself.
 
-    A message with nothing to escape costs what ``message_tokens`` says. Escaping puts
-    a backslash before a quote or backslash, or spells a newline, tab, carriage return,
-    backspace or form feed as a backslash and a letter: the pre-tokenizer cuts the text
-    around that character into at most one more piece, and the backslash is at most one
-    more token, so each such escape costs at most two tokens over the clean stage's
-    count of the unescaped message (plus the two quotes). Checked against the encoder
-    on every line of the loghub 2k samples, the Kafka broker and train-ticket logs and
-    the generated sample (and 400k of those lines with escapes inserted at random): the
-    bound was never under the count, and an escape took two tokens at most. The
-    calibration scales both alike (``adjust`` only grows with its argument).
+    Escaping puts a backslash before a quote or backslash, or spells a newline, tab,
+    carriage return, backspace or form feed as a backslash and a letter: the
+    pre-tokenizer cuts the text around that character into at most one more piece, and
+    the backslash is at most one more token, so each such escape costs at most two
+    tokens over the clean stage's count of the unescaped message (plus the two quotes).
+    Checked against the encoder on every line of the loghub 2k samples, the Kafka broker
+    and train-ticket logs and the generated sample (and 400k of those lines with escapes
+    inserted at random): the bound was never under the count, and an escape took two
+    tokens at most. The calibration scales both alike (``adjust`` only grows with its
+    argument).
     """
     of_counted = getattr(counter, "of_counted", None)
     if of_counted is None:
         return None
     escaped = _JSON_ESCAPED.findall(record.message)
-    if not escaped:
-        return int(of_counted(record.tokens + 2)), True
-    if not _SHORT_ESCAPES.issuperset(escaped):
+    if escaped and not _SHORT_ESCAPES.issuperset(escaped):
         return None
-    return int(of_counted(record.tokens + 2 + 2 * len(escaped))), False
+    return int(of_counted(record.tokens + 2 + 2 * len(escaped)))
 
 
 def group_cost(counter: TokenCounterLike, service: str, template: str, example_costs: int) -> int:

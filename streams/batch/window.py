@@ -450,15 +450,17 @@ class TokenWindow:
         if record.template not in group.templates:
             # the batch shows one of the group's texts (group_template): the costliest bounds it
             base = max(base, self._group_base(key[0], record.template))
-        bound = message_tokens_bound(self._counter, record) if known else None
+        # an escaped message is costed by its bound, not encoded again: the estimate stays
+        # an upper bound of the prompt, a few tokens looser on quoted lines
+        bound = message_tokens_bound(self._counter, record)
         new_top_cost = group.top_cost
-        if bound is not None and group.settled(bound[0] + EXAMPLE_SEPARATOR_TOKENS,
+        if bound is not None and group.settled(bound + EXAMPLE_SEPARATOR_TOKENS,
                                                self.max_examples):
-            # no cost up to the bound changes the top: the message need not be encoded
+            # no cost up to the bound changes the top: the message need not be costed
             new_top = group.top
             marginal = base - group.base
         else:
-            cost = bound[0] if bound is not None and bound[1] else message_tokens(
+            cost = bound if bound is not None else message_tokens(
                 self._counter, record, self._pieces)
             message_cost = cost + EXAMPLE_SEPARATOR_TOKENS
             new_top = group.with_message(message_cost, record.message, self.max_examples)
