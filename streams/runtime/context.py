@@ -36,6 +36,8 @@ class RunContext:
         self.source = source
         self.commits = Commits()
         self.turns = turns or Turns()
+        # a step gives a turn once a record: the runner's own coroutine, not one around it
+        self.give = self.turns.give
         self.in_flight: set[asyncio.Future[Any]] = set()
         self.failed: str | None = None
 
@@ -77,9 +79,6 @@ class RunContext:
 
     def partition_count(self, topic: str) -> int:
         return self.source.partition_count(topic)
-
-    async def give(self) -> None:
-        await self.turns.give()
 
     def fail(self, why: str) -> None:
         if self.failed is None:
