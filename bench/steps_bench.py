@@ -8,7 +8,8 @@ fragments), and reports CPU microseconds per raw record for each step, next to
 ``json.loads`` + ``json.dumps`` of the same messages (the work of the raw aiokafka
 loop ``bench/e2e_bench.py`` compares the worker with, minus Kafka).
 
-Run: ``.venv/bin/python bench/steps_bench.py [--records 100000] [--repeat 3]``;
+Run: ``.venv/bin/python bench/steps_bench.py [--records 100000] [--repeat 3]
+[--source NAME]``;
 profile a run with ``py-spy record -o steps.svg -- .venv/bin/python bench/steps_bench.py``.
 """
 
@@ -107,11 +108,18 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--records", type=int, default=100_000)
     parser.add_argument("--repeat", type=int, default=3)
+    parser.add_argument("--source", metavar="NAME",
+                        help="only the records of the sample file NAME starts (e.g. edge: "
+                             "edge.syslog), to see what one format costs")
     add_tag_argument(parser)
     args = parser.parse_args()
     settings = Settings()
     with tempfile.TemporaryDirectory() as tmp:
         raw = raw_messages(args.records, Path(tmp))
+    if args.source:
+        raw = [m for m in raw if (m.key or b"").decode().startswith(args.source)]
+        if not raw:
+            parser.error(f"no sample file starts with {args.source!r}")
     n = len(raw)
     tune_gc()  # the collector as `retro worker` sets it, or it scans every held message
     runs = []
