@@ -97,8 +97,9 @@ class PieceCounter:
     as it is, the others after their space), which is the only case the lookups in
     ``count`` can succeed for, as a part that starts no piece is never remembered.
 
-    A piece of ASCII digits seen for the first time (ports, sizes, latencies: most
-    pieces never seen before) is counted without encoding it (``digit_tokens``).
+    A piece of ASCII digits and punctuation seen for the first time (ports, sizes,
+    addresses, times: most pieces never seen before) is counted without encoding it
+    (``numeric_tokens``).
     """
 
     ENCODINGS = ("cl100k_base",)
@@ -169,7 +170,7 @@ class PieceCounter:
         if once:
             words = []
             for text in once:
-                n = digit_tokens(text)
+                n = numeric_tokens(text)
                 if n is None:
                     words.append(text)
                 else:
@@ -200,19 +201,34 @@ class PieceCounter:
         counts[key] = n
 
 
-def digit_tokens(piece: str) -> int | None:
-    """cl100k_base's tokens of a piece of ASCII digits, after its space or not; None for
-    any other piece.
+# ASCII digits first (after a space or not), each punctuation character after a digit:
+# addresses, ports, dates, times, versions, timings such as 0/0/1/16/84; possessive, so
+# a long run of digits that ends in a letter is not tried split every way
+_NUMERIC = re.compile(r" ?(?:\d++[!-/:-@\[-`{-~]?)++\Z", re.ASCII)
+_DIGIT_RUN = re.compile(r"\d+", re.ASCII)
 
-    Its pre-tokenizer cuts digits into runs of at most three from the left, every run
-    of one to three digits is one token, and a space before a digit is a token of its
-    own (checked for every run up to three digits and for random runs up to 30, with
-    and without the space, in tests/clean/test_tokens.py).
+
+def numeric_tokens(piece: str) -> int | None:
+    """cl100k_base's tokens of a piece of ASCII digits and punctuation that opens with a
+    digit (after its space or not) and has a digit before each punctuation character;
+    None for any other piece.
+
+    Its pre-tokenizer cuts digits into runs of at most three from the left, and every
+    run of one to three digits is one token; a punctuation character between digits is
+    a piece of one byte, so one token; a space before a digit is a token of its own.
+    Checked for every run up to three digits, long runs, every ASCII punctuation
+    character between runs, and random pieces, with and without the space, in
+    tests/clean/test_tokens.py.
     """
-    digits = piece[1:] if piece[:1] == " " else piece
-    if not (digits.isdigit() and digits.isascii()):
+    if _NUMERIC.match(piece) is None:
         return None
-    return (len(digits) + 2) // 3 + len(piece) - len(digits)
+    runs = _DIGIT_RUN.findall(piece)
+    digits = 0
+    tokens = 0
+    for run in runs:
+        digits += len(run)
+        tokens += (len(run) + 2) // 3
+    return tokens + len(piece) - digits
 
 
 def _cut(parts: list[str]) -> tuple[str, list[str]]:
