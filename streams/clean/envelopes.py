@@ -21,6 +21,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
+from streams.clean.jsontext import loads_utf8
 from streams.clean.levels import normalize_level, syslog_severity
 from streams.records import EnvelopeKind, Level
 
@@ -137,8 +138,8 @@ def _json_object(raw: bytes) -> dict[str, Any] | None:
         return None
     try:
         # opening with "{" or a blank and no NUL next, the bytes are what json.loads
-        # reads as UTF-8: decoded here as it would, without its encoding detection
-        obj = json.loads(raw.decode("utf-8", "surrogatepass") if raw[1:2] != b"\0" else raw)
+        # reads as UTF-8: decoded as it would, without its encoding detection
+        obj = loads_utf8(raw) if raw[1:2] != b"\0" else json.loads(raw)
     except ValueError:
         return None
     return obj if isinstance(obj, dict) else None

@@ -7,12 +7,12 @@ stays in ``attributes`` untouched.
 
 from __future__ import annotations
 
-import json
 import re
 from collections.abc import Iterator
 from datetime import datetime
 from typing import Any, Protocol
 
+from streams.clean.jsontext import loads
 from streams.clean.levels import normalize_level
 from streams.clean.parsed import Parsed
 from streams.clean.timestamps import TimeResolver, exact_instant, from_number, match_leading
@@ -88,7 +88,7 @@ class StructuredParser:
         """A JSON record (``obj``: its object, when decoded already) or a Docker one."""
         if obj is None:
             try:
-                obj = json.loads(text)
+                obj = loads(text)
             except ValueError:
                 return None
         if not isinstance(obj, dict):
