@@ -7,6 +7,7 @@ Importable as ``helpers`` because tests/conftest.py puts this folder on sys.path
 from __future__ import annotations
 
 import asyncio
+import base64
 import contextlib
 import json
 import shutil
@@ -44,6 +45,17 @@ def shared_file(*parts: str) -> Path:
     if not path.exists():
         pytest.skip(f"{path} is not here (shared data is optional)")
     return path
+
+
+def shipper_messages(name: str) -> list[dict[str, Any]]:
+    """The messages one real shipper wrote (tests/fixtures/shippers/<name>.jsonl), each
+    with its value as ``bytes``."""
+    rows = [json.loads(line)
+            for line in (SHIPPER_FIXTURES / f"{name}.jsonl").read_text().splitlines()]
+    for row in rows:
+        row["bytes"] = (base64.b64decode(row["value_b64"]) if "value_b64" in row
+                        else row["value"].encode())
+    return rows
 
 
 def sample_lines(tmp_path: Path) -> list[str]:

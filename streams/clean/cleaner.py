@@ -15,7 +15,7 @@ import contextlib
 import logging
 from collections.abc import Callable, Iterator
 from datetime import UTC, datetime
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from streams.clean.envelopes import Entry, EnvelopeError, EnvelopeKind, read_message
 from streams.clean.formats import FormatParser, Parsed
@@ -45,6 +45,12 @@ _REPLACEMENT_UTF8 = "\ufffd".encode()
 # NormalizedRecord(**fields) less its keyword packing and __init__: the same validation
 _new_record = NormalizedRecord.__pydantic_validator__.validate_python
 MAX_MESSAGE_BYTES = 8 * 1024 * 1024  # an envelope is bounded by the Kafka message limit
+RecordFields = dict[str, Any]  # a NormalizedRecord's fields in its order, not validated
+Built = TypeVar("Built", NormalizedRecord, RecordFields)
+
+
+def _as_fields(fields: RecordFields) -> RecordFields:
+    return fields
 
 
 def _readable(key: str) -> bool:
@@ -127,12 +133,23 @@ class Cleaner:
         time of its own, such as a line of user feedback; the rule says so.
         """
         if self._tallying:  # the clean step's fetch counts them
-            return self._clean(raw, coord, source, received_at)
+            return self._clean(raw, coord, source, received_at, _new_record)
         with self.tallied():
-            return self._clean(raw, coord, source, received_at)
+            return self._clean(raw, coord, source, received_at, _new_record)
 
-    def _clean(self, raw: bytes, coord: RawCoord, source: str,
-               received_at: datetime | None) -> list[NormalizedRecord | DeadLetter]:
+    def clean_fields(
+        self, raw: bytes, coord: RawCoord, source: str, *, received_at: datetime | None = None
+    ) -> list[RecordFields | DeadLetter]:
+        """``clean`` with each record's fields left unvalidated: written as JSON they are
+        the bytes ``clean`` would give, and the lanes validate every record they read,
+        so the clean step need not build each record first."""
+        if self._tallying:
+            return self._clean(raw, coord, source, received_at, _as_fields)
+        with self.tallied():
+            return self._clean(raw, coord, source, received_at, _as_fields)
+
+    def _clean(self, raw: bytes, coord: RawCoord, source: str, received_at: datetime | None,
+               build: Callable[[RecordFields], Built]) -> list[Built | DeadLetter]:
         if len(raw) > self.max_message_bytes:
             return [self._dead(raw, coord, source, "too_large", (
                 f"message is over the {self.max_message_bytes}-byte limit ({len(raw)} bytes; "
@@ -150,14 +167,14 @@ class Cleaner:
             logger.warning("unwrapping failed on %s: %s", coord.id, exc, exc_info=True)
             envelope = None
         if envelope is None:
-            return [self._clean_line(raw, coord, source, received_at, obj)]
+            return [self._clean_line(raw, coord, source, received_at, obj, build)]
         if not envelope.entries:
             return [self._dead(raw, coord, source, "empty_envelope", (
                 f"the {envelope.kind} message holds no log record; nothing to clean "
                 "(the shipper sent an empty batch)"))]
         count = len(envelope.entries)
         return [self._clean_entry(entry, coord.in_message(i, count), source, received_at,
-                                  envelope.kind)
+                                  envelope.kind, build)
                 for i, entry in enumerate(envelope.entries)]
 
     def clean_line(
@@ -167,13 +184,13 @@ class Cleaner:
         """Clean one message that is one log record (no envelope); ``obj``: its JSON
         object when the envelope check already decoded it."""
         if self._tallying:
-            return self._clean_line(raw, coord, source, received_at, obj)
+            return self._clean_line(raw, coord, source, received_at, obj, _new_record)
         with self.tallied():
-            return self._clean_line(raw, coord, source, received_at, obj)
+            return self._clean_line(raw, coord, source, received_at, obj, _new_record)
 
     def _clean_line(self, raw: bytes, coord: RawCoord, source: str,
-                    received_at: datetime | None,
-                    obj: dict[str, Any] | None) -> NormalizedRecord | DeadLetter:
+                    received_at: datetime | None, obj: dict[str, Any] | None,
+                    build: Callable[[RecordFields], Built]) -> Built | DeadLetter:
         try:
             text, repaired = self.decode(raw)
         except RecordError as exc:
@@ -195,7 +212,7 @@ class Cleaner:
             if parsed.timestamp is None and received_at is not None:
                 parsed.timestamp = received_at.astimezone(UTC)
                 parsed.timestamp_rule = "ingest-time"
-            return self._finish(parsed, text, coord, source)
+            return build(self._fields(parsed, text, coord, source))
         except Exception as exc:  # redactor, miner or model validation: same rule
             logger.warning("cleaning failed on %s: %s: %s", coord.id, type(exc).__name__,
                            self.redact_text(str(exc)))
@@ -206,7 +223,8 @@ class Cleaner:
             return self._dead(raw, coord, source, "clean_error", detail)
 
     def _clean_entry(self, entry: Entry, coord: RawCoord, source: str,
-                     received_at: datetime | None, kind: str) -> NormalizedRecord | DeadLetter:
+                     received_at: datetime | None, kind: str,
+                     build: Callable[[RecordFields], Built]) -> Built | DeadLetter:
         """One record out of an envelope: its line parsed again, the envelope's metadata
         filling what the line does not say (its time only as a fallback)."""
         if entry.stream and (source == "unknown" or not _readable(source)):
@@ -224,7 +242,7 @@ class Cleaner:
             parsed = self.parser.parse(text, source=entry.stream or source)
             self._apply_envelope(parsed, entry, received_at)
             parsed.attributes = {"envelope": kind, **entry.attributes, **parsed.attributes}
-            record = self._finish(parsed, text, coord, source)
+            record = build(self._fields(parsed, text, coord, source))
             if self._by_envelope is not None:
                 self._by_envelope(kind).inc()
             return record
@@ -325,7 +343,7 @@ class Cleaner:
             hit = self._names[name] = self.redactor.redact(name)
         return hit
 
-    def _finish(self, parsed: Parsed, text: str, coord: RawCoord, source: str) -> NormalizedRecord:
+    def _fields(self, parsed: Parsed, text: str, coord: RawCoord, source: str) -> RecordFields:
         # trace and span ids move to attributes: in the text they are new on every line,
         # so they cost prompt tokens and make many events mine to one template
         message, trace = lift_trace(parsed.message)
@@ -346,7 +364,7 @@ class Cleaner:
         # the score is a number that never leaves the stage, so it is taken on the raw
         # text rather than paying to redact the whole line a second time
         score = cost_score(text)
-        record: NormalizedRecord = _new_record({
+        fields = {
             "id": coord.id,
             "raw": coord,
             "source": source,
@@ -363,12 +381,12 @@ class Cleaner:
             "cost": round(score, 4),
             "lane": choose_lane(score, self.slow_cost_threshold),
             "redactions": counts,
-        })
+        }
         formats, kinds = self._formats, self._kinds
         formats[parsed.format] = formats.get(parsed.format, 0) + 1
         for kind, n in counts.items():
             kinds[kind] = kinds.get(kind, 0) + n
-        return record
+        return fields
 
     @contextlib.contextmanager
     def tallied(self) -> Iterator[None]:

@@ -11,17 +11,18 @@ from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from datetime import UTC, datetime
 
+# a record's fields as JSON: the bytes model_dump_json writes for the record they make
+from pydantic_core import to_json
+
 from streams.clean.cleaner import Cleaner
 from streams.ingest.keys import source_of_key
 from streams.metrics import Metrics
-from streams.records import DeadLetter, NormalizedRecord, RawCoord
+from streams.records import DeadLetter, RawCoord
 from streams.runtime.step import Context, Fetch, Out, Step
 from streams.settings import Settings
 
 MAX_CACHED_KEYS = 4096  # message keys remembered with their source (keys name sources)
 _NO_KEY: tuple[str, bytes | None] = ("unknown", None)  # a message without a key: its source
-# model_dump_json().encode() without its wrapper and its str round trip: the same bytes
-_record_json = NormalizedRecord.__pydantic_serializer__.to_json
 # RawCoord(**fields) less its keyword packing and __init__: the same validation
 _new_coord = RawCoord.__pydantic_validator__.validate_python
 
@@ -44,12 +45,12 @@ def routed_records(cleaner: Cleaner, value: bytes | None, coord: RawCoord, sourc
     partitioning in the lanes, and is read by every reader of the lanes (a DSN as
     --source carried its password); without one, a record is keyed by its source.
     """
-    for out in cleaner.clean(value or b"", coord, source, received_at=received):
+    for out in cleaner.clean_fields(value or b"", coord, source, received_at=received):
         if isinstance(out, DeadLetter):
             yield "deadletter", out.id.encode(), out.model_dump_json().encode(), out.reason
         else:
-            yield (out.lane, out.source.encode() if lane_key is None else lane_key,
-                   _record_json(out), None)
+            yield (out["lane"], out["source"].encode() if lane_key is None else lane_key,
+                   to_json(out), None)
 
 
 def route(cleaner: Cleaner, *, value: bytes | None, key: bytes | None, topic: str,

@@ -10,8 +10,7 @@ makes a crash or a rebalance re-read rather than lose it.
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable, Coroutine, Hashable, Iterable, Mapping, Sequence
-from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Any, NamedTuple, Protocol
 
 from streams.runtime.acks import AckHandle
 
@@ -32,9 +31,8 @@ Part = Hashable  # a partition: aiokafka's TopicPartition (its .topic and .parti
 Fetch = Mapping[Any, Sequence[Message]]
 
 
-@dataclass(frozen=True, slots=True)
-class Out:
-    """One message a step produces."""
+class Out(NamedTuple):
+    """One message a step produces (a tuple: a step builds one per record)."""
 
     topic: str
     key: bytes | None

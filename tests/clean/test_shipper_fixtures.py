@@ -10,7 +10,6 @@ shipper's read time (or the Kafka timestamp) fails here.
 
 from __future__ import annotations
 
-import base64
 import functools
 import json
 from datetime import UTC, datetime
@@ -23,6 +22,7 @@ from streams.records import DeadLetter, NormalizedRecord, RawCoord
 from streams.settings import Settings
 
 from helpers import SHIPPER_FIXTURES, shipper_field_errors
+from helpers import shipper_messages as messages
 
 FIXTURES = SHIPPER_FIXTURES
 EXPECTED: dict[str, dict[str, str | None]] = json.loads(
@@ -31,14 +31,6 @@ CAPTURES = sorted(p.stem for p in FIXTURES.glob("*.jsonl"))
 # plain lines carry no envelope: the Kafka key (kcat -k) names the source, as
 # `retro produce` does; the service is then whatever the line itself says
 WITHOUT_ENVELOPE = {"kcat"}
-
-
-def messages(name: str) -> list[dict]:
-    rows = [json.loads(line) for line in (FIXTURES / f"{name}.jsonl").read_text().splitlines()]
-    for row in rows:
-        row["bytes"] = (base64.b64decode(row["value_b64"]) if "value_b64" in row
-                        else row["value"].encode())
-    return rows
 
 
 @functools.cache

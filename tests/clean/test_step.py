@@ -7,12 +7,15 @@ import json
 
 from streams.clean.cleaner import Cleaner
 from streams.clean.step import CleanStep, route
+from streams.ingest.keys import source_of_key
 from streams.metrics import Metrics
 from streams.records import NormalizedRecord, RawCoord
 from streams.runtime.memory import MemoryRun, Part, Record
 from streams.settings import CleanSettings, Settings
 
-from helpers import otlp_logs
+from helpers import SHIPPER_FIXTURES, otlp_logs, sample_lines, shipper_messages
+
+CAPTURES = sorted(p.stem for p in SHIPPER_FIXTURES.glob("*.jsonl"))
 
 
 def test_an_otlp_message_routes_every_record_and_a_line_routes_one() -> None:
@@ -42,6 +45,28 @@ def test_a_routed_value_is_the_records_own_json() -> None:
     assert isinstance(record, NormalizedRecord)
     assert routed.value == record.model_dump_json().encode()
     assert NormalizedRecord.model_validate_json(routed.value) == record
+
+
+def test_the_step_writes_the_bytes_of_the_records_clean_builds(tmp_path) -> None:
+    """The step writes each record's fields as JSON without building the record (the
+    lanes validate what they read): on every line of the sample and the shared logs,
+    and every message the real shippers wrote, the bytes are those of the record that
+    ``clean`` builds, and they read back as that record."""
+    settings = Settings()
+    raw = [(line.encode(), b"app") for line in sample_lines(tmp_path)]
+    raw += [(row["bytes"], None) for name in CAPTURES for row in shipper_messages(name)]
+    built, routed = Cleaner.from_settings(settings), Cleaner.from_settings(settings)
+    records = 0
+    for offset, (value, key) in enumerate(raw):
+        coord = RawCoord(topic="raw", partition=0, offset=offset)
+        want = [o for o in built.clean(value, coord, source_of_key(key))
+                if isinstance(o, NormalizedRecord)]
+        got = [r.value for r in route(routed, value=value, key=key, topic="raw", partition=0,
+                                      offset=offset, timestamp_ms=None) if r.lane != "deadletter"]
+        assert got == [record.model_dump_json().encode() for record in want]
+        assert [NormalizedRecord.model_validate_json(v) for v in got] == want
+        records += len(want)
+    assert records > len(raw) / 2
 
 
 def _fetch() -> list[Record]:
