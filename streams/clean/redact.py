@@ -138,6 +138,7 @@ _CAMEL = re.compile(r"(?<=[a-z0-9])(?=[A-Z])")
 # Opaque tokens: 20+ characters of the base64 / base64url alphabets, padding allowed.
 _OPAQUE = re.compile(r"(?<![A-Za-z0-9+/_=-])[A-Za-z0-9+/_-]{20,}={0,2}(?![A-Za-z0-9+/_=-])")
 _HEX_ID = re.compile(r"[0-9A-Fa-f-]+")  # hashes, git SHAs, UUIDs, trace ids
+_NOTHING: dict[str, int] = {}  # the counts of a text with nothing found (shared, read only)
 _WORD_RUN = re.compile(r"[a-z]{4,}")
 OPAQUE_MIN_LENGTH = 20
 CARD_FLOOR = 10**12  # the smallest 13-digit number: any int below in size is no card
@@ -276,6 +277,11 @@ class Redactor:
         """The memo's entry for a short non-empty text; its counts are shared, read only."""
         hit = self._memo.get(text)
         if hit is None:
+            if _HEX_ID.fullmatch(text) and _CARD_HINT.match(text) is None:
+                # a hex id (trace and span ids, hashes, UUIDs), new on almost every record:
+                # no rule finds anything in one but a card number at its start (every
+                # later digit follows a word character or "-", where a card cannot begin)
+                return text, _NOTHING
             if len(self._memo) >= MEMO_TEXTS:
                 self._memo.clear()
             hit = self._memo[text] = self._redact(text)

@@ -483,3 +483,29 @@ def test_the_memo_is_bounded(r: Redactor, monkeypatch: pytest.MonkeyPatch) -> No
         text = f"user {i} password=abc{i}"
         assert r.redact(text) == (f"user {i} password=[REDACTED:password]", {"password": 1})
     assert len(r._memo) <= 3
+
+
+_HEX_TEXT = st.text(alphabet="0123456789abcdefABCDEF-", min_size=1, max_size=80)
+
+
+@given(st.one_of(
+    _HEX_TEXT,
+    st.uuids().map(str),
+    st.builds(lambda body, rest: _luhn_complete("4" + body) + rest,
+              st.text(alphabet="0123456789", min_size=14, max_size=14), _HEX_TEXT),
+    st.builds("-".join, st.lists(st.text(alphabet="0123456789", min_size=4, max_size=6),
+                                 min_size=2, max_size=5)),
+))
+def test_a_hex_id_is_redacted_as_every_rule_would(text: str) -> None:
+    """Hex ids skip the rules (no rule finds anything in one but a card number at its
+    start): the same text and counts as running every rule, cards at the start included."""
+    r = Redactor()
+    assert r.redact(text) == r._redact(text)
+    assert r.redact_mapping({"trace_id": text, "card": text}) == (
+        {"trace_id": r._redact(text)[0], "card": r._redact(text)[0]},
+        {k: 2 * n for k, n in r._redact(text)[1].items()})
+
+
+def test_a_card_number_written_as_a_hex_id_is_still_redacted() -> None:
+    text, counts = Redactor().redact("4111-1111-1111-1111")
+    assert text == "[REDACTED:card_number]" and counts == {"card_number": 1}
