@@ -357,9 +357,10 @@ class Cleaner:
         # as much as the message does (e.g. a DSN with a password used as a stream name)
         source, source_counts = self._redact_name(source)
         service, service_counts = self._redact_name(parsed.service or source)
-        for found in (attr_counts, source_counts, service_counts):
-            for kind, n in found.items():
-                counts[kind] = counts.get(kind, 0) + n
+        if attr_counts or source_counts or service_counts:  # seldom: most records hold none
+            for found in (attr_counts, source_counts, service_counts):
+                for kind, n in found.items():
+                    counts[kind] = counts.get(kind, 0) + n
         template_id, template = self.templates.match(message.partition("\n")[0])
         # the score is a number that never leaves the stage, so it is taken on the raw
         # text rather than paying to redact the whole line a second time
@@ -382,10 +383,12 @@ class Cleaner:
             "lane": choose_lane(score, self.slow_cost_threshold),
             "redactions": counts,
         }
-        formats, kinds = self._formats, self._kinds
+        formats = self._formats
         formats[parsed.format] = formats.get(parsed.format, 0) + 1
-        for kind, n in counts.items():
-            kinds[kind] = kinds.get(kind, 0) + n
+        if counts:
+            kinds = self._kinds
+            for kind, n in counts.items():
+                kinds[kind] = kinds.get(kind, 0) + n
         return fields
 
     @contextlib.contextmanager

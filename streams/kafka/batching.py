@@ -57,8 +57,11 @@ class BatchSender:
     async def send(self, messages: Iterable[Message]) -> list[asyncio.Future[Any]]:
         """Queue ``messages`` (in order per partition); the delivery futures."""
         runs: dict[tuple[str, int], list[tuple[bytes | None, bytes]]] = {}
+        of_topic: dict[str, list[int]] = {}  # a fetch's outputs go to a few topics
         for topic, key, value in messages:
-            partitions = await self._partitions_of(topic)
+            partitions = of_topic.get(topic)
+            if partitions is None:
+                partitions = of_topic[topic] = await self._partitions_of(topic)
             partition = self._partition(topic, key, partitions)
             runs.setdefault((topic, partition), []).append((key, value))
         futures: list[asyncio.Future[Any]] = []
