@@ -243,12 +243,17 @@ def to_lanes(cleaner: Cleaner, lanes: Mapping[str, str], messages: Sequence[Mess
     for m in messages:
         for routed in route(cleaner, value=m.value, key=m.key, topic=m.topic,
                             partition=m.partition, offset=m.offset, timestamp_ms=m.timestamp):
-            if routed.lane not in lanes:
-                logger.warning("%s[%s]@%s now cleans into a dead letter; left in review",
-                               m.topic, m.partition, m.offset)
+            try:  # the clean step writes its records unvalidated: the lanes check them
+                record = (NormalizedRecord.model_validate_json(routed.value)
+                          if routed.lane in lanes else None)
+            except ValidationError:
+                record = None
+            if record is None:
+                logger.warning("%s[%s]@%s now cleans into a dead letter or an invalid "
+                               "record; left in review", m.topic, m.partition, m.offset)
                 continue
             if wanted_parts is not None:
-                key, value = NormalizedRecord.model_validate_json(routed.value).raw.ledger_entry()
+                key, value = record.raw.ledger_entry()
                 if value not in wanted_parts.get(key, ()):
                     continue  # another record of a message carrying many
             outs.append(Out(lanes[routed.lane], routed.key, routed.value))

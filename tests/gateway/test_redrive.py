@@ -7,6 +7,8 @@ import asyncio
 
 import pytest
 
+from streams.clean.cleaner import Cleaner
+from streams.clean.tokens import TokenCounter
 from streams.errors import PermanentModelError, RateLimited, TransientModelError
 from streams.gateway.backends import ChatResult
 from streams.gateway.reasons import TRANSIENT_REASONS, is_transient, kind_of
@@ -16,6 +18,7 @@ from streams.gateway.redrive import (
     backend_probe,
     lane_coverage,
     redrive_fetch,
+    to_lanes,
 )
 from streams.intervals import Coverage
 from streams.metrics import Metrics
@@ -268,3 +271,17 @@ def test_old_reviews_parse_and_new_ones_say_where_their_records_sit() -> None:
     new = placed_review([[0, 1]], {f"{FAST}/0": [[5, 6]]})
     assert Review.model_validate_json(new.model_dump_json()).lane_covered == {
         f"{FAST}/0": [[5, 6]]}
+
+
+def test_a_raw_message_cleaned_again_goes_back_to_its_lane_unless_it_is_no_valid_record(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """Re-driving an old review cleans its raw messages again; the clean step writes
+    records unvalidated, so a record that a bug made invalid stays in review instead
+    of failing the re-drive on every attempt."""
+    lanes = {"fast": "lanes.fast", "slow": "lanes.slow"}
+    message = Record("raw", 0, 3, b"app", b"2026-11-28T10:00:00Z ERROR disk full", None)
+    (out,) = to_lanes(Cleaner.from_settings(Settings()), lanes, [message])
+    assert out.topic == "lanes.fast"
+    assert NormalizedRecord.model_validate_json(out.value).raw.offset == 3
+    monkeypatch.setattr(TokenCounter, "count", lambda self, text: "many")  # a bug
+    assert to_lanes(Cleaner.from_settings(Settings()), lanes, [message]) == []
