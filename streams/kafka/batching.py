@@ -57,11 +57,11 @@ class BatchSender:
     async def send(self, messages: Iterable[Message]) -> list[asyncio.Future[Any]]:
         """Queue ``messages`` (in order per partition); the delivery futures."""
         runs: dict[tuple[str, int], list[tuple[bytes | None, bytes]]] = {}
-        of_topic: dict[str, list[int]] = {}  # a fetch's outputs go to a few topics
+        known = self._partitions  # awaited only for a topic not seen yet
         for topic, key, value in messages:
-            partitions = of_topic.get(topic)
+            partitions = known.get(topic)
             if partitions is None:
-                partitions = of_topic[topic] = await self._partitions_of(topic)
+                partitions = await self._partitions_of(topic)
             partition = self._partition(topic, key, partitions)
             runs.setdefault((topic, partition), []).append((key, value))
         futures: list[asyncio.Future[Any]] = []

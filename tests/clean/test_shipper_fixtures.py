@@ -21,13 +21,13 @@ from streams.ingest.keys import source_of_key
 from streams.records import DeadLetter, NormalizedRecord, RawCoord
 from streams.settings import Settings
 
-from helpers import SHIPPER_FIXTURES, shipper_field_errors
+from helpers import SHIPPER_CAPTURES, SHIPPER_FIXTURES, shipper_field_errors
 from helpers import shipper_messages as messages
 
 FIXTURES = SHIPPER_FIXTURES
 EXPECTED: dict[str, dict[str, str | None]] = json.loads(
     (FIXTURES / "expected.json").read_text())["lines"]
-CAPTURES = sorted(p.stem for p in FIXTURES.glob("*.jsonl"))
+CAPTURES = SHIPPER_CAPTURES
 # plain lines carry no envelope: the Kafka key (kcat -k) names the source, as
 # `retro produce` does; the service is then whatever the line itself says
 WITHOUT_ENVELOPE = {"kcat"}

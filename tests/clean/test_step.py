@@ -13,9 +13,7 @@ from streams.records import NormalizedRecord, RawCoord
 from streams.runtime.memory import MemoryRun, Part, Record
 from streams.settings import CleanSettings, Settings
 
-from helpers import SHIPPER_FIXTURES, otlp_logs, sample_lines, shipper_messages
-
-CAPTURES = sorted(p.stem for p in SHIPPER_FIXTURES.glob("*.jsonl"))
+from helpers import SHIPPER_CAPTURES, otlp_logs, sample_lines, shipper_messages
 
 
 def test_an_otlp_message_routes_every_record_and_a_line_routes_one() -> None:
@@ -54,7 +52,7 @@ def test_the_step_writes_the_bytes_of_the_records_clean_builds(tmp_path) -> None
     ``clean`` builds, and they read back as that record."""
     settings = Settings()
     raw = [(line.encode(), b"app") for line in sample_lines(tmp_path)]
-    raw += [(row["bytes"], None) for name in CAPTURES for row in shipper_messages(name)]
+    raw += [(row["bytes"], None) for name in SHIPPER_CAPTURES for row in shipper_messages(name)]
     built, routed = Cleaner.from_settings(settings), Cleaner.from_settings(settings)
     records = 0
     for offset, (value, key) in enumerate(raw):
