@@ -154,6 +154,18 @@ def cpu_seconds(pid: int | None) -> float | None:
     return (int(fields[11]) + int(fields[12])) / CLOCK_TICKS
 
 
+def machine_cpu() -> tuple[float, float] | None:
+    """(busy, all) CPU seconds of the whole machine since boot, summed over its CPUs
+    (Linux /proc/stat; iowait counts as idle), or None."""
+    try:
+        fields = [int(f) for f in Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:]]
+    except (OSError, ValueError):
+        return None
+    idle = fields[3] + (fields[4] if len(fields) > 4 else 0)  # idle + iowait
+    total = sum(fields[:8])  # guest time is already inside user time
+    return (total - idle) / CLOCK_TICKS, total / CLOCK_TICKS
+
+
 def peak_rss_of(pid: int) -> float | None:
     """VmHWM (peak resident set) of a live process in MiB: its own, not inherited."""
     try:

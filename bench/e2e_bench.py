@@ -62,6 +62,7 @@ from _common import (
     cpu_seconds,
     free_port,
     machine,
+    machine_cpu,
     peak_rss_of,
     table,
 )
@@ -375,6 +376,9 @@ class Sample:
     raw_committed: int
     stages: dict[str, float]  # retro_records_consumed_total by stage, summed over workers
     lag_by_topic: dict[str, int] = field(default_factory=dict)
+    # CPU seconds so far: the machine's busy and all ("busy", "all"), the workers, the
+    # broker and this bench; two samples give the cores each used between them
+    cpu: dict[str, float] = field(default_factory=dict)
 
 
 class Observer:
@@ -705,7 +709,28 @@ class PipelineRun:
             "bench_cpu_cores": (self.bench_cpu_seconds / end
                                 if self.bench_cpu_seconds is not None and end else None),
             "steady_idle_share": idle,  # per worker, with --waits
+            "steady_cores": self.steady_cores(start, end),
         }
+
+    def steady_cores(self, start: float | None, end: float | None) -> dict[str, float] | None:
+        """Cores used in the steady time, from the samples at its two ends: the machine's
+        CPUs (``cpus``), how many were busy, and by whom (``other``: anything else on the
+        machine, the kernel's own work included). Shows whether the workers were short of
+        CPU (the machine busy) or of work (idle cores)."""
+        if start is None or end is None or end <= start:
+            return None
+        first = next((s for s in self.timeline if s.t >= start and s.cpu), None)
+        last = next((s for s in reversed(self.timeline) if s.t <= end and s.cpu), None)
+        if first is None or last is None or last.t <= first.t:
+            return None
+        keys = ("busy", "all", "workers", "broker", "bench")
+        if not all(k in first.cpu and k in last.cpu for k in keys):
+            return None
+        seconds = last.t - first.t
+        used = {k: (last.cpu[k] - first.cpu[k]) / seconds for k in keys}
+        return {"seconds": seconds, "cpus": used["all"], "busy": used["busy"],
+                "workers": used["workers"], "broker": used["broker"], "bench": used["bench"],
+                "other": used["busy"] - used["workers"] - used["broker"] - used["bench"]}
 
     def steady_idle(self, waits: dict[str, Any], start: float | None,
                     end: float | None) -> float | None:
@@ -715,6 +740,18 @@ class PipelineRun:
         steady = sum(idle for second, idle in waits.get("idle_by_second", ())
                      if start <= second - self.launched_at <= end)
         return steady / (end - start)
+
+
+def cpu_so_far(worker_pids: list[int], broker_pid: int | None) -> dict[str, float]:
+    """``Sample.cpu``: CPU seconds so far of the machine, the workers, the broker and this
+    bench; empty where /proc is not there to read."""
+    whole = machine_cpu()
+    workers = [cpu_seconds(pid) for pid in worker_pids]
+    broker = cpu_seconds(broker_pid)
+    if whole is None or broker is None or None in workers:
+        return {}
+    return {"busy": whole[0], "all": whole[1], "workers": sum(w or 0.0 for w in workers),
+            "broker": broker, "bench": time.process_time()}
 
 
 async def run_pipeline(args: argparse.Namespace, ctx: dict[str, Any], workers: int,
@@ -754,6 +791,7 @@ async def run_pipeline(args: argparse.Namespace, ctx: dict[str, Any], workers: i
         try:
             while True:
                 s = await obs.sample(launched)
+                s.cpu = cpu_so_far([p.pid for p in procs], ctx["broker_pid"])
                 run.timeline.append(s)
                 if run.first_progress_s is None and (s.raw_committed or s.stages.get("clean")):
                     run.first_progress_s = s.t
@@ -1030,6 +1068,12 @@ def report(result: dict[str, Any], args: argparse.Namespace) -> dict[str, Any]:
               f"{fmt(s['broker_cpu_cores'], '.2f')}, this bench (observer) "
               f"{fmt(s['bench_cpu_cores'], '.2f')} over {fmt(s['total_s'])} s; "
               f"second half / first half = {fmt(s['second_vs_first_half'], '.2f')}")
+        cores = s["steady_cores"]
+        if cores:
+            print(f"{run.name}: in {cores['seconds']:.0f} s of the steady time the machine's "
+                  f"{cores['cpus']:.1f} cores were {cores['busy'] / cores['cpus']:.0%} busy: "
+                  f"workers {cores['workers']:.2f}, broker {cores['broker']:.2f}, this bench "
+                  f"{cores['bench']:.2f}, anything else {cores['other']:.2f} cores")
         for i, (waits, idle) in enumerate(zip(run.waits, s["steady_idle_share"], strict=True)):
             if idle is not None:
                 print(f"{run.name}: worker {i}'s event loop idle {idle:.0%} of the steady time")
