@@ -11,7 +11,8 @@ Steps (every process it starts is stopped on exit, Ctrl-C and errors included):
    ``write_sample``, or only generated ones), sent with ``python -m streams produce
    --quiet --spread 4`` after ``python -m streams topics``;
 3. the baseline loop, in this process, with its own group and scratch topic,
-   ``--baseline-runs`` times (3): the median run is the baseline;
+   ``--baseline-runs`` times (3) before the pipelines and as many after them: the
+   median run is the baseline;
 4. with ``--workers K`` > 1, K processes running the workers' steps without a broker
    against one, before and after the pipelines: how far K workers can scale on this
    machine now;
@@ -288,6 +289,18 @@ async def raw_loop(bootstrap: str, raw: str, scratch: str, n: int) -> dict[str, 
             "total_s": done - launched, "records_per_second": seen / (done - first),
             "total_records_per_second": seen / (done - launched),
             "cpu_seconds": time.process_time() - cpu0}
+
+
+async def raw_loops(args: argparse.Namespace, bootstrap: str, raw: str, n: int, *,
+                    first: int) -> list[dict[str, Any]]:
+    """``--baseline-runs`` runs of the raw loop, each with its own group and scratch topic."""
+    out = []
+    for i in range(first, first + args.baseline_runs):
+        check_interrupted()
+        scratch = f"e2e.rawloop.{i}"
+        await create_topic(bootstrap, scratch, args.partitions)
+        out.append(await raw_loop(bootstrap, raw, scratch, n))
+    return out
 
 
 # --- following the pipeline --------------------------------------------------------------------
@@ -971,23 +984,24 @@ async def bench(args: argparse.Namespace, tmp: Path, broker: LocalBroker,
 
     check_interrupted()
     log("baseline: aiokafka consume -> json -> produce -> commit")
-    baselines = []
-    for i in range(args.baseline_runs):  # a few seconds each at 100k: its speed drifts
-        scratch = f"e2e.rawloop.{i}"
-        await create_topic(bootstrap, scratch, args.partitions)
-        baselines.append(await raw_loop(bootstrap, raw, scratch, n))
-    by_speed = sorted(baselines, key=lambda b: b["records_per_second"])
-    baseline = {**by_speed[len(by_speed) // 2],  # the median run is the one compared
-                "runs_records_per_second": [b["records_per_second"] for b in baselines]}
-    log(f"baseline: {baseline['records_per_second']:,.0f} rec/s (median of "
-        + ", ".join(f"{b['records_per_second']:,.0f}" for b in baselines) + ")")
-
+    before = await raw_loops(args, bootstrap, raw, n, first=0)
     ceiling = await parallel_ceiling(args.workers) if args.workers > 1 else None
     runs = []
     for k in [1] if args.workers == 1 else [1, args.workers]:
         check_interrupted()
         log(f"pipeline with {k} worker(s)")
         runs.append(await run_pipeline(args, ctx, k, tmp))
+    # before and after the pipelines, like the ceiling: the machine's speed drifts by
+    # tens of percent within minutes, and the raw loop would otherwise see only one end
+    after = await raw_loops(args, bootstrap, raw, n, first=len(before))
+    baselines = before + after
+    by_speed = sorted(baselines, key=lambda b: b["records_per_second"])
+    baseline = {**by_speed[len(by_speed) // 2],  # the median run is the one compared
+                "runs_records_per_second": [b["records_per_second"] for b in baselines],
+                "runs_before_pipelines": len(before)}
+    log(f"baseline: {baseline['records_per_second']:,.0f} rec/s (median of "
+        + ", ".join(f"{b['records_per_second']:,.0f}" for b in before) + " before and "
+        + ", ".join(f"{b['records_per_second']:,.0f}" for b in after) + " after the pipelines)")
     if ceiling:  # before and after the pipelines: the machine's share moves within minutes
         after = await parallel_ceiling(args.workers)
         ratios = ceiling["ratios"] + after["ratios"]
@@ -1146,7 +1160,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--set", action="append", default=[], metavar="RETRO_X=VALUE",
                         help="a setting of the workers (repeatable), e.g. RETRO_MODEL__RPM=6000")
     parser.add_argument("--baseline-runs", type=int, default=3,
-                        help="raw-loop runs; the median one is the baseline (default 3)")
+                        help="raw-loop runs before the pipelines and as many after; the "
+                             "median one is the baseline (default 3)")
     parser.add_argument("--workers", type=int, default=1,
                         help="also run this many workers in one group and compare (default 1)")
     parser.add_argument("--timeout", type=float, default=240.0,
