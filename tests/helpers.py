@@ -33,9 +33,9 @@ SHARED_DATA = REPO.parent / "shared" / "data"
 """Third-party logs beside the repository; optional, so tests using them skip without."""
 
 SHIPPER_FIXTURES = REPO / "tests" / "fixtures" / "shippers"
-# what each real shipper wrote: tests/fixtures/shippers/<capture>.jsonl
-SHIPPER_CAPTURES = sorted(p.stem for p in SHIPPER_FIXTURES.glob("*.jsonl"))
 """What real shippers wrote for input/ (README there); expected.json says each line's fields."""
+SHIPPER_CAPTURES = sorted(p.stem for p in SHIPPER_FIXTURES.glob("*.jsonl"))
+"""The captures' names: one ``<capture>.jsonl`` per real shipper."""
 
 T0 = datetime(2026, 1, 2, 3, 4, 5, tzinfo=UTC)
 """When the records of :func:`make_record` happen (plus their ``seconds``)."""

@@ -13,6 +13,7 @@ it (the merge counts a record once).
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import secrets
 from collections.abc import Awaitable, Callable, Collection, Hashable, Mapping, Sequence
@@ -243,11 +244,10 @@ def to_lanes(cleaner: Cleaner, lanes: Mapping[str, str], messages: Sequence[Mess
     for m in messages:
         for routed in route(cleaner, value=m.value, key=m.key, topic=m.topic,
                             partition=m.partition, offset=m.offset, timestamp_ms=m.timestamp):
-            try:  # the clean step writes its records unvalidated: the lanes check them
-                record = (NormalizedRecord.model_validate_json(routed.value)
-                          if routed.lane in lanes else None)
-            except ValidationError:
-                record = None
+            record = None
+            if routed.lane in lanes:  # the clean step writes records unvalidated
+                with contextlib.suppress(ValidationError):
+                    record = NormalizedRecord.model_validate_json(routed.value)
             if record is None:
                 logger.warning("%s[%s]@%s now cleans into a dead letter or an invalid "
                                "record; left in review", m.topic, m.partition, m.offset)

@@ -27,7 +27,6 @@ from helpers import shipper_messages as messages
 FIXTURES = SHIPPER_FIXTURES
 EXPECTED: dict[str, dict[str, str | None]] = json.loads(
     (FIXTURES / "expected.json").read_text())["lines"]
-CAPTURES = SHIPPER_CAPTURES
 # plain lines carry no envelope: the Kafka key (kcat -k) names the source, as
 # `retro produce` does; the service is then whatever the line itself says
 WITHOUT_ENVELOPE = {"kcat"}
@@ -50,7 +49,7 @@ def clean_all(name: str) -> tuple[NormalizedRecord | DeadLetter, ...]:
 
 def _cases(fields: tuple[str, ...]) -> list:
     cases = []
-    for name in CAPTURES:
+    for name in SHIPPER_CAPTURES:
         for field in fields:
             cases.append(pytest.param(name, field, id=f"{name}-{field}"))
     return cases
@@ -58,10 +57,10 @@ def _cases(fields: tuple[str, ...]) -> list:
 
 def test_every_shipper_capture_is_here() -> None:
     assert {"kcat", "rsyslog-template", "rsyslog-jsonmesg", "syslog-ng-json", "otlp-json",
-            "otlp-proto"} <= set(CAPTURES)
+            "otlp-proto"} <= set(SHIPPER_CAPTURES)
 
 
-@pytest.mark.parametrize("name", CAPTURES)
+@pytest.mark.parametrize("name", SHIPPER_CAPTURES)
 def test_the_capture_holds_every_line_read_years_later(name: str) -> None:
     """The fixture itself: all input lines, and the shipper's time is not the line's."""
     rows = messages(name)
