@@ -126,12 +126,14 @@ class Processes:
     def __init__(self) -> None:
         self.running: list[subprocess.Popen[bytes]] = []
 
-    def start(self, args: list[str], *, env: dict[str, str], log_path: Path) -> subprocess.Popen:
+    def start(self, args: list[str], *, env: dict[str, str], log_path: Path,
+              cwd: Path = REPO) -> subprocess.Popen:
+        """``args`` from ``cwd``: ``python -m streams`` there runs that tree's package."""
         with log_path.open("wb") as out:
             # its own session: SIGTERM to the group reaches anything it forks, and a
             # Ctrl-C on the bench's terminal does not kill it before we measured it
             proc = subprocess.Popen(args, env=env, stdout=out, stderr=subprocess.STDOUT,
-                                    stdin=subprocess.DEVNULL, cwd=REPO, start_new_session=True)
+                                    stdin=subprocess.DEVNULL, cwd=cwd, start_new_session=True)
         self.running.append(proc)
         return proc
 

@@ -1,0 +1,203 @@
+"""Two builds side by side: a worker of this tree and one of ``--ref``, at the same time.
+
+Single e2e runs drift by 10-20% with the shared machine's speed, more than most changes
+to a step are worth. Here both workers read the same raw topic on one broker in the
+same minutes, each in a group of its own, so whatever the machine does it does to
+both; the figure is each worker's CPU per record over the same window, and their ratio.
+Which worker starts first costs it a few percent (measured with two identical
+builds), so rounds alternate the order and the ratio to quote is their median.
+
+Steps (every process it starts is stopped on exit, Ctrl-C and errors included):
+
+1. ``git worktree add`` of ``--ref`` in a temporary dir (removed at the end);
+2. a ``LocalBroker``, ``retro topics`` and ``retro produce`` of the data, as in
+   ``e2e_bench.py``;
+3. each round: ``python -m streams worker`` from each tree (the tree's own ``streams``
+   package: it runs from that tree's folder), sampled every ``--poll`` seconds (its
+   /proc CPU time and its lanes' consumed records from ``/metrics``) until one has
+   passed ``--until`` of the records; the window starts when both have passed 5%.
+
+Run: ``.venv/bin/python bench/ab_bench.py --ref HEAD~1 [--records 300000]
+[--rounds 2]``. See bench/README.md.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import re
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+import uuid
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+import e2e_bench as e2e
+from _common import REPO, add_tag_argument, cpu_seconds, free_port, table, write_result
+
+from streams.dev.broker.launcher import LocalBroker
+
+LANE_METRIC = re.compile(
+    r'^retro_records_consumed_total\{stage="batch-(?:fast|slow)"\}\s+([0-9.eE+]+)', re.MULTILINE)
+START_SHARE = 0.05  # the window opens once both workers have passed this share
+
+
+async def lane_records(http: aiohttp.ClientSession, port: int) -> float | None:
+    """Lane records a worker has consumed: cleaned, sent and read back by its lanes."""
+    try:
+        async with http.get(f"http://127.0.0.1:{port}/metrics") as response:
+            text = await response.text()
+    except (TimeoutError, aiohttp.ClientError):
+        return None  # still starting
+    return sum(float(m.group(1)) for m in LANE_METRIC.finditer(text))
+
+
+async def start_worker(bootstrap: str, raw: str, tree: Path, state: Path,
+                       partitions: int) -> tuple[subprocess.Popen, int]:
+    """A worker of ``tree`` in a group and topics of its own, on the shared raw topic."""
+    prefix = f"ab-{uuid.uuid4().hex[:6]}"
+    env = e2e.base_env(bootstrap, state)
+    env["RETRO_APP_ID"] = prefix
+    env["RETRO_TOPICS__PARTITIONS"] = str(partitions)
+    env["RETRO_TOPICS__RAW"] = raw
+    env.update({f"RETRO_TOPICS__{n.upper()}": f"{prefix}.{n}" for n in e2e.PIPELINE_TOPICS})
+    code, out, err = await e2e.retro(env, "topics", timeout=120)
+    if code:
+        raise RuntimeError(f"`retro topics` failed ({code}): {out}{err}")
+    port = free_port()
+    proc = e2e.PROCS.start([sys.executable, "-m", "streams", "worker"],
+                           env={**env, "RETRO_WEB_PORT": str(port)},
+                           log_path=state / "worker.log", cwd=tree)
+    return proc, port
+
+
+async def one_round(args: argparse.Namespace, bootstrap: str, raw: str, n: int,
+                    trees: list[tuple[str, Path]], tmp: Path) -> dict[str, Any]:
+    started = []
+    for name, tree in trees:
+        state = tmp / f"{name}-{uuid.uuid4().hex[:4]}"
+        state.mkdir()
+        started.append((name, *await start_worker(bootstrap, raw, tree, state,
+                                                  args.partitions)))
+    samples: list[tuple[float, list[tuple[float | None, float | None]]]] = []
+    t0 = time.monotonic()
+    async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=5)) as http:
+        try:
+            while time.monotonic() - t0 < args.timeout:
+                await asyncio.sleep(args.poll)
+                e2e.check_interrupted()
+                row = [(cpu_seconds(proc.pid), await lane_records(http, port))
+                       for _, proc, port in started]
+                samples.append((time.monotonic() - t0, row))
+                if any(proc.poll() is not None for _, proc, _ in started):
+                    raise RuntimeError("a worker exited; its log is in " + str(tmp))
+                if any((done or 0) >= args.until * n for _, done in row):
+                    break
+        finally:
+            for _, proc, _ in started:
+                e2e.PROCS.stop(proc)
+    opened = next((s for s in samples
+                   if all((done or 0) >= START_SHARE * n for _, done in s[1])), None)
+    if opened is None or opened is samples[-1]:
+        raise RuntimeError(f"no steady window within {args.timeout:.0f}s")
+    (t_a, row_a), (t_b, row_b) = opened, samples[-1]
+    out = {"order": [name for name, _, _ in started], "window_s": round(t_b - t_a, 1)}
+    for (name, _, _), (cpu_a, done_a), (cpu_b, done_b) in zip(started, row_a, row_b,
+                                                              strict=True):
+        records = (done_b or 0) - (done_a or 0)
+        cpu = (cpu_b or 0) - (cpu_a or 0)
+        out[name] = {"records": records, "cpu_s": round(cpu, 2),
+                     "cpu_us_per_record": round(cpu / records * 1e6, 1),
+                     "records_per_second": round(records / (t_b - t_a)),
+                     "cores": round(cpu / (t_b - t_a), 2)}
+    out["ratio"] = round(out["this"]["cpu_us_per_record"] / out["ref"]["cpu_us_per_record"], 4)
+    return out
+
+
+async def bench(args: argparse.Namespace, tmp: Path, bootstrap: str, ref_tree: Path
+                ) -> dict[str, Any]:
+    raw = "ab.logs.raw"
+    env = e2e.base_env(bootstrap, tmp / "produce")
+    env["RETRO_TOPICS__RAW"] = raw
+    env["RETRO_TOPICS__PARTITIONS"] = str(args.partitions)
+    paths, data = e2e.make_data(args.data, args.records, tmp / "data")
+    code, out, err = await e2e.retro(env, "topics", timeout=120)
+    if code:
+        raise RuntimeError(f"`retro topics` failed ({code}): {out}{err}")
+    code, out, err = await e2e.retro(env, "produce", "--quiet", "--spread", "4", *paths,
+                                     timeout=1800)
+    if code:
+        raise RuntimeError(f"`retro produce` failed ({code}):\n{err[-3000:]}")
+    n = sum((await e2e.end_offsets(bootstrap, raw)).values())
+    e2e.log(f"{n:,} raw records ({args.data})")
+    trees = [("this", REPO), ("ref", ref_tree)]
+    rounds = []
+    for i in range(args.rounds):
+        order = trees if i % 2 == 0 else trees[::-1]
+        e2e.log(f"round {i + 1}: {order[0][0]} starts first")
+        rounds.append(await one_round(args, bootstrap, raw, n, order, tmp))
+        e2e.log(f"round {i + 1}: this / ref CPU a record = {rounds[-1]['ratio']:.3f}")
+    return {"records": n, "data": data, "rounds": rounds,
+            "ratio_median": statistics.median(r["ratio"] for r in rounds)}
+
+
+def ref_commit(ref: str) -> str:
+    return subprocess.run(["git", "rev-parse", "--short", ref], cwd=REPO, check=True,
+                          capture_output=True, text=True).stdout.strip()
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--ref", required=True, help="the git ref to compare with")
+    parser.add_argument("--records", type=int, default=300_000)
+    parser.add_argument("--data", choices=("mix", "sample", "multiday"), default="sample")
+    parser.add_argument("--partitions", type=int, default=4)
+    parser.add_argument("--rounds", type=int, default=2,
+                        help="rounds, each with both workers; the first to start alternates")
+    parser.add_argument("--until", type=float, default=0.95,
+                        help="a round ends when one worker has passed this share")
+    parser.add_argument("--poll", type=float, default=2.0)
+    parser.add_argument("--timeout", type=float, default=900.0, help="seconds per round")
+    add_tag_argument(parser)
+    args = parser.parse_args()
+    commit = ref_commit(args.ref)
+    tmp = Path(tempfile.mkdtemp(prefix="ab-bench-"))
+    ref_tree = tmp / "ref"
+    subprocess.run(["git", "worktree", "add", "--detach", "-q", str(ref_tree), commit],
+                   cwd=REPO, check=True)
+    broker = LocalBroker(tmp / "broker-state")
+    try:
+        state = broker.start(timeout=120)
+        result = asyncio.run(bench(args, tmp, state.bootstrap, ref_tree))
+    except KeyboardInterrupt:
+        print("interrupted; every process this run started is stopped", file=sys.stderr)
+        return 130
+    finally:
+        e2e.PROCS.stop_all()
+        broker.stop()
+        with contextlib.suppress(subprocess.CalledProcessError):
+            subprocess.run(["git", "worktree", "remove", "--force", str(ref_tree)],
+                           cwd=REPO, check=True, capture_output=True)
+        shutil.rmtree(tmp, ignore_errors=True)
+    result["ref"] = {"name": args.ref, "commit": commit}
+    result["this"] = e2e.code_version()
+    rows = [[i + 1, r["order"][0], r["window_s"], r["this"]["cpu_us_per_record"],
+             r["ref"]["cpu_us_per_record"], f"{r['ratio']:.3f}",
+             f"{r['this']['cores']:.2f} / {r['ref']['cores']:.2f}"]
+            for i, r in enumerate(result["rounds"])]
+    print(table(["round", "first", "window s", "this us/rec", "ref us/rec", "this / ref",
+                 "cores this / ref"], rows))
+    print(f"\nthis tree / {args.ref} ({commit}), CPU a record: median "
+          f"{result['ratio_median']:.3f} of {len(rows)} rounds")
+    print(f"wrote {write_result('ab_bench', result, args.tag)}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
