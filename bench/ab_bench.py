@@ -59,7 +59,7 @@ async def lane_records(http: aiohttp.ClientSession, port: int) -> float | None:
 
 
 async def start_worker(bootstrap: str, raw: str, tree: Path, state: Path,
-                       partitions: int) -> tuple[subprocess.Popen, int]:
+                       partitions: int) -> tuple[subprocess.Popen, int, Path]:
     """A worker of ``tree`` in a group and topics of its own, on the shared raw topic."""
     prefix = f"ab-{uuid.uuid4().hex[:6]}"
     env = e2e.base_env(bootstrap, state)
@@ -74,7 +74,7 @@ async def start_worker(bootstrap: str, raw: str, tree: Path, state: Path,
     proc = e2e.PROCS.start([sys.executable, "-m", "streams", "worker"],
                            env={**env, "RETRO_WEB_PORT": str(port)},
                            log_path=state / "worker.log", cwd=tree)
-    return proc, port
+    return proc, port, state / "worker.log"
 
 
 async def one_round(args: argparse.Namespace, bootstrap: str, raw: str, n: int,
@@ -93,22 +93,24 @@ async def one_round(args: argparse.Namespace, bootstrap: str, raw: str, n: int,
                 await asyncio.sleep(args.poll)
                 e2e.check_interrupted()
                 row = [(cpu_seconds(proc.pid), await lane_records(http, port))
-                       for _, proc, port in started]
+                       for _, proc, port, _ in started]
                 samples.append((time.monotonic() - t0, row))
-                if any(proc.poll() is not None for _, proc, _ in started):
-                    raise RuntimeError("a worker exited; its log is in " + str(tmp))
+                for name, proc, _, log in started:
+                    if proc.poll() is not None:
+                        tail = log.read_text(errors="replace")[-2000:]
+                        raise RuntimeError(f"the {name} worker exited ({proc.returncode}):\n{tail}")
                 if any((done or 0) >= args.until * n for _, done in row):
                     break
         finally:
-            for _, proc, _ in started:
+            for _, proc, _, _ in started:
                 e2e.PROCS.stop(proc)
     opened = next((s for s in samples
                    if all((done or 0) >= START_SHARE * n for _, done in s[1])), None)
     if opened is None or opened is samples[-1]:
         raise RuntimeError(f"no steady window within {args.timeout:.0f}s")
     (t_a, row_a), (t_b, row_b) = opened, samples[-1]
-    out = {"order": [name for name, _, _ in started], "window_s": round(t_b - t_a, 1)}
-    for (name, _, _), (cpu_a, done_a), (cpu_b, done_b) in zip(started, row_a, row_b,
+    out = {"order": [name for name, *_ in started], "window_s": round(t_b - t_a, 1)}
+    for (name, *_), (cpu_a, done_a), (cpu_b, done_b) in zip(started, row_a, row_b,
                                                               strict=True):
         records = (done_b or 0) - (done_a or 0)
         cpu = (cpu_b or 0) - (cpu_a or 0)
