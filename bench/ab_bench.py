@@ -4,8 +4,8 @@ Single e2e runs drift by 10-20% with the shared machine's speed, more than most 
 to a step are worth. Here both workers read the same raw topic on one broker in the
 same minutes, each in a group of its own, so whatever the machine does it does to
 both; the figure is each worker's CPU per record over the same window, and their ratio.
-Which worker starts first costs it a few percent (measured with two identical
-builds), so rounds alternate the order and the ratio to quote is their median.
+Rounds alternate which worker starts first, so neither tree always has the head
+start, and the ratio to quote is their median.
 
 Steps (every process it starts is stopped on exit, Ctrl-C and errors included):
 
@@ -26,7 +26,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
-import re
 import shutil
 import statistics
 import subprocess
@@ -43,8 +42,6 @@ from _common import REPO, add_tag_argument, cpu_seconds, free_port, table, write
 
 from streams.dev.broker.launcher import LocalBroker
 
-LANE_METRIC = re.compile(
-    r'^retro_records_consumed_total\{stage="batch-(?:fast|slow)"\}\s+([0-9.eE+]+)', re.MULTILINE)
 START_SHARE = 0.05  # the window opens once both workers have passed this share
 
 
@@ -55,18 +52,16 @@ async def lane_records(http: aiohttp.ClientSession, port: int) -> float | None:
             text = await response.text()
     except (TimeoutError, aiohttp.ClientError):
         return None  # still starting
-    return sum(float(m.group(1)) for m in LANE_METRIC.finditer(text))
+    return sum(float(n) for stage, n in e2e.STAGE_METRIC.findall(text)
+               if stage.startswith("batch-"))
 
 
 async def start_worker(bootstrap: str, raw: str, tree: Path, state: Path,
                        partitions: int) -> tuple[subprocess.Popen, int, Path]:
     """A worker of ``tree`` in a group and topics of its own, on the shared raw topic."""
     prefix = f"ab-{uuid.uuid4().hex[:6]}"
-    env = e2e.base_env(bootstrap, state)
-    env["RETRO_APP_ID"] = prefix
-    env["RETRO_TOPICS__PARTITIONS"] = str(partitions)
-    env["RETRO_TOPICS__RAW"] = raw
-    env.update({f"RETRO_TOPICS__{n.upper()}": f"{prefix}.{n}" for n in e2e.PIPELINE_TOPICS})
+    topics = {"raw": raw, **{n: f"{prefix}.{n}" for n in e2e.PIPELINE_TOPICS}}
+    env = e2e.pipeline_env(bootstrap, state, prefix, topics, partitions)
     code, out, err = await e2e.retro(env, "topics", timeout=120)
     if code:
         raise RuntimeError(f"`retro topics` failed ({code}): {out}{err}")

@@ -167,6 +167,17 @@ def base_env(bootstrap: str, state_dir: Path) -> dict[str, str]:
     return env
 
 
+def pipeline_env(bootstrap: str, state_dir: Path, prefix: str, topics: dict[str, str],
+                 partitions: int) -> dict[str, str]:
+    """A pipeline's settings: its app id (with every role, the loops' groups are the app
+    id + -raw...) and its topics."""
+    env = base_env(bootstrap, state_dir)
+    env["RETRO_APP_ID"] = prefix
+    env["RETRO_TOPICS__PARTITIONS"] = str(partitions)
+    env.update({f"RETRO_TOPICS__{n.upper()}": t for n, t in topics.items()})
+    return env
+
+
 async def retro(env: dict[str, str], *args: str, timeout: float = 600) -> tuple[int, str, str]:
     """``python -m streams ARGS`` as an asyncio subprocess, so followers keep running."""
     proc = await asyncio.create_subprocess_exec(
@@ -775,10 +786,7 @@ async def run_pipeline(args: argparse.Namespace, ctx: dict[str, Any], workers: i
     state = tmp / prefix
     state.mkdir()
     topics = {"raw": ctx["raw"], **{n: f"{prefix}.{n}" for n in PIPELINE_TOPICS}}
-    env = base_env(ctx["bootstrap"], state)
-    env["RETRO_APP_ID"] = prefix  # with every role, the loops' groups are the app id + -raw...
-    env["RETRO_TOPICS__PARTITIONS"] = str(args.partitions)
-    env.update({f"RETRO_TOPICS__{n.upper()}": t for n, t in topics.items()})
+    env = pipeline_env(ctx["bootstrap"], state, prefix, topics, args.partitions)
     env.update(dict(item.split("=", 1) for item in args.set))
     code, out, err = await retro(env, "topics", timeout=120)  # not timed against the worker
     if code:
