@@ -17,8 +17,12 @@ Steps (every process it starts is stopped on exit, Ctrl-C and errors included):
    /proc CPU time and its lanes' consumed records from ``/metrics``) until one has
    passed ``--until`` of the records; the window starts when both have passed 5%.
 
+``--idle SECONDS`` compares the two workers with no input instead: nothing is produced,
+and each round is each worker's share of a core over the same SECONDS, after a
+warm-up: what a worker costs while its topics are quiet (most of a day, for many).
+
 Run: ``.venv/bin/python bench/ab_bench.py --ref HEAD~1 [--records 300000]
-[--rounds 2]``. See bench/README.md.
+[--rounds 2] [--idle SECONDS]``. See bench/README.md.
 """
 
 from __future__ import annotations
@@ -72,14 +76,31 @@ async def start_worker(bootstrap: str, raw: str, tree: Path, state: Path,
     return proc, port, state / "worker.log"
 
 
-async def one_round(args: argparse.Namespace, bootstrap: str, raw: str, n: int,
-                    trees: list[tuple[str, Path]], tmp: Path) -> dict[str, Any]:
+Started = list[tuple[str, subprocess.Popen, int, Path]]  # name, process, web port, log
+
+
+async def start_workers(args: argparse.Namespace, bootstrap: str, raw: str,
+                        trees: list[tuple[str, Path]], tmp: Path) -> Started:
     started = []
     for name, tree in trees:
         state = tmp / f"{name}-{uuid.uuid4().hex[:4]}"
         state.mkdir()
         started.append((name, *await start_worker(bootstrap, raw, tree, state,
                                                   args.partitions)))
+    return started
+
+
+def raise_if_exited(started: Started) -> None:
+    """A worker that exited ends the round with its log's last lines."""
+    for name, proc, _, log in started:
+        if proc.poll() is not None:
+            tail = log.read_text(errors="replace")[-2000:]
+            raise RuntimeError(f"the {name} worker exited ({proc.returncode}):\n{tail}")
+
+
+async def one_round(args: argparse.Namespace, bootstrap: str, raw: str, n: int,
+                    trees: list[tuple[str, Path]], tmp: Path) -> dict[str, Any]:
+    started = await start_workers(args, bootstrap, raw, trees, tmp)
     samples: list[tuple[float, list[tuple[float | None, float | None]]]] = []
     t0 = time.monotonic()
     async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=5)) as http:
@@ -90,10 +111,7 @@ async def one_round(args: argparse.Namespace, bootstrap: str, raw: str, n: int,
                 row = [(cpu_seconds(proc.pid), await lane_records(http, port))
                        for _, proc, port, _ in started]
                 samples.append((time.monotonic() - t0, row))
-                for name, proc, _, log in started:
-                    if proc.poll() is not None:
-                        tail = log.read_text(errors="replace")[-2000:]
-                        raise RuntimeError(f"the {name} worker exited ({proc.returncode}):\n{tail}")
+                raise_if_exited(started)
                 if any((done or 0) >= args.until * n for _, done in row):
                     break
         finally:
@@ -115,6 +133,44 @@ async def one_round(args: argparse.Namespace, bootstrap: str, raw: str, n: int,
                      "cores": round(cpu / (t_b - t_a), 2)}
     out["ratio"] = round(out["this"]["cpu_us_per_record"] / out["ref"]["cpu_us_per_record"], 4)
     return out
+
+
+IDLE_WARMUP_SECONDS = 30.0  # joined every group and past the first polls
+
+
+async def idle_round(args: argparse.Namespace, bootstrap: str, raw: str,
+                     trees: list[tuple[str, Path]], tmp: Path) -> dict[str, Any]:
+    """Both workers on empty topics: each one's share of a core over ``--idle`` s."""
+    started = await start_workers(args, bootstrap, raw, trees, tmp)
+    try:
+        await asyncio.sleep(IDLE_WARMUP_SECONDS)
+        t_a, before = time.monotonic(), [cpu_seconds(proc.pid) for _, proc, _, _ in started]
+        await asyncio.sleep(args.idle)
+        t_b, after = time.monotonic(), [cpu_seconds(proc.pid) for _, proc, _, _ in started]
+        raise_if_exited(started)
+    finally:
+        for _, proc, _, _ in started:
+            e2e.PROCS.stop(proc)
+    out: dict[str, Any] = {"order": [name for name, *_ in started], "window_s": round(t_b - t_a, 1)}
+    for (name, *_), cpu_a, cpu_b in zip(started, before, after, strict=True):
+        out[name] = {"cpu_s": round((cpu_b or 0) - (cpu_a or 0), 2),
+                     "cores": round(((cpu_b or 0) - (cpu_a or 0)) / (t_b - t_a), 4)}
+    out["ratio"] = round(out["this"]["cores"] / out["ref"]["cores"], 4)
+    return out
+
+
+async def idle_bench(args: argparse.Namespace, tmp: Path, bootstrap: str, ref_tree: Path
+                     ) -> dict[str, Any]:
+    trees = [("this", REPO), ("ref", ref_tree)]
+    rounds = []
+    for i in range(args.rounds):
+        order = trees if i % 2 == 0 else trees[::-1]
+        rounds.append(await idle_round(args, bootstrap, "ab.logs.raw", order, tmp))
+        r = rounds[-1]
+        e2e.log(f"round {i + 1}: idle cores this {r['this']['cores']:.4f}, "
+                f"ref {r['ref']['cores']:.4f}")
+    return {"idle_seconds": args.idle, "rounds": rounds,
+            "ratio_median": statistics.median(r["ratio"] for r in rounds)}
 
 
 async def bench(args: argparse.Namespace, tmp: Path, bootstrap: str, ref_tree: Path
@@ -161,6 +217,8 @@ def main() -> int:
                         help="a round ends when one worker has passed this share")
     parser.add_argument("--poll", type=float, default=2.0)
     parser.add_argument("--timeout", type=float, default=900.0, help="seconds per round")
+    parser.add_argument("--idle", type=float, metavar="SECONDS",
+                        help="no input: compare the workers' CPU over SECONDS of quiet topics")
     add_tag_argument(parser)
     args = parser.parse_args()
     commit = ref_commit(args.ref)
@@ -171,7 +229,8 @@ def main() -> int:
     broker = LocalBroker(tmp / "broker-state")
     try:
         state = broker.start(timeout=120)
-        result = asyncio.run(bench(args, tmp, state.bootstrap, ref_tree))
+        run = idle_bench if args.idle else bench
+        result = asyncio.run(run(args, tmp, state.bootstrap, ref_tree))
     except KeyboardInterrupt:
         print("interrupted; every process this run started is stopped", file=sys.stderr)
         return 130
@@ -184,6 +243,16 @@ def main() -> int:
         shutil.rmtree(tmp, ignore_errors=True)
     result["ref"] = {"name": args.ref, "commit": commit}
     result["this"] = e2e.code_version()
+    if args.idle:
+        print(table(["round", "first", "window s", "this % of a core", "ref % of a core",
+                     "this / ref"],
+                    [[i + 1, r["order"][0], r["window_s"], f"{100 * r['this']['cores']:.2f}",
+                      f"{100 * r['ref']['cores']:.2f}", f"{r['ratio']:.3f}"]
+                     for i, r in enumerate(result["rounds"])]))
+        print(f"\nidle: this tree / {args.ref} ({commit}), CPU: median "
+              f"{result['ratio_median']:.3f} of {len(result['rounds'])} rounds")
+        print(f"wrote {write_result('ab_bench', result, args.tag)}")
+        return 0
     rows = [[i + 1, r["order"][0], r["window_s"], r["this"]["cpu_us_per_record"],
              r["ref"]["cpu_us_per_record"], f"{r['ratio']:.3f}",
              f"{r['this']['cores']:.2f} / {r['ref']['cores']:.2f}"]

@@ -200,6 +200,9 @@ def stage_producer(settings: Settings) -> Any:
 # aiokafka keeps one fetch in flight per broker: a long poll on a caught-up partition
 # holds back the next fetch of every other partition on that broker for this long
 FETCH_WAIT_MS = 100
+# loops whose topics seldom carry anything (reviews, fragments, notifications) poll
+# less often: each idle long poll is a request the worker and the broker both handle
+QUIET_FETCH_WAIT_MS = 500
 
 
 def stage_consumer(settings: Settings, group: str, *topics: str, **options: Any) -> Any:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from aiokafka.partitioner import DefaultPartitioner
 
+from streams.kafka.connect import QUIET_FETCH_WAIT_MS
 from streams.metrics import Metrics
 from streams.notify.sinks import Sink, build_sinks
 from streams.notify.step import NotifyStep
@@ -53,4 +54,6 @@ def notify_loop(settings: Settings, metrics: Metrics, worker_group: str,
                       sinks=sinks if sinks is not None else build_sinks(settings, metrics),
                       partition_of=partition_of)
     return StageLoop(step, settings, metrics, group=notify_group(worker_group),
-                     subscription=Subscription(topics=[settings.topics.notifications]))
+                     subscription=Subscription(
+                         topics=[settings.topics.notifications],
+                         options={"fetch_max_wait_ms": QUIET_FETCH_WAIT_MS}))

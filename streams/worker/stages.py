@@ -29,6 +29,7 @@ from streams.gateway.redrive import (
 )
 from streams.intervals import Coverage, split_message_key
 from streams.kafka.connect import (
+    QUIET_FETCH_WAIT_MS,
     aiokafka_kwargs,
     partitions_of,
     stage_producer,
@@ -116,7 +117,8 @@ def redrive_loop(settings: Settings, metrics: Metrics, worker_group: str,
     return StageLoop(step, s, metrics, group=review_group(worker_group),
                      subscription=Subscription(
                          topics=[s.topics.review], fetch_records=FETCH_REVIEWS, poll_ms=1000,
-                         options={"max_poll_interval_ms": max(300_000, poll_ms)}))
+                         options={"max_poll_interval_ms": max(300_000, poll_ms),
+                                  "fetch_max_wait_ms": QUIET_FETCH_WAIT_MS}))
 
 
 def compact_loop(settings: Settings, metrics: Metrics, worker_group: str, *,
@@ -125,7 +127,8 @@ def compact_loop(settings: Settings, metrics: Metrics, worker_group: str, *,
     ``gateway`` writes the incidents' roll-ups when RETRO_REPORT__ROLLUP_SECONDS is set."""
     s = settings
     step = CompactStep(s, metrics, ReportsReader(s), gateway=gateway)
-    options = {"max_partition_fetch_bytes": max(1024 * 1024, s.kafka.max_message_bytes)}
+    options = {"max_partition_fetch_bytes": max(1024 * 1024, s.kafka.max_message_bytes),
+               "fetch_max_wait_ms": QUIET_FETCH_WAIT_MS}
     return StageLoop(step, s, metrics, group=fragments_group(worker_group),
                      subscription=Subscription(topics=[s.topics.fragments], options=options))
 

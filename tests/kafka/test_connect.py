@@ -124,3 +124,25 @@ def test_the_clean_loop_fetches_seconds_of_work_per_raw_partition() -> None:
     big = Settings(kafka={"bootstrap": "k:9092"}, clean={"max_record_bytes": 2 * 1024 * 1024})
     assert clean_loop(big, Metrics(), "g").subscription.options[
         "max_partition_fetch_bytes"] == 8 * 1024 * 1024  # four of the largest records
+
+
+def test_loops_over_quiet_topics_poll_less_often_than_the_busy_ones() -> None:
+    """An idle long poll is a request on the worker and the broker: the loops whose topics
+    seldom carry anything (fragments, reviews, notifications) wait longer per poll; the
+    clean and lanes loops keep the short wait their throughput needs."""
+    from types import SimpleNamespace
+
+    from streams.kafka.connect import QUIET_FETCH_WAIT_MS
+    from streams.metrics import Metrics
+    from streams.worker.notify import notify_loop
+    from streams.worker.stages import clean_loop, compact_loop, redrive_loop
+
+    s = Settings(kafka={"bootstrap": "k:9092"})
+    gateways = SimpleNamespace(probe=lambda **_: None)
+    follower = SimpleNamespace(reports={}, changed=None, caught_up=None)
+    quiet = [compact_loop(s, Metrics(), "g"), redrive_loop(s, Metrics(), "g", gateways),
+             notify_loop(s, Metrics(), "g", follower, sinks=[])]
+    for loop in quiet:
+        assert loop.subscription.options["fetch_max_wait_ms"] == QUIET_FETCH_WAIT_MS, loop.name
+    assert "fetch_max_wait_ms" not in clean_loop(s, Metrics(), "g").subscription.options
+    assert FETCH_WAIT_MS < QUIET_FETCH_WAIT_MS
