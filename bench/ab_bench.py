@@ -47,6 +47,13 @@ from _common import REPO, add_tag_argument, cpu_seconds, free_port, table, write
 from streams.dev.broker.launcher import LocalBroker
 
 START_SHARE = 0.05  # the window opens once both workers have passed this share
+RAW_TOPIC = "ab.logs.raw"  # the one raw topic both workers read
+
+
+def orders(rounds: int, ref_tree: Path) -> list[list[tuple[str, Path]]]:
+    """The trees in starting order, round by round: the first to start alternates."""
+    trees = [("this", REPO), ("ref", ref_tree)]
+    return [trees if i % 2 == 0 else trees[::-1] for i in range(rounds)]
 
 
 async def lane_records(http: aiohttp.ClientSession, port: int) -> float | None:
@@ -153,19 +160,17 @@ async def idle_round(args: argparse.Namespace, bootstrap: str, raw: str,
             e2e.PROCS.stop(proc)
     out: dict[str, Any] = {"order": [name for name, *_ in started], "window_s": round(t_b - t_a, 1)}
     for (name, *_), cpu_a, cpu_b in zip(started, before, after, strict=True):
-        out[name] = {"cpu_s": round((cpu_b or 0) - (cpu_a or 0), 2),
-                     "cores": round(((cpu_b or 0) - (cpu_a or 0)) / (t_b - t_a), 4)}
+        cpu = (cpu_b or 0) - (cpu_a or 0)
+        out[name] = {"cpu_s": round(cpu, 2), "cores": round(cpu / (t_b - t_a), 4)}
     out["ratio"] = round(out["this"]["cores"] / out["ref"]["cores"], 4)
     return out
 
 
 async def idle_bench(args: argparse.Namespace, tmp: Path, bootstrap: str, ref_tree: Path
                      ) -> dict[str, Any]:
-    trees = [("this", REPO), ("ref", ref_tree)]
     rounds = []
-    for i in range(args.rounds):
-        order = trees if i % 2 == 0 else trees[::-1]
-        rounds.append(await idle_round(args, bootstrap, "ab.logs.raw", order, tmp))
+    for i, order in enumerate(orders(args.rounds, ref_tree)):
+        rounds.append(await idle_round(args, bootstrap, RAW_TOPIC, order, tmp))
         r = rounds[-1]
         e2e.log(f"round {i + 1}: idle cores this {r['this']['cores']:.4f}, "
                 f"ref {r['ref']['cores']:.4f}")
@@ -175,7 +180,7 @@ async def idle_bench(args: argparse.Namespace, tmp: Path, bootstrap: str, ref_tr
 
 async def bench(args: argparse.Namespace, tmp: Path, bootstrap: str, ref_tree: Path
                 ) -> dict[str, Any]:
-    raw = "ab.logs.raw"
+    raw = RAW_TOPIC
     env = e2e.base_env(bootstrap, tmp / "produce")
     env["RETRO_TOPICS__RAW"] = raw
     env["RETRO_TOPICS__PARTITIONS"] = str(args.partitions)
@@ -189,10 +194,8 @@ async def bench(args: argparse.Namespace, tmp: Path, bootstrap: str, ref_tree: P
         raise RuntimeError(f"`retro produce` failed ({code}):\n{err[-3000:]}")
     n = sum((await e2e.end_offsets(bootstrap, raw)).values())
     e2e.log(f"{n:,} raw records ({args.data})")
-    trees = [("this", REPO), ("ref", ref_tree)]
     rounds = []
-    for i in range(args.rounds):
-        order = trees if i % 2 == 0 else trees[::-1]
+    for i, order in enumerate(orders(args.rounds, ref_tree)):
         e2e.log(f"round {i + 1}: {order[0][0]} starts first")
         rounds.append(await one_round(args, bootstrap, raw, n, order, tmp))
         e2e.log(f"round {i + 1}: this / ref CPU a record = {rounds[-1]['ratio']:.3f}")
