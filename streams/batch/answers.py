@@ -32,9 +32,9 @@ from streams.batch.window import Batch, TemplateGroup, epoch_of, time_key
 from streams.errors import MalformedOutput, Truncated, ValidationFailed
 from streams.intervals import Coverage
 from streams.records import (
+    AnyRecord,
     Evidence,
     Fragment,
-    NormalizedRecord,
     Review,
     TimeWindow,
     count_minutes,
@@ -340,11 +340,11 @@ def _fragment(
 # --- a fragment per report: where each record belongs is a function of the record ----
 
 
-Place = Callable[[NormalizedRecord], str]
+Place = Callable[[AnyRecord], str]
 
 
 def place_fragments(
-    fragments: list[Fragment], by_coord: Mapping[tuple[str, int], NormalizedRecord],
+    fragments: list[Fragment], by_coord: Mapping[tuple[str, int], AnyRecord],
     place: Place,
 ) -> list[Fragment]:
     """Each fragment cut into one fragment per report its records belong to.
@@ -369,7 +369,7 @@ def place_fragments(
         if len(set(places)) == 1:  # the common case: the whole fragment is one report's
             out.append(_part(fragment, places[0], covered, whole=True))
             continue
-        parts: dict[str, list[NormalizedRecord]] = {}
+        parts: dict[str, list[AnyRecord]] = {}
         for report_id, record in zip(places, covered, strict=True):
             parts.setdefault(report_id, []).append(record)
         for report_id in sorted(parts):
@@ -387,7 +387,7 @@ def _coords(covered: dict[str, list[list[int]]]) -> Iterator[tuple[str, int]]:
 
 
 def _part(
-    fragment: Fragment, report_id: str, records: list[NormalizedRecord], *, whole: bool
+    fragment: Fragment, report_id: str, records: list[AnyRecord], *, whole: bool
 ) -> Fragment:
     if whole:
         return fragment.model_copy(update={"report_id": report_id})

@@ -19,7 +19,7 @@ from streams.batch.window import Batch, TokenWindow
 from streams.clock import Sleep
 from streams.intervals import Coverage
 from streams.metrics import Metrics
-from streams.records import BatchOutcome, NormalizedRecord, Review
+from streams.records import AnyRecord, BatchOutcome, Review
 
 logger = logging.getLogger(__name__)
 
@@ -83,7 +83,7 @@ class LaneProcessor:
         self._wakeup = asyncio.Event()
         self.failed: BaseException | None = None
 
-    async def add(self, record: NormalizedRecord, token: Any = None, *,
+    async def add(self, record: AnyRecord, token: Any = None, *,
                   at: LaneCoord | None = None) -> None:
         """Add one record, read from lane message ``at``; may dispatch batches (and wait
         for a free slot)."""
@@ -91,7 +91,7 @@ class LaneProcessor:
         if batches:
             await self.dispatch(batches)
 
-    def offer(self, record: NormalizedRecord, token: Any = None,
+    def offer(self, record: AnyRecord, token: Any = None,
               at: LaneCoord | None = None) -> list[Batch]:
         """``add`` without the dispatch: the batches this record closed, which the caller
         must hand to ``dispatch`` before it offers the next record.
@@ -175,7 +175,7 @@ class LaneProcessor:
         records = batch.records
         tokens = [t for r in records for t in self._tokens.pop(id(r), [])]
         # the records' lane coordinates, keyed by record id only if a review needs them
-        at: list[tuple[NormalizedRecord, list[LaneCoord]]] = []
+        at: list[tuple[AnyRecord, list[LaneCoord]]] = []
         if self._at:
             pop = self._at.pop
             for r in records:
@@ -188,7 +188,7 @@ class LaneProcessor:
         task.add_done_callback(self._tasks.discard)
 
     async def _run(self, batch: Batch, tokens: list[Any],
-                   at: list[tuple[NormalizedRecord, list[LaneCoord]]]) -> None:
+                   at: list[tuple[AnyRecord, list[LaneCoord]]]) -> None:
         try:
             try:
                 outcome = await self.analyzer.analyze(batch)

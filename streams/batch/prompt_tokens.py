@@ -12,7 +12,7 @@ import re
 from typing import Protocol
 
 from streams.clean.tokens import PieceCounter
-from streams.records import NormalizedRecord
+from streams.records import AnyRecord
 
 GROUP_OVERHEAD_TOKENS = 96  # keys, ref, level, count, two timestamps, punctuation of a group
 EXAMPLE_SEPARATOR_TOKENS = 1  # ", " between examples
@@ -37,7 +37,7 @@ def json_tokens(counter: TokenCounterLike, text: str) -> int:
 _JSON_ESCAPED = re.compile(r'[\x00-\x1f"\\]')
 
 
-def message_tokens(counter: TokenCounterLike, record: NormalizedRecord,
+def message_tokens(counter: TokenCounterLike, record: AnyRecord,
                    pieces: PieceCounter | None = None) -> int:
     """``json_tokens`` of a record's message, reusing the count the clean stage made.
 
@@ -61,7 +61,7 @@ def message_tokens(counter: TokenCounterLike, record: NormalizedRecord,
 _SHORT_ESCAPES = frozenset('"\\\n\r\t\b\f')
 
 
-def message_tokens_bound(counter: TokenCounterLike, record: NormalizedRecord) -> int | None:
+def message_tokens_bound(counter: TokenCounterLike, record: AnyRecord) -> int | None:
     """An upper bound of ``message_tokens`` found without encoding, or None when no bound
     is known; for a message with nothing to escape, ``message_tokens`` itself.
 

@@ -13,15 +13,13 @@ import logging
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from pydantic import ValidationError
-
 from streams.batch.answers import Place
 from streams.batch.lane import Analyzer, LaneProcessor
 from streams.batch.window import TokenWindow
 from streams.clean.redact import Redactor
 from streams.clean.tokens import TokenCounter
 from streams.metrics import Metrics
-from streams.records import BatchOutcome, DeadLetter, NormalizedRecord, RawCoord
+from streams.records import BadLaneRecord, BatchOutcome, DeadLetter, RawCoord, read_lane_record
 from streams.runtime.step import Context, Fetch, Message, Out, Step
 from streams.settings import Settings
 
@@ -90,8 +88,6 @@ class LaneStep(Step):
         return [p.run_timer() for p in self.processors.values()]
 
     async def take(self, fetch: Fetch, ctx: Context) -> None:
-        # the validator model_validate_json calls, without its wrapper: the same checks
-        validate = NormalizedRecord.__pydantic_validator__.validate_json
         give, track = ctx.give, ctx.track
         for part, messages in fetch.items():
             lane = self.lane_of[part.topic]
@@ -102,8 +98,8 @@ class LaneStep(Step):
                 await give()  # the compactor and the lanes' batches run
                 handle = track(part, m.offset)
                 try:
-                    record = validate(m.value or b"")
-                except ValidationError as exc:
+                    record = read_lane_record(m.value or b"")
+                except BadLaneRecord as exc:
                     letter = self._bad_record(m, exc)
                     await ctx.send([Out(self.settings.topics.deadletter, b"", letter)],
                                    done=[handle], on_delivered=self.bad_records.inc)
@@ -132,13 +128,13 @@ class LaneStep(Step):
         """Flush the windows and wait for the batches in flight."""
         await asyncio.gather(*(p.drain() for p in self.processors.values()))
 
-    def _bad_record(self, m: Message, exc: ValidationError) -> bytes:
-        """A lane message that is not a NormalizedRecord (a foreign producer, a bug), with
+    def _bad_record(self, m: Message, exc: BadLaneRecord) -> bytes:
+        """A lane message that is not a normalized record (a foreign producer, a bug), with
         a redacted sample like every dead letter."""
         coord = RawCoord(topic=m.topic, partition=m.partition, offset=m.offset)
         return DeadLetter.of(
             m.value or b"", sample_bytes=self.settings.clean.deadletter_sample_bytes,
             redact=lambda text: self.redactor.redact(text)[0], id=coord.id, raw=coord,
             source="unknown", stage="batch", reason="bad_record",
-            detail=f"not a normalized record ({exc.error_count()} schema errors); only the "
-                   "clean stage should write to the lane topics").model_dump_json().encode()
+            detail=f"not a normalized record ({exc}); only the clean stage should write to "
+                   "the lane topics").model_dump_json().encode()

@@ -39,7 +39,7 @@ from streams.batch.prompt_tokens import (
 from streams.batch.templates import most_general
 from streams.clean.tokens import PieceCounter
 from streams.intervals import Coverage
-from streams.records import Lane, NormalizedRecord, service_of
+from streams.records import AnyRecord, Lane, service_of
 
 logger = logging.getLogger(__name__)
 
@@ -69,13 +69,13 @@ def epoch_of(timestamp: str | None) -> float | None:
     return parsed.timestamp()
 
 
-def time_key(record: NormalizedRecord) -> tuple[int, float, str, int, int]:
+def time_key(record: AnyRecord) -> tuple[int, float, str, int, int]:
     """Time order; records without a time go last, ties in arrival (offset) order."""
     epoch = epoch_of(record.timestamp)
     return (epoch is None, epoch or 0.0, record.raw.topic, record.raw.partition, record.raw.offset)
 
 
-def record_key(record: NormalizedRecord) -> tuple[str, bool, float, str, int, int]:
+def record_key(record: AnyRecord) -> tuple[str, bool, float, str, int, int]:
     """Batch order: by service, then ``time_key`` order within it, as one flat tuple
     (a sort builds one tuple a record)."""
     epoch = epoch_of(record.timestamp)
@@ -84,8 +84,8 @@ def record_key(record: NormalizedRecord) -> tuple[str, bool, float, str, int, in
             raw.offset)
 
 
-def _time_span(records: Sequence[NormalizedRecord]) -> tuple[NormalizedRecord | None,
-                                                               NormalizedRecord | None]:
+def _time_span(records: Sequence[AnyRecord]) -> tuple[AnyRecord | None,
+                                                               AnyRecord | None]:
     """The records ``min`` and ``max`` by ``time_key`` pick among the timed ``records``
     (None, None without any), for ``records`` already in ``time_key`` order: the first
     timed one, and the first of the last timed key (the undated ones come last)."""
@@ -112,7 +112,7 @@ class TemplateGroup:
     level: str | None
     template_id: str
     template: str
-    records: tuple[NormalizedRecord, ...]  # in time_key order (build_batch sorts them)
+    records: tuple[AnyRecord, ...]  # in time_key order (build_batch sorts them)
     examples: tuple[str, ...]
     truncated: bool
 
@@ -121,7 +121,7 @@ class TemplateGroup:
         return len(self.records)
 
     @functools.cached_property
-    def span(self) -> tuple[NormalizedRecord | None, NormalizedRecord | None]:
+    def span(self) -> tuple[AnyRecord | None, AnyRecord | None]:
         """(first, last) timed record, computed once: prompts, answers and fragments ask."""
         return _time_span(self.records)
 
@@ -164,15 +164,15 @@ class Batch:
     counter: TokenCounterLike | None = field(default=None, compare=False, repr=False)
     overhead_tokens: int | None = field(default=None, compare=False, repr=False)
     # the records in record_key order when build_batch knows it (no two share a key)
-    presorted: tuple[NormalizedRecord, ...] | None = field(default=None, compare=False,
+    presorted: tuple[AnyRecord, ...] | None = field(default=None, compare=False,
                                                            repr=False)
 
     @property
-    def records(self) -> list[NormalizedRecord]:
+    def records(self) -> list[AnyRecord]:
         return list(self._ordered)
 
     @functools.cached_property
-    def _ordered(self) -> tuple[NormalizedRecord, ...]:
+    def _ordered(self) -> tuple[AnyRecord, ...]:
         """Sorted once per batch; ties in record_key keep the groups' order."""
         if self.presorted is not None:
             return self.presorted
@@ -186,7 +186,7 @@ class Batch:
     def coverage(self) -> Coverage:
         return Coverage.from_entries(e for g in self.groups for e in g.entries)
 
-    def by_coord(self) -> dict[tuple[str, int], NormalizedRecord]:
+    def by_coord(self) -> dict[tuple[str, int], AnyRecord]:
         """Each record by its ledger entry, from the entries its groups know already."""
         return {e: r for g in self.groups for e, r in zip(g.entries, g.records, strict=True)}
 
@@ -216,7 +216,7 @@ class Batch:
 
 
 def build_batch(
-    records: Iterable[NormalizedRecord],
+    records: Iterable[AnyRecord],
     *,
     lane: Lane,
     counter: TokenCounterLike,
@@ -244,13 +244,13 @@ def build_batch(
     template_cap = max_template_tokens if max_template_tokens is not None else max_example_tokens
     overhead = overhead_tokens if overhead_tokens is not None else prompt_overhead_tokens(counter)
 
-    buckets: dict[tuple[str, str], list[NormalizedRecord]] = {}
+    buckets: dict[tuple[str, str], list[AnyRecord]] = {}
     for i in at:
         buckets.setdefault((keys[i][0], given[i].template_id), []).append(given[i])
     # the groups' concatenation sorts to ``ordered`` unless two records share a key
     distinct = all(keys[a] != keys[b] for a, b in itertools.pairwise(at))
 
-    def order(item: tuple[tuple[str, str], list[NormalizedRecord]]) -> tuple:
+    def order(item: tuple[tuple[str, str], list[AnyRecord]]) -> tuple:
         (service, template_id), members = item
         return (service, time_key(members[0])[:2], template_id)
 
@@ -305,7 +305,7 @@ def build_batch(
     )
 
 
-def group_template(members: list[NormalizedRecord]) -> str:
+def group_template(members: list[AnyRecord]) -> str:
     """The template text a group of one template id shows: the one covering all the
     others, else the latest record's by offset.
 
@@ -403,7 +403,7 @@ class TokenWindow:
                 f"prompt plus one record; raise input_budget or context_window to at least "
                 f"{self.overhead_tokens + GROUP_OVERHEAD_TOKENS + minimum}"
             )
-        self._records: list[NormalizedRecord] = []
+        self._records: list[AnyRecord] = []
         self._groups: dict[tuple[str, str], _GroupCost] = {}
         self._estimate = self.overhead_tokens
         self._started: float | None = None
@@ -413,7 +413,7 @@ class TokenWindow:
     def __len__(self) -> int:
         return len(self._records)
 
-    def pending_records(self) -> list[NormalizedRecord]:
+    def pending_records(self) -> list[AnyRecord]:
         return list(self._records)
 
     @property
@@ -434,7 +434,7 @@ class TokenWindow:
 
     # -- adding -------------------------------------------------------------------
 
-    def add(self, record: NormalizedRecord) -> list[Batch]:
+    def add(self, record: AnyRecord) -> list[Batch]:
         """Add one record; return the batches this closes (0, 1 or 2), oldest first."""
         out: list[Batch] = []
         key = (service_of(record), record.template_id)
@@ -530,7 +530,7 @@ class TokenWindow:
         self._started = None
         return batch
 
-    def _oversize(self, record: NormalizedRecord) -> Batch:
+    def _oversize(self, record: AnyRecord) -> Batch:
         """One record over the budget alone: its template and example are cut to fit."""
         room = self._room - json_tokens(self._counter, service_of(record))
         room -= EXAMPLE_SEPARATOR_TOKENS

@@ -367,7 +367,7 @@ class Cleaner:
         score = cost_score(text)
         fields = {
             "id": coord.id,
-            "raw": coord,
+            "raw": coord.wire(),
             "source": source,
             "format": parsed.format,
             "timestamp": iso_utc(parsed.timestamp) if parsed.timestamp else None,

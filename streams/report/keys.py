@@ -14,7 +14,7 @@ import re
 from datetime import UTC, datetime
 from typing import Literal
 
-from streams.records import NormalizedRecord, iso_utc, service_of
+from streams.records import AnyRecord, iso_utc, service_of
 
 logger = logging.getLogger(__name__)
 
@@ -26,7 +26,7 @@ SHARD_MARK = "#"  # "<report id>#<shard>": the key one share of a report is comp
 _UTC_MILLIS = re.compile(r"(\d{4}-\d\d-\d\dT(?:[01]\d|2[0-3])):[0-5]\d:[0-5]\d\.\d{3}Z", re.ASCII)
 
 
-def record_place(record: NormalizedRecord, *, window: Window, group_by: GroupBy,
+def record_place(record: AnyRecord, *, window: Window, group_by: GroupBy,
                  shards: int = 1) -> str:
     """The key a record is compacted under, from the record alone.
 
