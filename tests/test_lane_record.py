@@ -89,6 +89,20 @@ def test_a_record_of_a_multi_record_message_reads_the_same_both_ways() -> None:
     assert read_lane_record(record.model_dump_json().encode()).raw.id.endswith("/7/2")
 
 
+@pytest.mark.parametrize("number", [b"NaN", b"Infinity", b"-Infinity", b"1e999"])
+def test_a_number_json_has_no_word_for_reaches_the_lanes_as_null(number: bytes) -> None:
+    """Python's JSON reader takes NaN and infinities from a log line; JSON has no
+    such numbers, so clean writes null and every reader of the lanes can read it."""
+    line = b'{"message": "slow call", "latency": ' + number + b'}'
+    cleaner = Cleaner.from_settings(Settings())
+    [(lane, _key, value, _reason)] = routed_records(
+        cleaner, line, RawCoord(topic="raw", partition=0, offset=0), "app", None, None)
+    assert lane != "deadletter"
+    assert read_lane_record(value).attributes == {"latency": None}
+    assert json.loads(value)["attributes"] == {"latency": None}
+    _assert_read_alike(value)
+
+
 def _valid() -> dict[str, Any]:
     return json.loads(make_record(3).model_dump_json())
 

@@ -11,7 +11,8 @@ from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from datetime import UTC, datetime
 
-# a record's fields as JSON: the bytes model_dump_json writes for the record they make
+# a record's fields as JSON: the bytes model_dump_json writes for the record they make,
+# NaN and infinities (a JSON log may hold them) as null, as JSON has no such numbers
 from pydantic_core import to_json
 
 from streams.clean.cleaner import Cleaner
@@ -50,7 +51,7 @@ def routed_records(cleaner: Cleaner, value: bytes | None, coord: RawCoord, sourc
             yield "deadletter", out.id.encode(), out.model_dump_json().encode(), out.reason
         else:
             yield (out["lane"], out["source"].encode() if lane_key is None else lane_key,
-                   to_json(out), None)
+                   to_json(out, inf_nan_mode="null"), None)
 
 
 def route(cleaner: Cleaner, *, value: bytes | None, key: bytes | None, topic: str,
