@@ -18,10 +18,10 @@ from streams.dev.sample import write_sample
 from streams.ingest.reader import iter_records, open_source
 from streams.records import (
     BadLaneRecord,
+    Coord,
     LaneRecord,
     NormalizedRecord,
     RawCoord,
-    ReadCoord,
     read_lane_record,
 )
 from streams.settings import Settings
@@ -46,7 +46,7 @@ def _struct_fields(struct: Any) -> dict[str, Any]:
 
 def test_the_reader_has_the_fields_and_defaults_of_the_model() -> None:
     assert _struct_fields(LaneRecord) == _model_fields(NormalizedRecord)
-    assert _struct_fields(ReadCoord) == _model_fields(RawCoord)
+    assert _struct_fields(Coord) == _model_fields(RawCoord)
 
 
 def _assert_read_alike(data: bytes) -> None:
@@ -171,3 +171,12 @@ def test_the_reader_refuses_the_numbers_as_text_the_model_would_coerce() -> None
         assert NormalizedRecord.model_validate_json(data).tokens in (5, 1)
         with pytest.raises(BadLaneRecord, match="tokens"):
             read_lane_record(data)
+
+
+@pytest.mark.parametrize(("index", "count"), [(0, 1), (2, 5)])
+def test_a_coord_says_what_the_raw_coord_it_stands_for_says(index: int, count: int) -> None:
+    model = RawCoord(topic="raw", partition=3, offset=41).in_message(index, count)
+    fast = Coord("raw", 3, 41).in_message(index, count)
+    assert (fast.id, fast.ledger_entry(), fast.wire()) == (
+        model.id, model.ledger_entry(), json.loads(model.model_dump_json()))
+    assert fast.as_raw() == model

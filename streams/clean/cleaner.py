@@ -2,7 +2,7 @@
 
 A message is one log record, or a shipper's envelope around one or many
 (``streams.clean.envelopes``): each record of an envelope is parsed again like any
-line and gets its own coordinate (``RawCoord.in_message``). Order matters and is
+line and gets its own coordinate (``in_message``). Order matters and is
 fixed: size, decode, parse, then redact message and attributes *before* templating,
 token counting and cost see them, so no secret reaches a template, a cache key or a
 prompt. Nothing in here raises on bad input: every failure becomes a dead letter
@@ -27,7 +27,7 @@ from streams.clean.tokens import TokenCounter
 from streams.clean.trace import lift_trace
 from streams.errors import DecodeError, RecordError, RecordTooLarge
 from streams.metrics import Series
-from streams.records import DeadLetter, NormalizedRecord, RawCoord, iso_utc
+from streams.records import AnyCoord, DeadLetter, NormalizedRecord, iso_utc
 
 if TYPE_CHECKING:
     from streams.metrics import Metrics
@@ -124,7 +124,7 @@ class Cleaner:
         )
 
     def clean(
-        self, raw: bytes, coord: RawCoord, source: str, *, received_at: datetime | None = None
+        self, raw: bytes, coord: AnyCoord, source: str, *, received_at: datetime | None = None
     ) -> list[NormalizedRecord | DeadLetter]:
         """Clean one message into one result per log record it carries; never raises on
         bad input.
@@ -138,7 +138,7 @@ class Cleaner:
             return self._clean(raw, coord, source, received_at, _new_record)
 
     def clean_fields(
-        self, raw: bytes, coord: RawCoord, source: str, *, received_at: datetime | None = None
+        self, raw: bytes, coord: AnyCoord, source: str, *, received_at: datetime | None = None
     ) -> list[RecordFields | DeadLetter]:
         """``clean`` with each record's fields left unvalidated: written as JSON they are
         the bytes ``clean`` would give, and the lanes validate every record they read,
@@ -148,7 +148,7 @@ class Cleaner:
         with self.tallied():
             return self._clean(raw, coord, source, received_at, _as_fields)
 
-    def _clean(self, raw: bytes, coord: RawCoord, source: str, received_at: datetime | None,
+    def _clean(self, raw: bytes, coord: AnyCoord, source: str, received_at: datetime | None,
                build: Callable[[RecordFields], Built]) -> list[Built | DeadLetter]:
         if len(raw) > self.max_message_bytes:
             return [self._dead(raw, coord, source, "too_large", (
@@ -178,7 +178,7 @@ class Cleaner:
                 for i, entry in enumerate(envelope.entries)]
 
     def clean_line(
-        self, raw: bytes, coord: RawCoord, source: str, *, received_at: datetime | None = None,
+        self, raw: bytes, coord: AnyCoord, source: str, *, received_at: datetime | None = None,
         obj: dict[str, Any] | None = None,
     ) -> NormalizedRecord | DeadLetter:
         """Clean one message that is one log record (no envelope); ``obj``: its JSON
@@ -188,7 +188,7 @@ class Cleaner:
         with self.tallied():
             return self._clean_line(raw, coord, source, received_at, obj, _new_record)
 
-    def _clean_line(self, raw: bytes, coord: RawCoord, source: str,
+    def _clean_line(self, raw: bytes, coord: AnyCoord, source: str,
                     received_at: datetime | None, obj: dict[str, Any] | None,
                     build: Callable[[RecordFields], Built]) -> Built | DeadLetter:
         try:
@@ -222,7 +222,7 @@ class Cleaner:
             )
             return self._dead(raw, coord, source, "clean_error", detail)
 
-    def _clean_entry(self, entry: Entry, coord: RawCoord, source: str,
+    def _clean_entry(self, entry: Entry, coord: AnyCoord, source: str,
                      received_at: datetime | None, kind: str,
                      build: Callable[[RecordFields], Built]) -> Built | DeadLetter:
         """One record out of an envelope: its line parsed again, the envelope's metadata
@@ -343,7 +343,7 @@ class Cleaner:
             hit = self._names[name] = self.redactor.redact(name)
         return hit
 
-    def _fields(self, parsed: Parsed, text: str, coord: RawCoord, source: str) -> RecordFields:
+    def _fields(self, parsed: Parsed, text: str, coord: AnyCoord, source: str) -> RecordFields:
         # trace and span ids move to attributes: in the text they are new on every line,
         # so they cost prompt tokens and make many events mine to one template
         message, trace = lift_trace(parsed.message)
@@ -413,7 +413,7 @@ class Cleaner:
             self._kinds.clear()
 
     def _dead(
-        self, raw: bytes, coord: RawCoord, source: str, reason: str, detail: str
+        self, raw: bytes, coord: AnyCoord, source: str, reason: str, detail: str
     ) -> DeadLetter:
         # retro_deadletter_total is counted where the letter is delivered, not here: a
         # record cleaned again after a failed delivery would be counted twice
@@ -425,7 +425,7 @@ class Cleaner:
             sample_bytes=self.deadletter_sample_bytes,
             redact=self.redact_text,
             id=coord.id,
-            raw=coord,
+            raw=coord.as_raw(),
             source=source,
             stage="clean",
             reason=reason,

@@ -18,14 +18,12 @@ from pydantic_core import to_json
 from streams.clean.cleaner import Cleaner
 from streams.ingest.keys import source_of_key
 from streams.metrics import Metrics
-from streams.records import DeadLetter, RawCoord
+from streams.records import Coord, DeadLetter
 from streams.runtime.step import Context, Fetch, Out, Step
 from streams.settings import Settings
 
 MAX_CACHED_KEYS = 4096  # message keys remembered with their source (keys name sources)
 _NO_KEY: tuple[str, bytes | None] = ("unknown", None)  # a message without a key: its source
-# RawCoord(**fields) less its keyword packing and __init__: the same validation
-_new_coord = RawCoord.__pydantic_validator__.validate_python
 
 
 @dataclass(frozen=True)
@@ -36,7 +34,7 @@ class Routed:
     reason: str | None = None  # a dead letter's reason code
 
 
-def routed_records(cleaner: Cleaner, value: bytes | None, coord: RawCoord, source: str,
+def routed_records(cleaner: Cleaner, value: bytes | None, coord: Coord, source: str,
                    lane_key: bytes | None, received: datetime | None
                    ) -> Iterator[tuple[str, bytes, bytes, str | None]]:
     """(lane, key, value, dead letter reason) of each log record of one raw message (an
@@ -57,7 +55,7 @@ def routed_records(cleaner: Cleaner, value: bytes | None, coord: RawCoord, sourc
 def route(cleaner: Cleaner, *, value: bytes | None, key: bytes | None, topic: str,
           partition: int, offset: int, timestamp_ms: int | None) -> list[Routed]:
     """Where the log records of one raw message go, and as what."""
-    coord = RawCoord(topic=topic, partition=partition, offset=offset)
+    coord = Coord(topic, partition, offset)
     received = datetime.fromtimestamp(timestamp_ms / 1000, UTC) if timestamp_ms else None
     lane_key = cleaner.lane_key(key) if key else None
     return [Routed(*r) for r in routed_records(cleaner, value, coord, source_of_key(key),
@@ -131,8 +129,7 @@ class CleanStep(Step):
                     key = m.key
                     source, lane_key = (keys.get(key) or self._key(key)) if key else _NO_KEY
                     stamp = m.timestamp
-                    coord = _new_coord({"topic": m.topic, "partition": m.partition,
-                                        "offset": m.offset})
+                    coord = Coord(m.topic, m.partition, m.offset)
                     for lane, out_key, value, reason in routed_records(
                             cleaner, m.value, coord, source, lane_key,
                             self._received_at(stamp) if stamp else None):
