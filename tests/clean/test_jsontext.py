@@ -53,20 +53,41 @@ def test_shipper_envelopes_decode_as_json_loads_does(path: Path) -> None:
             assert same(loads_utf8(line.encode()), json.loads(line))
 
 
-@pytest.mark.parametrize("text", [
-    '{"s": "\\ud800 alone"}',  # an escaped lone surrogate
-    '{"a": ' * 300 + "1" + "}" * 300,  # deeper than pydantic-core goes
-])
-def test_what_pydantic_core_turns_down_is_read_by_json_loads(text: str) -> None:
+def test_nesting_deeper_than_pydantic_core_goes_is_read_by_json_loads() -> None:
+    text = '{"a": ' * 300 + "1" + "}" * 300
     with pytest.raises(ValueError):
         from_json(text)
     assert same(loads(text), json.loads(text))
     assert same(loads_utf8(text.encode()), json.loads(text))
 
 
-def test_surrogate_bytes_decode_as_before() -> None:
+@pytest.mark.parametrize(("text", "expected"), [
+    ('{"s": "\\ud800 alone"}', {"s": "\ufffd alone"}),
+    ('{"\\udfff": ["x\\udbff", {"k": "\\ud800"}]}', {"\ufffd": ["x\ufffd", {"k": "\ufffd"}]}),
+    ('{"pair": "\\ud83d\\ude00", "lone": "\\ud83d"}', {"pair": "\U0001f600", "lone": "\ufffd"}),
+    ('"\\ud800"', "\ufffd"),
+])
+def test_an_escaped_lone_surrogate_is_read_as_the_replacement_character(
+        text: str, expected: Any) -> None:
+    """It is no text: UTF-8 cannot hold it, so the record could not be written on."""
+    with pytest.raises(ValueError):
+        from_json(text)
+    assert loads(text) == expected
+    assert loads_utf8(text.encode()) == expected
+
+
+def test_surrogate_bytes_are_read_as_the_replacement_character() -> None:
     data = '{"msg": "a \ud83d b"}'.encode("utf-8", "surrogatepass")  # CESU-style bytes
-    assert loads_utf8(data) == json.loads(data.decode("utf-8", "surrogatepass"))
+    assert loads_utf8(data) == {"msg": "a \ufffd b"}
+
+
+def test_a_lone_surrogate_nine_hundred_levels_deep_is_replaced_without_recursion() -> None:
+    depth = 450  # an object and a list a level: json.loads stops near the recursion limit
+    text = '{"a": [' * depth + '"\\ud800"' + "]}" * depth
+    value = loads(text)
+    for _ in range(depth):
+        value = value["a"][0]
+    assert value == "\ufffd"
 
 
 @pytest.mark.parametrize("text", ['{"a": 1', '{"a": 1} x', "", "{'a': 1}"])

@@ -5,11 +5,14 @@ from __future__ import annotations
 import asyncio
 import json
 
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
 from streams.clean.cleaner import Cleaner
 from streams.clean.step import CleanStep, route
 from streams.ingest.keys import source_of_key
 from streams.metrics import Metrics
-from streams.records import NormalizedRecord, RawCoord
+from streams.records import NormalizedRecord, RawCoord, read_lane_record
 from streams.runtime.memory import MemoryRun, Part, Record
 from streams.settings import CleanSettings, Settings
 
@@ -65,6 +68,29 @@ def test_the_step_writes_the_bytes_of_the_records_clean_builds(tmp_path) -> None
         assert [NormalizedRecord.model_validate_json(v) for v in got] == want
         records += len(want)
     assert records > len(raw) / 2
+
+
+any_text = st.text(st.characters(min_codepoint=0, max_codepoint=0x10FFFF))  # lone surrogates too
+any_json = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.floats() | any_text,
+    lambda inner: st.lists(inner, max_size=3) | st.dictionaries(any_text, inner, max_size=3),
+    max_leaves=12)
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.dictionaries(any_text, any_json, max_size=5), any_text, st.booleans())
+def test_any_json_object_is_routed_without_raising_and_reads_back(
+        doc: dict, message: str, ascii_only: bool) -> None:
+    """Any JSON log line, whatever code points it escapes (NaN, lone surrogates): one
+    output, a dead letter with its reason or a record the lanes can read."""
+    line = json.dumps({**doc, "message": message}, ensure_ascii=ascii_only)
+    cleaner = Cleaner.from_settings(Settings())
+    (routed,) = route(cleaner, value=line.encode("utf-8", "surrogatepass"), key=b"app",
+                      topic="raw", partition=0, offset=1, timestamp_ms=None)
+    if routed.lane == "deadletter":
+        assert routed.reason
+    else:
+        assert read_lane_record(routed.value).raw.id == "raw/0/1"
 
 
 def _fetch() -> list[Record]:
