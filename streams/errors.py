@@ -14,7 +14,8 @@ Catch at the level you can act on::
     ├── NotAuthorized            this Kafka user may not read or write a topic it needs (77)
     ├── RecordError              one input record is unusable -> dead letter, never a crash
     │   ├── DecodeError          bytes are not text we can repair
-    │   └── RecordTooLarge       over the configured size limit
+    │   ├── RecordTooLarge       over the configured size limit
+    │   └── BadLaneRecord        a lane message is not a normalized record
     ├── ModelError               a model call failed
     │   ├── TransientModelError  worth retrying: rate limited, timeout, 5xx
     │   │   └── RateLimited      429; carries retry_after seconds
@@ -105,6 +106,10 @@ class DecodeError(RecordError):
 
 class RecordTooLarge(RecordError):
     reason = "too_large"
+
+
+class BadLaneRecord(RecordError):
+    reason = "bad_record"
 
 
 class ModelError(RetroError):

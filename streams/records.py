@@ -23,6 +23,8 @@ from typing import Any, Literal, Protocol
 import msgspec
 from pydantic import BaseModel, ConfigDict, Field
 
+from streams.errors import BadLaneRecord
+
 Lane = Literal["fast", "slow"]
 Level = Literal["TRACE", "DEBUG", "INFO", "NOTICE", "WARN", "ERROR", "FATAL"]
 Severity = Literal["info", "low", "medium", "high", "critical"]
@@ -172,10 +174,6 @@ class NormalizedRecord(BaseModel):
     cost: float
     lane: Lane
     redactions: dict[str, int] = Field(default_factory=dict)
-
-
-class BadLaneRecord(ValueError):
-    """A lane message that is not a normalized record; the message says what is wrong."""
 
 
 class LaneRecord(msgspec.Struct):

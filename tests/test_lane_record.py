@@ -15,9 +15,9 @@ from pydantic import ValidationError
 from streams.clean.cleaner import Cleaner
 from streams.clean.step import routed_records
 from streams.dev.sample import write_sample
+from streams.errors import BadLaneRecord
 from streams.ingest.reader import iter_records, open_source
 from streams.records import (
-    BadLaneRecord,
     Coord,
     LaneRecord,
     NormalizedRecord,

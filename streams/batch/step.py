@@ -18,8 +18,9 @@ from streams.batch.lane import Analyzer, LaneProcessor
 from streams.batch.window import TokenWindow
 from streams.clean.redact import Redactor
 from streams.clean.tokens import TokenCounter
+from streams.errors import BadLaneRecord
 from streams.metrics import Metrics
-from streams.records import BadLaneRecord, BatchOutcome, DeadLetter, RawCoord, read_lane_record
+from streams.records import BatchOutcome, DeadLetter, RawCoord, read_lane_record
 from streams.runtime.step import Context, Fetch, Message, Out, Step
 from streams.settings import Settings
 
