@@ -9,7 +9,8 @@ Steps (every process it starts is stopped on exit, Ctrl-C and errors included):
 1. a ``LocalBroker`` in a temporary state dir (jars from ``~/.m2``);
 2. >= ``--records`` log records (real logs from ``../shared/data`` topped up with
    ``write_sample``, or only generated ones), sent with ``python -m streams produce
-   --quiet --spread 4`` after ``python -m streams topics``;
+   --quiet --spread 4`` after ``python -m streams topics``, uncompressed as shippers
+   send by default (``--raw-codec``);
 3. the baseline loop, in this process, with its own group and scratch topic,
    ``--baseline-runs`` times (3) before the pipelines and as many after them: the
    median run is the baseline;
@@ -73,6 +74,7 @@ from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 from streams.dev.broker.launcher import LocalBroker
 from streams.dev.sample import count_logical_records, write_multiday, write_sample
 from streams.kafka.connect import stop_consumer
+from streams.settings import KafkaSettings
 
 # seconds between audits once the lag says the run may be done (an audit reads the
 # ledger in about a second); the first sample with no lag at all is audited at once
@@ -263,11 +265,12 @@ def topic_bytes(data_dir: Path) -> dict[str, int]:
 async def raw_loop(bootstrap: str, raw: str, scratch: str, n: int) -> dict[str, Any]:
     """What moving a record costs with no pipeline at all: getmany, one small
     json.dumps per record, a batched send, commit once the batch is delivered (the
-    same delivery-before-commit rule the agents follow, and the same acks)."""
+    same delivery-before-commit rule the agents follow, the same acks and codec)."""
     consumer = AIOKafkaConsumer(raw, bootstrap_servers=bootstrap, group_id=f"raw-loop-{scratch}",
                                 enable_auto_commit=False, auto_offset_reset="earliest")
     producer = AIOKafkaProducer(bootstrap_servers=bootstrap, acks="all", linger_ms=10,
-                                max_batch_size=256 * 1024)
+                                max_batch_size=256 * 1024,
+                                compression_type=KafkaSettings().compression)
     launched = time.monotonic()
     cpu0 = time.process_time()
     await producer.start()
@@ -969,6 +972,7 @@ async def bench(args: argparse.Namespace, tmp: Path, broker: LocalBroker,
     env = base_env(bootstrap, tmp / "produce")
     env["RETRO_TOPICS__RAW"] = raw
     env["RETRO_TOPICS__PARTITIONS"] = str(args.partitions)
+    env["RETRO_KAFKA__COMPRESSION"] = args.raw_codec
     paths, data = make_data(args.data, args.records, tmp / "data")
     log(f"data: {data['real']:,} real records ({len(data['real_files'])} files) + "
         f"{data['generated']:,} generated ({args.data})")
@@ -1167,6 +1171,11 @@ def main(argv: list[str] | None = None) -> int:
                              "write_multiday (4 days out of order)")
     parser.add_argument("--partitions", type=int, default=4, help="partitions of every topic")
     parser.add_argument("--spread", type=int, default=4, help="retro produce --spread")
+    parser.add_argument("--raw-codec", default="none",
+                        choices=["none", "gzip", "snappy", "lz4", "zstd"],
+                        help="the codec `retro produce` writes the raw topic with (default "
+                             "none, as shippers send by default; the workers' own topics "
+                             "take RETRO_KAFKA__COMPRESSION, lz4 unless --set says otherwise)")
     parser.add_argument("--set", action="append", default=[], metavar="RETRO_X=VALUE",
                         help="a setting of the workers (repeatable), e.g. RETRO_MODEL__RPM=6000")
     parser.add_argument("--baseline-runs", type=int, default=3,

@@ -16,6 +16,7 @@ import time
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -26,18 +27,36 @@ from helpers import free_port
 
 
 @pytest.fixture(scope="session")
-def kafka_bootstrap(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+def kafka_broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
+    """The session's own LocalBroker; None when RETRO_TEST_BOOTSTRAP names another."""
     from streams.dev.broker.launcher import LocalBroker
 
     if os.environ.get("RETRO_TEST_BOOTSTRAP"):
-        yield os.environ["RETRO_TEST_BOOTSTRAP"]
+        yield None
         return
     broker = LocalBroker(tmp_path_factory.mktemp("broker-state"))
-    state = broker.start(timeout=120)
+    broker.start(timeout=120)
     try:
-        yield state.bootstrap
+        yield broker
     finally:
         broker.stop()
+
+
+@pytest.fixture(scope="session")
+def kafka_bootstrap(kafka_broker: Any) -> str:
+    if kafka_broker is None:
+        return os.environ["RETRO_TEST_BOOTSTRAP"]
+    state = kafka_broker.status()
+    assert state is not None, "the session's broker is not running"
+    return state.bootstrap
+
+
+@pytest.fixture
+def kafka_log_dir(kafka_broker: Any) -> Path:
+    """Where the session's broker keeps its partitions, to weigh what reached its disk."""
+    if kafka_broker is None:
+        pytest.skip("RETRO_TEST_BOOTSTRAP names a broker whose disk these tests cannot read")
+    return kafka_broker.data_dir
 
 
 class Pipeline:

@@ -74,6 +74,7 @@ def test_settings_are_frozen() -> None:
     ("RETRO_MODEL__BASE_URL", "http://host:port/v1", "http or https"),
     ("RETRO_MODEL__REDIS_URL", "127.0.0.1:6379", "redis://127.0.0.1:6379/0"),
     ("RETRO_KAFKA__MAX_MESSAGE_BYTES", "0", "greater than or equal to 1"),
+    ("RETRO_KAFKA__COMPRESSION", "brotli", "'none', 'gzip', 'snappy', 'lz4' or 'zstd'"),
     ("RETRO_TOPICS__RETENTION_MS", "0", "-1 to keep records forever"),
     ("RETRO_TOPICS__REPORTS", "my reports", "Kafka topic name"),
     ("RETRO_CLEAN__DEFAULT_TIMEZONE", "Mars/Olympus", "Europe/Paris"),

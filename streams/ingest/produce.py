@@ -20,7 +20,7 @@ from aiokafka.errors import KafkaError
 
 from streams.ingest.keys import raw_key
 from streams.ingest.reader import RawRecord, iter_raw_records, open_source
-from streams.kafka.connect import aiokafka_kwargs
+from streams.kafka.connect import aiokafka_kwargs, compression_type
 from streams.kafka.limits import RECORD_OVERHEAD_BYTES, topic_max_message_bytes, value_limit
 from streams.records import DeadLetter, RawCoord
 from streams.settings import Settings
@@ -113,7 +113,7 @@ async def produce(
         linger_ms=20,
         max_batch_size=min(256 * 1024, limit),
         max_request_size=limit + RECORD_OVERHEAD_BYTES,
-        compression_type="lz4" if _has_lz4() else None,
+        compression_type=compression_type(settings),
     )
     sender = Sender(producer, retry_seconds=settings.kafka.delivery_timeout_seconds)
     pacer = _Pacer(rate)
@@ -325,14 +325,6 @@ def _failure(future: asyncio.Future | None) -> str | None:
         return "cancelled"
     exc = future.exception()
     return repr(exc) if exc is not None else None
-
-
-def _has_lz4() -> bool:
-    try:
-        import lz4  # noqa: F401
-    except ImportError:
-        return False
-    return True
 
 
 def total_bytes(paths: list[str]) -> int | None:

@@ -194,7 +194,14 @@ def stage_producer(settings: Settings) -> Any:
 
     return AIOKafkaProducer(**aiokafka_kwargs(settings), acks="all", linger_ms=10,
                             max_batch_size=256 * 1024,
-                            max_request_size=settings.kafka.max_message_bytes)
+                            max_request_size=settings.kafka.max_message_bytes,
+                            compression_type=compression_type(settings))
+
+
+def compression_type(settings: Settings) -> str | None:
+    """aiokafka's name for ``RETRO_KAFKA__COMPRESSION``: None sends batches uncompressed."""
+    codec = settings.kafka.compression
+    return None if codec == "none" else codec
 
 
 # aiokafka keeps one fetch in flight per broker: a long poll on a caught-up partition
