@@ -1175,7 +1175,7 @@ def main(argv: list[str] | None = None) -> int:
                         choices=["none", "gzip", "snappy", "lz4", "zstd"],
                         help="the codec `retro produce` writes the raw topic with (default "
                              "none, as shippers send by default; the workers' own topics "
-                             "take RETRO_KAFKA__COMPRESSION, lz4 unless --set says otherwise)")
+                             "take RETRO_KAFKA__COMPRESSION, zstd unless --set says otherwise)")
     parser.add_argument("--set", action="append", default=[], metavar="RETRO_X=VALUE",
                         help="a setting of the workers (repeatable), e.g. RETRO_MODEL__RPM=6000")
     parser.add_argument("--baseline-runs", type=int, default=3,

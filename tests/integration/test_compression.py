@@ -55,7 +55,7 @@ def test_produce_sends_batches_compressed_as_set(pipeline_factory, kafka_log_dir
 def test_the_stage_producer_compresses_what_a_worker_sends(pipeline_factory,
                                                           kafka_log_dir: Path) -> None:
     settings = pipeline_factory().settings()
-    assert settings.kafka.compression == "lz4"  # the default
+    assert settings.kafka.compression == "zstd"  # the default
 
     async def send() -> list[bytes]:
         await ensure_topics(settings)
