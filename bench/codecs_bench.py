@@ -22,7 +22,7 @@ from pathlib import Path
 
 from _common import add_tag_argument, table, write_result
 from aiokafka import codec
-from steps_bench import drive, raw_messages
+from steps_bench import as_records, drive, raw_messages
 
 from streams.clean.cleaner import Cleaner
 from streams.clean.step import CleanStep
@@ -44,8 +44,8 @@ async def lane_messages(settings: Settings, records: int) -> list[bytes]:
         raw = raw_messages(records, Path(tmp))
     _, run = await drive(CleanStep(settings, Cleaner.from_settings(settings, metrics=metrics),
                                    metrics), raw, [Part("raw", 0)])
-    lanes = {settings.topics.fast, settings.topics.slow}
-    return [o.value for o in run.sent if o.topic in lanes and o.value is not None]
+    lanes = as_records(run.sent, {settings.topics.fast, settings.topics.slow})
+    return [m.value for m in lanes if m.value is not None]
 
 
 def batches(values: list[bytes], size: int) -> list[bytes]:

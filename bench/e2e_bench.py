@@ -52,7 +52,7 @@ from collections.abc import Iterator
 from dataclasses import asdict, dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
+from typing import Any, get_args
 
 import aiohttp
 from _common import (
@@ -74,7 +74,7 @@ from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 from streams.dev.broker.launcher import LocalBroker
 from streams.dev.sample import count_logical_records, write_multiday, write_sample
 from streams.kafka.connect import stop_consumer
-from streams.settings import KafkaSettings
+from streams.settings import Compression, KafkaSettings
 
 # seconds between audits once the lag says the run may be done (an audit reads the
 # ledger in about a second); the first sample with no lag at all is audited at once
@@ -1172,7 +1172,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--partitions", type=int, default=4, help="partitions of every topic")
     parser.add_argument("--spread", type=int, default=4, help="retro produce --spread")
     parser.add_argument("--raw-codec", default="none",
-                        choices=["none", "gzip", "snappy", "lz4", "zstd"],
+                        choices=get_args(Compression),
                         help="the codec `retro produce` writes the raw topic with (default "
                              "none, as shippers send by default; the workers' own topics "
                              "take RETRO_KAFKA__COMPRESSION, zstd unless --set says otherwise)")

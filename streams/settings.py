@@ -34,6 +34,7 @@ from streams.records import EnvelopeKind, Severity
 
 _TOPIC_NAME = re.compile(r"[A-Za-z0-9._-]{1,249}")
 LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL")
+Compression = Literal["none", "gzip", "snappy", "lz4", "zstd"]  # the codecs Kafka knows
 
 
 def _port(value: int) -> int:
@@ -404,7 +405,7 @@ class KafkaSettings(BaseModel):
     # codec of every batch the workers and `retro produce` send; zstd spares the brokers'
     # disks, network and CPU most of the lanes' bytes for less of a worker's CPU than
     # aiokafka's lz4, which it runs at the slow high-compression level
-    compression: Literal["none", "gzip", "snappy", "lz4", "zstd"] = "zstd"
+    compression: Compression = "zstd"
 
 
 class Settings(BaseSettings):
