@@ -91,9 +91,11 @@ class MemoryRun:
         return [o for o in self.sink.sent if o.topic == topic]
 
     async def assign(self, *parts: Part) -> None:
-        self.source.assigned = set(parts)
-        for part in set(self.committed) - set(parts):
+        """A rebalance: the partitions that moved away are forgotten (none of their
+        records is this member's now), as the Kafka loop does."""
+        for part in self.source.assigned - set(parts):
             self.ctx.commits.acker.forget(part)
+        self.source.assigned = set(parts)
         await self.step.assigned(set(parts), self.ctx)
 
     async def fetch(self, *records: Record) -> None:
