@@ -57,10 +57,10 @@ from streams.dev.faults import KINDS, write_case
 from streams.gateway.rules.analyzer import analyze
 from streams.intervals import Coverage
 from streams.records import Fragment, NormalizedRecord
-from streams.report.merge import incident_key, merge_all
-from streams.report.model import Report
-from streams.report.postmortem import PostMortem, derive
-from streams.report.view import render_markdown
+from streams.report.analysis.postmortem import PostMortem, derive
+from streams.report.state.merge import incident_key, merge_all
+from streams.report.state.model import Report
+from streams.report.views.view import render_markdown
 from streams.settings import Settings
 
 HIGH = {"high", "critical"}

@@ -6,7 +6,7 @@ adds new coordinates to the same report), cleaned, batched by the lane windows,
 analyzed by the offline ``rules`` model and cut one fragment per day/all report by
 each record's own time, as the lane does. They are then merged in a fresh child
 process the way the compactor does it: per fragment, the stored report JSON of the
-report the fragment names is parsed, ``streams.report.merge.merge`` runs, and the
+report the fragment names is parsed, ``streams.report.state.merge.merge`` runs, and the
 new JSON is stored.
 
 The child reports its peak RSS before merging (imports and fragments loaded) and
@@ -41,9 +41,9 @@ from streams.dev.sample import write_sample
 from streams.gateway.factory import build_gateways
 from streams.ingest.reader import iter_records, open_source
 from streams.records import Fragment, NormalizedRecord, RawCoord
-from streams.report.keys import record_place
-from streams.report.merge import merge
-from streams.report.model import Report
+from streams.report.state.keys import record_place
+from streams.report.state.merge import merge
+from streams.report.state.model import Report
 from streams.settings import Settings
 
 NOW = "2026-11-29T00:00:00Z"  # a fixed updated_at: sizes do not depend on the clock

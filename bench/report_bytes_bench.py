@@ -4,7 +4,7 @@ Reports are built offline the way the pipeline builds them: log files (the real
 logs of ``../shared/data`` unless ``--no-real``, and the generated sample) are
 cleaned, batched by the lane windows, analyzed by the offline ``rules`` model, cut
 one fragment per day/all report by each record's own time like the lane, and merged
-into the report each fragment names with ``streams.report.merge``, ``--flush``
+into the report each fragment names with ``streams.report.state.merge``, ``--flush``
 fragments at a time like the compactor. Each report is then serialized as the worker's
 ``/reports/{window}/{group}`` serves it (``json.dumps`` of ``model_dump``, compact),
 and its bytes are split by top-level field and, inside incidents and their
@@ -30,8 +30,8 @@ from memory_bench import NOW, cleaned_files, fragments_of
 
 from streams.dev.sample import write_sample
 from streams.records import Fragment
-from streams.report.merge import merge_all
-from streams.report.model import Report
+from streams.report.state.merge import merge_all
+from streams.report.state.model import Report
 from streams.settings import Settings
 
 

@@ -30,7 +30,7 @@ from streams.clean.cleaner import Cleaner
 from streams.clean.step import CleanStep
 from streams.gateway.factory import build_gateways
 from streams.metrics import Metrics
-from streams.report.keys import record_place
+from streams.report.state.keys import record_place
 from streams.runner import tune_gc
 from streams.runtime.memory import Part
 from streams.settings import Settings

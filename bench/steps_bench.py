@@ -34,8 +34,8 @@ from streams.dev.sample import write_sample
 from streams.gateway.factory import build_gateways
 from streams.ingest.reader import iter_records, open_source
 from streams.metrics import Metrics
-from streams.report.keys import record_place
-from streams.report.step import CompactStep
+from streams.report.compactor.step import CompactStep
+from streams.report.state.keys import record_place
 from streams.runner import tune_gc
 from streams.runtime.memory import MemoryRun, Part, Record
 from streams.runtime.step import Out

@@ -253,7 +253,7 @@ def cmd_clean(args: argparse.Namespace, settings: Settings) -> int:
 
 def cmd_report(args: argparse.Namespace, settings: Settings) -> int:
     from streams.report.store import read_reports
-    from streams.report.view import rank_reports, render_html, render_json, render_reports
+    from streams.report.views.view import rank_reports, render_html, render_json, render_reports
 
     kafka(settings)
     reports = asyncio.run(read_reports(settings))
@@ -266,11 +266,11 @@ def cmd_report(args: argparse.Namespace, settings: Settings) -> int:
     if args.format == "json":
         print(render_json(first))
         return 0
-    from streams.report.deadletters import read_deadletters
+    from streams.report.ops.deadletters import read_deadletters
 
     # dead letters carry no report of their own: name how many the pipeline rejected
     dead = asyncio.run(read_deadletters(settings, latest=0)).total
-    from streams.report.reviews import read_reviews, summarize
+    from streams.report.ops.reviews import read_reviews, summarize
 
     entries, analysed, _ = asyncio.run(read_reviews(settings))
     parked = summarize(entries, analysed, topic=settings.topics.review, latest=0).parked
@@ -296,14 +296,14 @@ def matching_reports(reports: dict[str, Any], *, window: str | None, service: st
 
 def select_report(reports: dict[str, Any], *, window: str | None, service: str | None) -> Any:
     """The matching report printed first: the most significant (the latest among equals)."""
-    from streams.report.view import rank_reports
+    from streams.report.views.view import rank_reports
 
     chosen = matching_reports(reports, window=window, service=service)
     return rank_reports(chosen)[0].report if chosen else None
 
 
 def cmd_audit(args: argparse.Namespace, settings: Settings) -> int:
-    from streams.report.audit import audit_until_clean, dumps, missing_hint, summary_line
+    from streams.report.ops.audit import audit_until_clean, dumps, missing_hint, summary_line
 
     kafka(settings)
     result = asyncio.run(audit_until_clean(settings, wait_seconds=args.wait))
@@ -318,7 +318,7 @@ def cmd_audit(args: argparse.Namespace, settings: Settings) -> int:
 
 
 def cmd_deadletter(args: argparse.Namespace, settings: Settings) -> int:
-    from streams.report.deadletters import read_deadletters, render_json, render_text
+    from streams.report.ops.deadletters import read_deadletters, render_json, render_text
 
     kafka(settings)
     summary = asyncio.run(read_deadletters(settings, latest=args.latest))
@@ -327,8 +327,8 @@ def cmd_deadletter(args: argparse.Namespace, settings: Settings) -> int:
 
 
 def cmd_review(args: argparse.Namespace, settings: Settings) -> int:
-    from streams.report.reviews import parked_reviews, read_reviews, render_json, render_text
-    from streams.report.reviews import summarize as summarize_reviews
+    from streams.report.ops.reviews import parked_reviews, read_reviews, render_json, render_text
+    from streams.report.ops.reviews import summarize as summarize_reviews
 
     kafka(settings)
     entries, analysed, unreadable = asyncio.run(read_reviews(settings))

@@ -8,7 +8,7 @@ for a message that carries N > 1 log records (an OTLP batch),
 ``"topic/partition@offset:N"`` (values: record indices 0..N-1). A single-record
 message therefore keeps today's compact offset ranges, a multi-record message costs
 one key with (usually) one range, and every ledger counts log records. The audit
-(``streams/report/audit.py``) treats such a message as complete when its indices
+(``streams/report/ops/audit.py``) treats such a message as complete when its indices
 0..N-1 are covered exactly once.
 """
 

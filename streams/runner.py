@@ -7,11 +7,11 @@ import gc
 import logging
 import time
 from collections.abc import Callable, Sequence
-from typing import Protocol
+from typing import Any, Protocol
 
 from streams.app import build_app, consumer_groups
 from streams.kafka.connect import bootstrap_addresses, resolve_bootstrap
-from streams.kafka.log_guard import limit_repeats
+from streams.kafka.log_guard import logging_config
 from streams.kafka.probe import ExitWhenUnreachable
 from streams.kafka.topics import ensure_group_offsets, ensure_topics
 from streams.settings import Settings
@@ -51,9 +51,21 @@ async def drain_within(loops: Sequence[Drains], seconds: float, *,
         await loop.drain(timeout=max(0.0, deadline - clock()))
 
 
-def run_worker(settings: Settings, *, roles: tuple[str, ...]) -> int:
+def host_worker(app: Any, settings: Settings) -> Any:
+    """faust's Worker hosting ``app``, as faust offers it: no method replaced.
+
+    faust sets the logging up itself when it starts (it clears the root logger's
+    handlers first); its ``logging_config`` option gives it the configuration to set
+    up: one line per record on stderr, as every other command writes them, with
+    repeated warnings limited (a broker outage is a few lines, not MB/s).
+    """
     from faust import Worker
 
+    return Worker(app, loglevel=settings.log_level.lower(), quiet=True,
+                  redirect_stdouts=False, logging_config=logging_config(settings.log_level))
+
+
+def run_worker(settings: Settings, *, roles: tuple[str, ...]) -> int:
     asyncio.run(ensure_topics(settings))
     try:
         for gid, topics in consumer_groups(settings, roles).items():
@@ -63,16 +75,7 @@ def run_worker(settings: Settings, *, roles: tuple[str, ...]) -> int:
     worker = build_app(settings, roles=roles)
     # resolved now: `retro broker stop` removes the local broker's state file
     kafka_addresses = bootstrap_addresses(resolve_bootstrap(settings))
-    faust_worker = Worker(worker.app, loglevel=settings.log_level.lower(), quiet=True,
-                          redirect_stdouts=False)
-    setup_root_logger = faust_worker.on_setup_root_logger
-
-    def on_setup_root_logger(root: logging.Logger, level: int) -> None:
-        # faust installs the log handlers itself: limit repeated warnings once it has
-        setup_root_logger(root, level)
-        limit_repeats(root.handlers)
-
-    faust_worker.on_setup_root_logger = on_setup_root_logger  # type: ignore[method-assign]
+    faust_worker = host_worker(worker.app, settings)
 
     async def _close_gateways() -> None:
         # the batch loop's last fragments reach the compactor before it drains

@@ -25,8 +25,8 @@ import pytest
 
 from streams.clean.cleaner import Cleaner
 from streams.records import Evidence, Fragment, NormalizedRecord, RawCoord, TimeWindow
-from streams.report.merge import merge
-from streams.report.model import Report
+from streams.report.state.merge import merge
+from streams.report.state.model import Report
 
 REPO = Path(__file__).resolve().parents[1]
 SHARED_DATA = REPO.parent / "shared" / "data"

@@ -33,7 +33,7 @@ from streams.errors import (
     RetroError,
     UsageError,
 )
-from streams.report.model import Report
+from streams.report.state.model import Report
 from streams.schemas import validator
 
 from helpers import busy_port, closed_port
@@ -129,8 +129,8 @@ def test_every_error_kind_has_its_own_exit_code() -> None:
 
 
 @pytest.mark.parametrize(("command", "reader"), [
-    (["deadletter"], "streams.report.deadletters.read_deadletters"),
-    (["review"], "streams.report.reviews.read_reviews"),
+    (["deadletter"], "streams.report.ops.deadletters.read_deadletters"),
+    (["review"], "streams.report.ops.reviews.read_reviews"),
     (["report"], "streams.report.store.read_reports")])
 def test_a_topic_this_user_may_not_read_is_one_line_not_an_empty_answer(
         command: list[str], reader: str, monkeypatch: pytest.MonkeyPatch,
@@ -372,7 +372,7 @@ def test_a_redrive_refused_the_raw_topic_for_old_reviews_still_sends_the_rest(
     from the raw topic, and a user who may not read it is told so in one line."""
     from streams import cli
     from streams.intervals import Coverage
-    from streams.report import reviews
+    from streams.report.ops import reviews
     from streams.report.store import not_authorized
     from streams.worker import stages
 

@@ -713,7 +713,7 @@ def role_access(settings: Settings, role: str, state_dir: Path) -> Access:
     from streams.gateway.redrive import RedriveStep
     from streams.kafka.topics import topic_specs
     from streams.notify.step import NotifyStep
-    from streams.report.step import CompactStep
+    from streams.report.compactor.step import CompactStep
     from streams.worker.notify import LedgerReader
     from streams.worker.stages import LaneReader, ReportsReader
 

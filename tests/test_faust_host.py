@@ -66,6 +66,32 @@ def test_faust_is_left_as_installed_after_every_streams_module_is_imported() -> 
     assert patched == []
 
 
+def _own_functions(obj: object) -> list[str]:
+    """The attributes of ``obj`` itself (not of its class) that are functions of
+    streams/ or tests/: an instance patch puts one there."""
+    found = []
+    for attr, value in vars(obj).items():
+        func = getattr(value, "__func__", value)
+        if inspect.isfunction(func) and func.__module__.startswith(("streams", "tests")):
+            found.append(f"{type(obj).__name__}.{attr}: {func.__module__}")
+    return found
+
+
+def test_the_faust_worker_and_app_are_used_as_faust_makes_them(tmp_path: Path) -> None:
+    """The Worker `retro worker` runs is faust's own class, configured through its
+    options, with no method replaced on the instance (the class checks above miss that)."""
+    import faust
+
+    from streams.runner import host_worker
+
+    settings = Settings(state_dir=tmp_path, kafka={"bootstrap": "127.0.0.1:9"})
+    app = build_app(settings, roles=ROLES).app
+    host = host_worker(app, settings)
+    assert type(host) is faust.Worker
+    assert _own_functions(host) == []
+    assert _own_functions(app) == []
+
+
 def test_the_worker_app_has_no_faust_consumer(tmp_path: Path) -> None:
     """Built as `retro worker` builds it: the stages are loops of their own, and faust
     starts neither a consumer (no group, no subscription, no tables) nor a producer."""

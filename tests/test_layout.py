@@ -4,6 +4,9 @@ cli -> app -> worker (Kafka wiring) -> stages (ingest, clean, batch, gateway,
 report, notify, in flow order) -> the stage runtime -> Kafka plumbing -> shared
 vocabulary. Development tools (``streams.dev``)
 may use anything; only the command line may use them.
+
+Inside ``streams.report`` the same holds one floor down: the report's state (model,
+keys, merge) < its analysis < the compactor step < the views < the operator tools.
 """
 
 from __future__ import annotations
@@ -26,6 +29,12 @@ LEVELS: dict[str, int] = {
     "dev": 11,
 }
 MAY_IMPORT_DEV = {"cli", "__main__", "dev"}
+
+# The floors inside streams.report, lower first. store (reads reports from Kafka) uses
+# only the state.
+REPORT_LEVELS: dict[str, int] = {
+    "state": 0, "store": 0, "analysis": 1, "compactor": 2, "views": 3, "ops": 4,
+}
 
 
 def _modules() -> dict[str, Path]:
@@ -83,6 +92,30 @@ def test_imports_point_down_the_flow(graph: dict[str, set[str]]) -> None:
     assert not upward, "imports against the flow:\n" + "\n".join(sorted(upward))
 
 
+def _report_floor(module: str) -> str | None:
+    parts = module.split(".")
+    return parts[2] if len(parts) > 2 and parts[1] == "report" else None
+
+
+def test_every_report_floor_has_a_level(graph: dict[str, set[str]]) -> None:
+    floors = {f for m in graph if (f := _report_floor(m))}
+    assert floors <= set(REPORT_LEVELS), \
+        f"give these a level: {sorted(floors - set(REPORT_LEVELS))}"
+
+
+def test_report_imports_point_down_its_floors(graph: dict[str, set[str]]) -> None:
+    upward = []
+    for module, targets in graph.items():
+        src = _report_floor(module)
+        if src is None:
+            continue
+        for target in targets:
+            dst = _report_floor(target)
+            if dst is not None and REPORT_LEVELS[dst] > REPORT_LEVELS[src]:
+                upward.append(f"{module} -> {target}")
+    assert not upward, "imports up the report's floors:\n" + "\n".join(sorted(upward))
+
+
 def test_no_import_cycles(graph: dict[str, set[str]]) -> None:
     # packages import their own modules from __init__; a package -> module edge is not a cycle
     edges = {m: {t for t in ts if not t.startswith(m + ".")} for m, ts in graph.items()}
@@ -111,5 +144,11 @@ def test_the_checker_sees_an_upward_import(tmp_path: Path) -> None:
     """The graph reader itself: a stage importing a later stage is found."""
     (tmp_path / "streams" / "clean").mkdir(parents=True)
     bad = tmp_path / "streams" / "clean" / "x.py"
-    bad.write_text("from streams.report.merge import merge\n")
-    assert _imports(bad, {"streams.report.merge": bad}) == {"streams.report.merge"}
+    bad.write_text("from streams.report.state.merge import merge\n")
+    assert _imports(bad, {"streams.report.state.merge": bad}) == {"streams.report.state.merge"}
+
+
+def test_the_checker_sees_an_import_up_the_report_floors() -> None:
+    graph = {"streams.report.state.merge": {"streams.report.views.view"}}
+    with pytest.raises(AssertionError, match=r"state\.merge -> streams\.report\.views\.view"):
+        test_report_imports_point_down_its_floors(graph)

@@ -18,7 +18,7 @@ from streams.records import (
     Review,
     TimeWindow,
 )
-from streams.report.merge import merge
+from streams.report.state.merge import merge
 from streams.schemas import load_schema, schemas_dir, validator
 
 RAW = RawCoord(topic="retro.logs.raw", partition=2, offset=41)

@@ -24,7 +24,7 @@ Since prompt v3 the model is asked to state, at the start of ``cause``, the find
 
 role: ``origin`` (the service failed by itself), ``impact of <service>`` (it suffers
 from a failure of a service it calls, named as its lines name it; the event then ends
-with that service in parentheses, the subject ``streams.report.origin`` reads as the
+with that service in parentheses, the subject ``streams.report.analysis.origin`` reads as the
 called service), ``impact`` (the called service is not named) or ``unknown``; pattern:
 ``new``, ``burst``, ``chronic`` or ``unknown``. The form lives in the free text on
 purpose: the answer schema, its validation and the fragment stay as they were, so an

@@ -6,7 +6,7 @@ has a literal. A mask does not cover ``<*>`` or another mask: ``<*>`` is the wid
 of the two, and this keeps covering a partial order, so "the most general" has one
 answer. The batch stage uses it to name a group whose records carry texts from
 before and after their cluster generalised; the report stage to fold one event's
-texts from several workers into one (``streams.report.templates``).
+texts from several workers into one (``streams.report.state.evidence``).
 """
 
 from __future__ import annotations

@@ -6,7 +6,7 @@ prompt. Why our own ids: drain3's cluster ids are per-process counters. The id h
 is a hash of the template text a cluster was born with, and it stays while the
 template generalises, so inside one worker one event keeps one id. Across workers
 and restarts the miner's state is not shared: the report stage resolves one
-template per event instead, by coverage of the texts (``streams.report.templates``).
+template per event instead, by coverage of the texts (``streams.report.state.evidence``).
 That was chosen over a miner state shared through Kafka because it needs no
 coordination on the clean stage's hot path, survives any rebalance or replay, and
 merges cleanly in any order; the cost is that two workers' ids for one event differ

@@ -34,12 +34,12 @@ from streams.notify.incidents import alerts_for
 from streams.notify.ledger import Notices
 from streams.notify.sinks import configured_urls
 from streams.notify.step import latest_windows, window_over
-from streams.report.audit import audit_until_clean, dumps
-from streams.report.keys import UNDATED
-from streams.report.model import SEVERITY_WEIGHT
-from streams.report.rollup import needs_rollup
+from streams.report.analysis.rollup import needs_rollup
+from streams.report.ops.audit import audit_until_clean, dumps
+from streams.report.state.keys import UNDATED
+from streams.report.state.model import SEVERITY_WEIGHT
 from streams.report.store import read_reports, read_topic
-from streams.report.view import render_reports
+from streams.report.views.view import render_reports
 from streams.settings import Settings, sink_urls
 from streams.worker.web import check_web_port, free_port, port_free
 

@@ -121,7 +121,8 @@ class Gateway:
         max_tokens: int = 400,
         prompt_tokens: int | None = None,
     ) -> tuple[str | None, str | None]:
-        """(summary, None) or (None, reason) for a roll-up prompt (``streams.report.rollup``).
+        """(summary, None) or (None, reason) for a roll-up prompt
+        (``streams.report.analysis.rollup``).
 
         The same path as a batch: cache, then the caller (AIMD slot, RPM/TPM buckets,
         retries with backoff and Retry-After, retry budget), one repair request for a

@@ -1,6 +1,6 @@
 """The roll-up prompt: what the model is asked to summarise one incident, and how its
 answer is read. Used by ``Gateway.summarize``; the report stage builds the payload
-(``streams.report.rollup``).
+(``streams.report.analysis.rollup``).
 """
 
 from __future__ import annotations

@@ -4,7 +4,9 @@ While a broker is away, aiokafka and faust log the same connection error many ti
 second (380-830 KB/s measured during a broker restart). :class:`RepeatLimiter` lets
 the first few of each message through, then one line per interval that says how many
 like it were held back. Messages are "the same" when logger, level and format string
-match, whatever their arguments (a node id, an address).
+match, whatever their arguments (a node id, an address). Every command's handlers get
+one (:func:`limit_repeats`); the worker, whose logging faust sets up, gets it through
+:func:`logging_config`.
 """
 
 from __future__ import annotations
@@ -12,9 +14,11 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable, Iterable
+from typing import Any
 
 REPEAT_BURST = 3  # of one message per interval, logged as they come
 REPEAT_INTERVAL_SECONDS = 30.0
+LOG_FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"  # one line per record
 
 
 class RepeatLimiter(logging.Filter):
@@ -61,3 +65,17 @@ def limit_repeats(handlers: Iterable[logging.Handler]) -> None:
     for handler in handlers:
         if not any(isinstance(f, RepeatLimiter) for f in handler.filters):
             handler.addFilter(RepeatLimiter())
+
+
+def logging_config(level: str) -> dict[str, Any]:
+    """A ``logging.config.dictConfig`` configuration: the records of ``level`` and up,
+    one :data:`LOG_FORMAT` line each on stderr, repeated warnings limited."""
+    return {
+        "version": 1,
+        "disable_existing_loggers": False,
+        "filters": {"repeats": {"()": RepeatLimiter}},
+        "formatters": {"line": {"format": LOG_FORMAT}},
+        "handlers": {"stderr": {"class": "logging.StreamHandler", "stream": "ext://sys.stderr",
+                                "formatter": "line", "filters": ["repeats"]}},
+        "root": {"level": level.upper(), "handlers": ["stderr"]},
+    }

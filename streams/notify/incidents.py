@@ -1,6 +1,6 @@
 """What a report says the on-call should know: its incidents, as the post-mortem sees them.
 
-An incident here is a post-mortem episode (``streams.report.postmortem``) of medium or
+An incident here is a post-mortem episode (``streams.report.analysis.postmortem``) of medium or
 worse: causes that overlap in time, judged against their own baseline, with their
 suspected origin. Routine traffic, chronic noise and change events are not incidents,
 so they never page anyone. Everything an alert says is built from the episode's titles,
@@ -14,10 +14,11 @@ from dataclasses import dataclass
 
 from streams.clean.redact import Redactor
 from streams.records import Severity
-from streams.report.causes import Cause, clip, name_list
-from streams.report.keys import parse_time
-from streams.report.model import SEVERITY_WEIGHT, Report
-from streams.report.postmortem import EPISODE_GAP_S, Episode, derive, origin_title
+from streams.report.analysis.causes import Cause
+from streams.report.analysis.postmortem import EPISODE_GAP_S, Episode, derive, origin_title
+from streams.report.state.keys import parse_time
+from streams.report.state.model import SEVERITY_WEIGHT, Report
+from streams.report.state.wording import clip, name_list
 
 MAX_TEXT = 300  # characters of a title or summary sent out
 FAILING = SEVERITY_WEIGHT["medium"]  # a cause this severe identifies its episode

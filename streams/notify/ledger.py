@@ -23,7 +23,7 @@ from pydantic import BaseModel, Field
 
 from streams.notify.incidents import Alert
 from streams.records import Severity
-from streams.report.model import SEVERITY_WEIGHT
+from streams.report.state.model import SEVERITY_WEIGHT
 
 ChangeKind = Literal["opened", "escalated", "ended"]
 MAX_KEYS = 50  # report incident keys an incident remembers, to recognise it

@@ -16,8 +16,8 @@ from typing import Any
 from urllib.parse import quote
 
 from streams.notify.ledger import Change, Entry
-from streams.report.keys import format_time, parse_time
-from streams.report.model import SEVERITY_WEIGHT
+from streams.report.state.keys import format_time, parse_time
+from streams.report.state.model import SEVERITY_WEIGHT
 from streams.settings import Settings
 
 ALERTNAME = "RetroIncident"

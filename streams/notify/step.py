@@ -37,8 +37,8 @@ from streams.notify.incidents import Alert, alerts_for
 from streams.notify.ledger import Notices, Planner
 from streams.notify.messages import alertmanager_alerts, report_link, webhook_message
 from streams.notify.sinks import MAX_WAIT, Sink
-from streams.report.keys import UNDATED, format_time, parse_time
-from streams.report.model import Report
+from streams.report.state.keys import UNDATED, format_time, parse_time
+from streams.report.state.model import Report
 from streams.runtime.state import PartitionedState
 from streams.runtime.step import Context, Fetch, Out, Step
 from streams.settings import Settings

@@ -18,9 +18,9 @@ from aiokafka.errors import TopicAuthorizationFailedError
 
 from streams.errors import NotAuthorized
 from streams.kafka.connect import aiokafka_kwargs, partitions_of, stop_consumer
-from streams.report.keys import report_of
-from streams.report.merge import compose
-from streams.report.model import Report
+from streams.report.state.keys import report_of
+from streams.report.state.merge import compose
+from streams.report.state.model import Report
 from streams.settings import Settings
 
 logger = logging.getLogger(__name__)
@@ -74,7 +74,7 @@ class LatestReports:
         return {key: r for key in list(self._raw) if (r := self._shard(key)) is not None}
 
     def get(self, report_id: str) -> Report | None:
-        """The report composed from its shares (``streams.report.keys.report_of``)."""
+        """The report composed from its shares (``streams.report.state.keys.report_of``)."""
         parts = [r for key in sorted(self._keys.get(report_id, ()))
                  if (r := self._shard(key)) is not None]
         return compose(report_id, parts) if parts else None

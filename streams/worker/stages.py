@@ -38,8 +38,8 @@ from streams.kafka.connect import (
 from streams.kafka.inputs import input_pattern
 from streams.metrics import Metrics
 from streams.records import Review
-from streams.report.keys import record_place
-from streams.report.step import CompactStep
+from streams.report.compactor.step import CompactStep
+from streams.report.state.keys import record_place
 from streams.report.store import read_messages, readable_partitions, refusals_raised
 from streams.runtime.loop import StageLoop, Subscription
 from streams.runtime.step import Message

@@ -15,7 +15,7 @@ from streams.kafka.probe import BrokerProbe
 from streams.kafka.stall import StallDetector
 from streams.metrics import Metrics
 from streams.report.store import ReportFollower
-from streams.report.view import render_html, render_index_html, top_incident
+from streams.report.views.view import render_html, render_index_html, top_incident
 from streams.worker.web_auth import COOKIE, authorized
 
 Handler = Callable[..., Awaitable[Any]]
@@ -57,7 +57,7 @@ Titles = dict[str, tuple[tuple[Any, ...], str]]  # report id -> (its revision, t
 
 def summary(report: Any, titles: Titles | None = None) -> dict[str, Any]:
     """A report's line in /reports and on the index page; its ``top_incident`` is the
-    post-mortem's title, as its page shows it (``streams.report.view.top_incident``)."""
+    post-mortem's title, as its page shows it (``streams.report.views.view.top_incident``)."""
     return {
         "id": report.id, "version": report.version, "updated_at": report.updated_at,
         "first_seen": report.first_seen, "last_seen": report.last_seen,

@@ -6,7 +6,7 @@ from streams.batch.answers import validate_answer
 from streams.batch.entities import count_entities, top_entities, worth_counting
 from streams.batch.window import build_batch
 from streams.records import Evidence
-from streams.report.merge import merge
+from streams.report.state.merge import merge
 
 from helpers import WordCounter, make_fragment, make_record
 

@@ -25,10 +25,10 @@ from streams.records import (
     count_minutes,
     smallest_traces,
 )
-from streams.report.buckets import add_minutes
-from streams.report.keys import record_place, report_of
-from streams.report.merge import merge
-from streams.report.model import Report
+from streams.report.state.keys import record_place, report_of
+from streams.report.state.merge import merge
+from streams.report.state.minutes import add_minutes
+from streams.report.state.model import Report
 
 from helpers import WordCounter, iso_z, make_record
 

@@ -5,7 +5,7 @@ two workers sharing a source over four partitions, and a worker after a restart,
 each give an event the text of the first line they met ("Failed password for root
 from <IP> ...") until they have seen enough to generalise ("... for <*> ..."). The
 report must still hold one evidence entry per event: the covered texts fold into the
-general one (streams/report/templates.py).
+general one (streams/report/state/evidence.py).
 """
 
 from __future__ import annotations

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from streams.notify.incidents import alerts_for
 from streams.records import Evidence, TimeWindow
-from streams.report.merge import merge
-from streams.report.model import Report
+from streams.report.state.merge import merge
+from streams.report.state.model import Report
 from tests.helpers import make_fragment, pool_and_disk_report
 
 

@@ -14,7 +14,7 @@ from streams.metrics import Metrics
 from streams.notify.ledger import Notices
 from streams.notify.sinks import Reply, Sink
 from streams.notify.step import NotifyStep
-from streams.report.model import Report
+from streams.report.state.model import Report
 from streams.runtime.memory import MemoryRun, MemorySink, Part
 from streams.runtime.step import Out
 from streams.settings import Settings

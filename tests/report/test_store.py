@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from streams.report.model import Report
+from streams.report.state.model import Report
 from streams.report.store import LatestReports
 
 
@@ -44,7 +44,7 @@ def test_tombstones_keyless_and_unreadable_messages_are_skipped() -> None:
 
 def test_readers_see_a_report_composed_from_its_shares() -> None:
     from streams.records import Evidence, Fragment, TimeWindow
-    from streams.report.merge import merge
+    from streams.report.state.merge import merge
 
     def share(n: int) -> bytes:
         key = f"2026-11-29/all#{n}"

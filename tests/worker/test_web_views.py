@@ -9,7 +9,7 @@ from typing import Any
 from streams.kafka.stall import StallDetector
 from streams.metrics import Metrics
 from streams.report.store import ReportFollower
-from streams.report.view import top_incident
+from streams.report.views.view import top_incident
 from streams.settings import Settings
 from streams.worker.web import summary, wire_web
 

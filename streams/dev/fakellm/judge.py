@@ -6,7 +6,7 @@ model that follows them, on top of the offline analyzer (``streams.gateway.rules
 
 * a batch answer's causes state role and pattern (``'impact of payments, burst: ...'``):
   a finding whose lines name a called service (the phrasings of
-  ``streams.report.origin``) is impact of it, and its event names it in parentheses;
+  ``streams.report.analysis.origin``) is impact of it, and its event names it in parentheses;
   another failure is the origin; the rest is unknown. The pattern is judged in the
   payload's own span from each finding's count and first/last times;
 * severity is calibrated: high or critical stays only for errors in several services
@@ -27,7 +27,7 @@ from typing import Any
 from streams.batch.prompt import Pattern, Role, state_cause, stated_cause
 from streams.gateway.rules.analyzer import SEVERITIES, analyze
 from streams.gateway.rules.rollup import summarize_incident
-from streams.report.origin import named_services, same_service
+from streams.report.analysis.origin import named_services, same_service
 
 MIN_SPAN_MINUTES = 10.0  # a shorter input has no rate to compare with: pattern unknown
 MIN_PATTERN_RECORDS = 3  # fewer records say nothing about a pattern
@@ -50,7 +50,7 @@ _FAILING = SEVERITIES.index("medium")
 
 def answer(payload: dict[str, Any]) -> dict[str, Any]:
     """The fake model's answer to a batch or roll-up payload."""
-    if payload.get("kind") == "rollup":  # streams.report.rollup.ROLLUP_KIND
+    if payload.get("kind") == "rollup":  # streams.report.analysis.rollup.ROLLUP_KIND
         return summarize(payload)
     return judged(analyze(payload), payload)
 

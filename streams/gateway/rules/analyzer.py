@@ -128,9 +128,10 @@ def _required(items: list[Any], sre: Any) -> tuple[str, ...] | None:
 def analyze(payload: dict[str, Any]) -> dict[str, Any]:
     """Answer a payload: every ref of ``payload["groups"]`` lands in exactly one fragment.
 
-    A roll-up payload (``streams.report.rollup``) is answered with ``{"summary": ...}`` instead.
+    A roll-up payload (``streams.report.analysis.rollup``) is answered with
+    ``{"summary": ...}`` instead.
     """
-    if payload.get("kind") == "rollup":  # streams.report.rollup.ROLLUP_KIND
+    if payload.get("kind") == "rollup":  # streams.report.analysis.rollup.ROLLUP_KIND
         return summarize_incident(payload)
     detailed = payload.get("detail") == "detailed"
     buckets: dict[tuple[str, str], _Bucket] = {}

@@ -1,4 +1,4 @@
-"""The offline analyzer's answer to a roll-up payload (``streams.report.rollup``).
+"""The offline analyzer's answer to a roll-up payload (``streams.report.analysis.rollup``).
 
 No model writes prose offline, so the summary is composed from the incident's own
 fields in a fixed order: same payload, same summary. It reads the payload defensively

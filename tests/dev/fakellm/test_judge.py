@@ -9,8 +9,8 @@ from streams.batch.prompt import StatedCause, payload_of, stated_cause
 from streams.batch.window import build_batch
 from streams.dev.fakellm.judge import answer, summarize
 from streams.records import NormalizedRecord
-from streams.report.merge import merge_all
-from streams.report.postmortem import derive
+from streams.report.analysis.postmortem import derive
+from streams.report.state.merge import merge_all
 
 from helpers import WordCounter, make_record
 

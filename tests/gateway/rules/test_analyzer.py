@@ -463,7 +463,7 @@ def test_literal_prefilter_never_hides_a_match_on_real_logs() -> None:
     assert _assert_prefilter_keeps_matches(pieces) > 5
 
 
-# --- roll-up payloads (streams/report/rollup.py) -----------------------------------------------
+# --- roll-up payloads (streams/report/analysis/rollup.py) --------------------------------------
 
 
 def rollup(**incident: Any) -> dict[str, Any]:

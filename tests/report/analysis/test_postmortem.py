@@ -1,0 +1,396 @@
+"""The post-mortem derived from a report: grouping, anomalies, trigger/mitigation, length."""
+
+from __future__ import annotations
+
+import re
+from datetime import UTC, datetime, timedelta
+from itertools import count
+from typing import Any
+
+from streams.records import Evidence, Fragment, TimeWindow, count_minutes
+from streams.report.analysis.causes import top_entities
+from streams.report.analysis.postmortem import derive
+from streams.report.state.merge import merge_all
+from streams.report.state.model import Report
+from streams.report.views.view import POSTMORTEM_SECTIONS, render_html, render_markdown, render_text
+
+from helpers import make_fragment
+
+START = datetime(2026, 11, 29, 9, 0, tzinfo=UTC)
+_offsets = count()
+
+
+def at(minute: float) -> str:
+    return (START + timedelta(minutes=minute)).strftime("%Y-%m-%dT%H:%M:%S.000Z")
+
+
+def frag(event: str, *, minute: float, until: float | None = None, records: int = 1,
+         service: str = "api", severity: str = "medium", cause: str | None = None,
+         template: str | None = None, examples: list[str] | None = None,
+         suggestion: str = "Look into it") -> Fragment:
+    """A fragment of ``records`` fresh raw records from ``minute`` to ``until``."""
+    first = next(_offsets) * 1_000_000
+    covered = {"raw/0": [[first, first + records - 1]]}
+    end = at(until if until is not None else minute)
+    return make_fragment(
+        f"f{first}", covered, event=event, cause=cause or f"{event.lower()} happened",
+        service=service, severity=severity, suggestion=suggestion, timestamp=at(minute),
+        window=TimeWindow(start=at(minute), end=end), record_count=records,
+        evidence=[Evidence(template=template or event, count=records,
+                           examples=examples or [template or event],
+                           minutes=spread(records, minute, until))])
+
+
+def spread(records: int, minute: float, until: float | None) -> dict[str, int]:
+    """``records`` event times spread evenly from ``minute`` to ``until``, per minute."""
+    last = minute if until is None else until
+    step = (last - minute) / max(records - 1, 1)
+    return count_minutes(at(minute + i * step) for i in range(records))
+
+
+def report_of(*fragments: Fragment, **kw: Any) -> Report:
+    report, _ = merge_all(None, list(fragments), report_id="2026-11-29/all",
+                          now="2026-11-29T12:00:00Z")
+    return report
+
+
+def routine(minute: float = 0, until: float = 60, records: int = 500) -> Fragment:
+    return frag("Routine activity", minute=minute, until=until, records=records,
+                severity="info", cause="routine activity with no error signals",
+                template="GET <PATH> <NUM>", suggestion="No action needed")
+
+
+def outage() -> list[Fragment]:
+    """Deploy at 10, retries from 10.2, timeouts in two services, an alert, a rollback."""
+    return [
+        routine(),
+        frag("Deploy", minute=10, severity="info", service="checkout",
+             template="deploy v1.42.0 started"),
+        frag("Unclassified WARN events", minute=10.2, until=24, records=40, severity="low",
+             service="checkout", cause="unclassified WARN events: retrying payment authorize",
+             template="retrying payment authorize"),
+        frag("Timeouts", minute=12, until=27, records=80, service="checkout",
+             cause="calls timed out. Evidence: levels ERROR"),
+        frag("Timeouts", minute=12.5, until=26, records=30, service="payments",
+             cause="calls timed out. Evidence: levels WARN, ERROR"),
+        frag("Connection pool exhausted", minute=13, until=26, records=12, severity="high",
+             service="payments", suggestion="Cap caller concurrency"),
+        frag("Alert fired", minute=13.5, severity="low", service="payments",
+             template="alert PoolExhausted firing"),
+        frag("Rollback", minute=24, severity="info", service="checkout",
+             template="rollback v1.42.0 -> v1.41.3"),
+    ]
+
+
+def test_incidents_of_one_cause_group_across_services_and_templates() -> None:
+    pm = derive(report_of(*outage()))
+    titles = [c.title for c in pm.causes]
+    assert titles.count("Timeouts") == 1  # two incidents (different cause text) are one cause
+    timeouts = next(c for c in pm.causes if c.title == "Timeouts")
+    assert timeouts.count == 110 and timeouts.services == ["checkout", "payments"]
+    assert len(timeouts.keys) == 2
+    assert pm.routine_records == 500  # routine folded into one line, not a cause
+    assert all("Routine" not in t for t in titles)
+    # changes are not incidents
+    assert {c.kind for c in pm.changes} == {"deploy", "alert", "rollback"}
+    assert not any(t in ("Deploy", "Rollback", "Alert fired") for t in titles)
+
+
+def test_trigger_detection_and_mitigation_are_found_from_change_events() -> None:
+    pm = derive(report_of(*outage()))
+    ep = pm.episodes[0]
+    assert ep.trigger is not None and ep.trigger.kind == "deploy"
+    assert ep.detection is not None and ep.detection.kind == "alert"
+    assert [m.kind for m in ep.mitigations] == ["rollback"]
+    assert ep.causes[0].title.startswith("Unusual WARN")  # the earliest anomaly heads the chain
+    # the suspected origin leads the title: the earliest error, in the deployed service
+    assert ep.origin is not None and ep.origin.service == "checkout"
+    assert pm.title.startswith("Timeouts in checkout")
+    assert "resolved in the logs at 09:27:00" in pm.status
+    assert len(pm.summary) == 3
+    assert "after a deploy (deploy v1.42.0 started) at 09:10:00" in pm.summary[1]
+    assert "after a rollback" in pm.summary[2]
+    kinds = {(a.priority, a.type) for a in pm.actions}
+    assert ("P0", "mitigate") in kinds and ("P1", "prevent") in kinds
+    assert any(w.startswith("An alert fired at 09:13:30") for w in pm.went_well)
+
+
+def test_without_a_preceding_change_or_alert_the_post_mortem_says_so() -> None:
+    fragments = [routine(), frag("Disk full", minute=30, until=59.9, records=20,
+                                 severity="critical", service="mailer")]
+    pm = derive(report_of(*fragments))
+    ep = pm.episodes[0]
+    assert ep.trigger is None and ep.detection is None and not ep.mitigations
+    assert pm.status == "ongoing at the end of the logs"
+    assert any(a.type == "detect" for a in pm.actions)
+    assert "No alert in the logs: the incident shows only as errors" in pm.went_badly
+    md = render_markdown(report_of(*fragments))
+    assert "No deploy, config change or restart before the first failure" in md
+
+
+def test_a_deploy_after_the_failures_began_is_not_their_trigger() -> None:
+    fragments = [routine(), frag("Disk full", minute=30, until=40, records=20,
+                                 severity="critical"),
+                 frag("Deploy", minute=35, severity="info", template="deploy v2 started")]
+    assert derive(report_of(*fragments)).episodes[0].trigger is None
+
+
+def test_unclassified_templates_are_ranked_by_anomaly_and_steady_ones_folded() -> None:
+    def unclassified(text: str, **kw: Any) -> Fragment:
+        return frag("Unclassified WARN events", severity="low",
+                    cause=f"unclassified WARN events: {text}", template=text, **kw)
+
+    fragments = [
+        routine(),
+        unclassified("stock low for sku", minute=1, until=59, records=50),  # steady: folded
+        unclassified("cache miss storm", minute=20, until=22, records=30),  # new and bursty
+        unclassified("queue depth high", minute=30, until=50, records=10),  # new, slower
+        unclassified("rare thing", minute=5, until=5, records=1),  # too few to judge
+        frag("Connection refused", minute=20, until=25, records=5, severity="high"),
+    ]
+    pm = derive(report_of(*fragments))
+    anomalies = [c for c in pm.causes if c.kind == "anomaly"]
+    assert [c.title for c in anomalies] == ["Unusual WARN: cache miss storm",
+                                           "Unusual WARN: queue depth high"]
+    assert "new: first seen 09:20" in (anomalies[0].anomaly or "")
+    assert "30 records in its peak" in (anomalies[0].anomaly or "")  # counted, not a span
+    assert pm.folded_unclassified == (2, 51)
+
+
+def test_an_anomaly_is_at_most_medium_even_at_fatal_level() -> None:
+    fragments = [routine(), frag("Unclassified FATAL events", minute=30, until=31, records=9,
+                                 severity="high", cause="unclassified FATAL events: x")]
+    (anomaly,) = derive(report_of(*fragments)).causes
+    assert anomaly.severity == "medium"
+
+
+def test_quiet_logs_give_no_incident() -> None:
+    pm = derive(report_of(routine()))
+    assert pm.title == "No incident found" and not pm.episodes and not pm.actions
+    assert "No failure of medium or higher severity in 500 records" in pm.summary[0]
+    complaints = frag("Users report problems", minute=3, records=2, examples=["app crashed"])
+    pm = derive(report_of(routine(), complaints))
+    assert pm.title.startswith("Users report problems") and "2 user report(s)" in pm.summary[0]
+
+
+def test_separate_failures_far_apart_in_time_and_services_are_separate_incidents() -> None:
+    fragments = [*outage(), frag("Disk full", minute=40, until=45, records=20,
+                                 severity="critical", service="mailer")]
+    pm = derive(report_of(*fragments))
+    assert len(pm.episodes) == 2
+    assert {tuple(ep.services) for ep in pm.episodes[1:]} == {("mailer",)}
+    assert "Other incidents" in render_markdown(report_of(*fragments))
+
+
+def test_top_entities_count_addresses_and_users_in_evidence() -> None:
+    examples = [
+        "Failed password for invalid user admin from 10.1.2.3 port 22 ssh2",
+        "Failed password for root from 10.1.2.3 port 22 ssh2",
+        "Failed password for root from 192.168.7.9 port 22 ssh2",
+        "authorization timed out waiting for ledger",  # no entity: "for ledger" is no user
+    ]
+    top = dict(top_entities(examples))
+    assert top["ip 10.1.2.3"] == 2
+    assert top["user root"] == 2 and "user ledger" not in top
+    fragments = [routine(), frag("Authentication failures", minute=5, until=50, records=900,
+                                 severity="high", examples=examples)]
+    md = render_markdown(report_of(*fragments))
+    assert "top entities in evidence" in md and "10.1.2.3" in md
+
+
+def test_a_big_noisy_day_fits_the_length_bound() -> None:
+    """100k records, 300 incidents over many services and hours: at most ~150 lines."""
+    def name(n: int) -> str:  # digits are normalized away in incident keys; letters are not
+        return chr(97 + n % 26) + chr(97 + n // 26 % 26)
+
+    fragments = [routine(records=60_000)]
+    for n in range(300):
+        minute = (n * 7) % 1400
+        kind = n % 3
+        if kind == 0:
+            fragments.append(frag(f"Failure kind {name(n)}", minute=minute, until=minute + 20,
+                                  records=100, service=f"svc-{n % 25}",
+                                  severity=("medium", "high", "critical")[n % 3]))
+        elif kind == 1:
+            fragments.append(frag("Unclassified ERROR events", minute=minute,
+                                  until=minute + 3, records=100, service=f"svc-{n % 25}",
+                                  cause=f"unclassified ERROR events: template {name(n)}",
+                                  template=f"template {name(n)} <NUM>"))
+        else:
+            fragments.append(frag("Deploy", minute=minute, severity="info",
+                                  service=f"svc-{n % 25}", template=f"deploy svc-{n} v{n}"))
+    report = report_of(*fragments)
+    assert report.record_count == 60_000 + 200 * 100 + 100
+    md = render_markdown(report, deadletter_count=12, review_count=1)
+    assert md.count("\n") <= 150
+    assert max(len(line) for line in md.splitlines()) < 1200
+    headings = re.findall(r"^## (.+)$", md, flags=re.M)
+    assert headings == [h for h in POSTMORTEM_SECTIONS if h in headings]
+    assert headings[0] == "Summary" and headings[-1] == "Data coverage"
+    page = render_html(report)
+    assert page.count("<details") >= 8  # every detail of the report stays in the page
+    assert len(report.incidents) > 200
+    assert all(f"template {name(n)}" in page for n in range(1, 300, 3))
+
+
+def test_text_render_has_no_markdown_escapes() -> None:
+    fragments = [routine(), frag("Timeouts of <NUM> [calls]", minute=5, until=20, records=9,
+                                 severity="high", examples=["upstream <NUM> timed out [x]"])]
+    report = report_of(*fragments)
+    assert "Timeouts of \\<NUM\\> \\[calls\\]" in render_markdown(report)
+    text = render_text(report)
+    assert "\\<" not in text and "**" not in text
+    assert "Timeouts of <NUM> [calls]" in text and "upstream <NUM> timed out [x]" in text
+
+
+def test_a_change_incident_of_several_alerts_shows_the_one_about_this_incident() -> None:
+    alerts = frag("Alert fired", minute=13.5, until=40, records=2, severity="low",
+                  service="monitoring", template="alert <*> firing",
+                  examples=["alert DiskFull /var/spool firing", "alert PoolExhausted firing"])
+    alerts.evidence.append(Evidence(template="alert PoolExhausted <*>", count=1,
+                                    examples=["alert PoolExhausted firing"]))
+    alerts.evidence[0].examples[:] = ["alert DiskFull /var/spool firing"]
+    pool = frag("Connection pool exhausted", minute=13, until=26, records=12, severity="high",
+                service="payments")
+    pm = derive(report_of(routine(), pool, alerts))
+    assert pm.episodes[0].detection is not None
+    assert pm.episodes[0].detection.detail == "alert PoolExhausted firing"
+
+
+def test_user_reports_are_impact_but_a_user_login_failure_is_a_failure() -> None:
+    fragments = [routine(),
+                 frag("Connection refused", minute=5, until=20, records=30, severity="high"),
+                 frag("Users report problems", minute=6, until=19, records=4,
+                      examples=["why was I charged twice?"]),
+                 frag("User login failures", minute=7, until=18, records=9, severity="high")]
+    pm = derive(report_of(*fragments))
+    assert [c.title for c in pm.users] == ["Users report problems"]
+    assert "User login failures" in [c.title for c in pm.causes]
+    assert "Users: 4 report(s), e.g. `why was I charged twice?`" in render_markdown(
+        report_of(*fragments))
+
+
+def test_entities_counted_over_all_records_win_over_the_examples() -> None:
+    """The batch stage counted the addresses over all 900 records; the few examples
+    would name a different, rarer one first."""
+    fragment = frag("Authentication failures", minute=5, until=50, records=900,
+                    severity="high",
+                    examples=["Failed password for root from 192.168.7.9 port 22 ssh2"])
+    fragment.evidence[0].entities = {"ip 10.1.2.3": 580, "ip 192.168.7.9": 3}
+    report = report_of(routine(), fragment)
+    md = render_markdown(report)
+    assert "top entities: `ip 10.1.2.3` x580" in md, md
+    assert "top entities in evidence" not in md
+
+
+# ------------------------------------------------------------ counts, origin, severity
+
+
+def steady(event: str, *, service: str, records: int, severity: str = "high",
+           template: str | None = None) -> Fragment:
+    """Errors at a constant rate through the whole hour: chronic background."""
+    return frag(event, minute=0, until=59, records=records, service=service,
+                severity=severity, template=template)
+
+
+def test_chronic_errors_are_listed_below_the_incident_never_as_its_cause() -> None:
+    fragments = [routine(), steady("Mail delivery deferred", service="relay", records=120),
+                 frag("Disk full", minute=30, until=33, records=40, service="db")]
+    pm = derive(report_of(*fragments))
+    assert [c.title for c in pm.chronic] == ["Mail delivery deferred"]
+    assert pm.chronic[0].severity == "low" and "chronic" in (pm.chronic[0].anomaly or "")
+    assert all(c.title != "Mail delivery deferred" for ep in pm.episodes for c in ep.causes)
+    assert pm.title.startswith("Disk full")
+    md = render_markdown(report_of(*fragments))
+    assert "## Chronic and quiet signals" in md and "Mail delivery deferred" in md
+
+
+def test_the_same_errors_in_a_burst_are_the_incident() -> None:
+    burst = frag("Mail delivery deferred", minute=30, until=33, records=120, service="relay",
+                 severity="high")
+    pm = derive(report_of(routine(), burst))
+    assert not pm.chronic and pm.title.startswith("Mail delivery deferred")
+    assert "120 records in its peak" in (pm.episodes[0].causes[0].anomaly or "")
+    # impact is the burst's span, not the window's
+    assert pm.episodes[0].first_seen == at(30) and pm.episodes[0].last_seen == at(33)
+
+
+def test_a_burst_within_steady_errors_dates_the_impact_by_the_burst() -> None:
+    fragments = [routine(), steady("Timeouts", service="api", records=60),
+                 frag("Timeouts", minute=40, until=42, records=90, service="api")]
+    pm = derive(report_of(*fragments))
+    cause = pm.episodes[0].causes[0]
+    assert (cause.anomaly or "").startswith("burst")
+    assert cause.first_seen == at(40) and cause.last_seen == at(42)
+
+
+def test_one_service_alone_is_at_most_medium_errors_across_services_stay_high() -> None:
+    alone = derive(report_of(routine(), frag("Disk full", minute=30, until=33, records=40,
+                                             service="db", severity="high")))
+    assert alone.episodes[0].top.severity == "medium"
+    both = derive(report_of(
+        routine(), frag("Disk full", minute=30, until=33, records=40, service="db",
+                        severity="high"),
+        frag("Timeouts", minute=31, until=34, records=60, service="api", severity="high")))
+    assert {c.severity for c in both.episodes[0].causes} == {"high"}
+
+
+def test_a_user_facing_symptom_keeps_one_service_high() -> None:
+    pm = derive(report_of(routine(), frag("HTTP 503 answers", minute=30, until=33, records=40,
+                                          service="web", severity="high")))
+    assert pm.episodes[0].top.severity == "high"
+
+
+def test_the_service_callers_name_is_the_origin_in_title_and_first_sentence() -> None:
+    callers = [frag("Service discovery: no instances of a downstream service", minute=31,
+                    until=34, records=60, service=svc, severity="high",
+                    examples=["No instances available for inventory-service"])
+               for svc in ("checkout", "cart")]
+    own = frag("Unclassified ERROR events", minute=30, until=34, records=9,
+               service="com.example.InventoryServiceImpl",
+               cause="unclassified ERROR events: stock lookup failed",
+               template="stock lookup failed")
+    pm = derive(report_of(routine(), *callers, own))
+    ep = pm.episodes[0]
+    assert ep.origin is not None and ep.origin.service == "com.example.InventoryServiceImpl"
+    assert "InventoryServiceImpl" in pm.title
+    assert pm.summary[0].startswith("Suspected origin: com.example.InventoryServiceImpl, "
+                                    "first anomaly at 09:30:00")
+    assert "checkout" in pm.summary[0] and "are its impact" in pm.summary[0]
+
+
+def test_warnings_in_a_window_too_short_for_a_baseline_fold_errors_count() -> None:
+    def one_minute(level: str, text: str) -> Fragment:
+        return frag(f"Unclassified {level} events", minute=0, until=0.9, records=12,
+                    severity="low" if level == "WARN" else "medium",
+                    cause=f"unclassified {level} events: {text}", template=text)
+
+    pm = derive(report_of(one_minute("WARN", "order not found"),
+                          one_minute("ERROR", "price lookup threw")))
+    assert [c.title for c in pm.causes] == ["Unusual ERROR: price lookup threw"]
+    assert pm.folded_unclassified == (1, 12)
+
+
+def test_a_service_that_went_silent_is_named() -> None:
+    talker = frag("Routine activity", minute=0, until=40, records=400, service="rates",
+                  severity="info", cause="routine activity with no error signals",
+                  template="quote served in <NUM> ms")
+    pm = derive(report_of(routine(), talker))
+    assert pm.silent == [("rates", at(41))]
+    assert "`rates` went silent at 09:41:00" in render_markdown(report_of(routine(), talker))
+
+
+def test_failed_requests_shared_through_trace_ids_point_at_the_dependency() -> None:
+    def failing(event: str, service: str, minute: float, traces: list[str]) -> Fragment:
+        f = frag(event, minute=minute, until=minute + 3, records=30, service=service,
+                 severity="high", examples=[f"{event.lower()} for this request"])
+        f.evidence[0].traces = sorted(traces)
+        return f
+
+    shared = [f"{n:032x}" for n in range(1, 7)]  # each caller shares 3 requests with it
+    pm = derive(report_of(routine(), failing("Checkout page errors", "web", 30.1, shared[:3]),
+                          failing("Basket call failures", "mobile-bff", 30.2, shared[3:]),
+                          failing("Stock lookups failing", "inventory", 30.5, shared)))
+    origin = pm.episodes[0].origin
+    assert origin is not None and origin.service == "inventory"  # linked to both callers
+    assert set(origin.callers) >= {"web", "mobile-bff"}

@@ -1,0 +1,218 @@
+"""The compactor step merges a buffer at once, publishes each report once, is done on
+delivery, and keeps, loads or forgets report state as partitions move."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+
+from streams.metrics import Metrics
+from streams.report.compactor.step import CompactStep, ParsedReports
+from streams.report.state.model import Report
+from streams.runtime.memory import MemoryRun, Part, Record
+from streams.settings import KafkaSettings, ReportSettings, Settings
+from tests.helpers import FakeClock, make_fragment
+
+SETTINGS = Settings()
+FRAGMENTS = SETTINGS.topics.fragments
+P0, P1 = Part(FRAGMENTS, 0), Part(FRAGMENTS, 1)
+
+
+class Reports:
+    """The compacted reports topic as the step reads it back."""
+
+    def __init__(self, stored: dict[str, tuple[bytes | None, int]] | None = None,
+                 fail: bool = False) -> None:
+        self.stored = stored or {}
+        self.fail = fail
+        self.reads: list[set[int]] = []
+
+    async def read(self, partitions: set[int]) -> list[tuple[str, bytes | None, int]]:
+        self.reads.append(partitions)
+        if self.fail:
+            raise ConnectionError("the broker went away while loading")
+        return [(k, v, p) for k, (v, p) in self.stored.items() if p in partitions]
+
+
+def fragment(partition: int, offset: int, fid: str, report: str, raw_offset: int) -> Record:
+    body = make_fragment(fid, {"raw/0": [[raw_offset, raw_offset]]}, report_id=report)
+    return Record(FRAGMENTS, partition, offset, report.encode(), body.model_dump_json().encode())
+
+
+def reports_sent(run: MemoryRun) -> list[tuple[str, Report]]:
+    return [((o.key or b"").decode(), Report.from_json(o.value or b""))
+            for o in run.sent_to(SETTINGS.topics.reports)]
+
+
+async def started(step: CompactStep, *parts: Part) -> MemoryRun:
+    run = MemoryRun(step)
+    await run.assign(*parts)
+    return run
+
+
+def test_a_buffer_publishes_each_report_once_and_is_done_after_delivery() -> None:
+    async def scenario() -> MemoryRun:
+        run = await started(CompactStep(SETTINGS, Metrics(), Reports()), P0, P1)
+        await run.fetch(fragment(0, 0, "a", "day/all#0", 1), fragment(0, 1, "b", "day/all#0", 2),
+                        fragment(1, 0, "c", "day/all#1", 3))
+        await run.drain()
+        # the next buffer merges into the state it keeps, not into an empty report
+        await run.fetch(fragment(0, 2, "d", "day/all#0", 4))
+        await run.drain()
+        return run
+
+    run = asyncio.run(scenario())
+    sent = reports_sent(run)
+    assert [(key, r.record_count) for key, r in sent] == [
+        ("day/all#0", 2), ("day/all#1", 1), ("day/all#0", 3)]
+    assert run.committed == {P0: 3, P1: 1}
+
+
+def test_a_fragment_names_its_report_and_one_naming_none_is_parked() -> None:
+    orphan = make_fragment("o", {"raw/0": [[9, 9]]})
+
+    async def scenario() -> MemoryRun:
+        run = await started(CompactStep(SETTINGS, Metrics(), Reports()), P0)
+        keyed_elsewhere = fragment(0, 0, "a", "day/all", 1)
+        await run.fetch(Record(FRAGMENTS, 0, 0, b"other/key", keyed_elsewhere.value),
+                        Record(FRAGMENTS, 0, 1, None, orphan.model_dump_json().encode()))
+        await run.drain()
+        return run
+
+    run = asyncio.run(scenario())
+    assert [key for key, _ in reports_sent(run)] == ["day/all"]  # the fragment's, not the key
+    (review,) = run.sent_to(SETTINGS.topics.review)
+    assert review.key == b"r-o" and b"names no report" in (review.value or b"")
+    assert run.committed == {P0: 2}
+
+
+def test_a_failed_write_commits_nothing_and_stops_the_membership() -> None:
+    async def scenario() -> MemoryRun:
+        run = await started(CompactStep(SETTINGS, Metrics(), Reports()), P0)
+        run.sink.refuse = True
+        await run.fetch(fragment(0, 0, "a", "day/all", 1))
+        with pytest.raises(Exception, match="refused"):
+            await run.drain()
+        return run
+
+    run = asyncio.run(scenario())
+    assert run.committed == {} and run.ctx.failed is not None
+
+
+def test_a_rebalance_keeps_kept_partitions_loads_new_ones_and_forgets_the_rest() -> None:
+    stored = Report(id="day/all#1", version=7).to_json().encode()
+    source = Reports({"day/all#1": (stored, 1)})
+
+    async def scenario() -> CompactStep:
+        step = CompactStep(SETTINGS, Metrics(), source)
+        run = await started(step, P0)
+        await run.fetch(fragment(0, 0, "a", "day/all#0", 1))
+        await run.drain()
+        await run.assign(P0, P1)  # partition 1 arrives: only it is read
+        assert source.reads == [{0}, {1}]
+        assert set(step.reports) == {"day/all#0", "day/all#1"}
+        await run.assign(P1)  # partition 0 went to another worker
+        return step
+
+    step = asyncio.run(scenario())
+    assert set(step.reports) == {"day/all#1"}
+
+
+def test_partitions_whose_reports_did_not_load_are_not_merged() -> None:
+    async def scenario() -> MemoryRun:
+        step = CompactStep(SETTINGS, Metrics(), Reports(fail=True))
+        run = MemoryRun(step)
+        with pytest.raises(ConnectionError):  # the runtime then rejoins the group
+            await run.assign(P0)
+        await run.fetch(fragment(0, 0, "a", "day/all#0", 1))
+        await run.drain()
+        return run
+
+    run = asyncio.run(scenario())
+    # an empty state would have written the report without its past: read again instead
+    assert run.sent == [] and run.committed == {}
+    assert run.source.seeks == [(P0, 0)]
+
+
+def test_nothing_is_written_between_a_revocation_and_the_next_assignment() -> None:
+    async def scenario() -> MemoryRun:
+        step = CompactStep(SETTINGS, Metrics(), Reports())
+        run = await started(step, P0)
+        await run.fetch(fragment(0, 0, "a", "day/all#0", 1))
+        await step.revoked({P0}, run.ctx)  # publishes what is buffered first
+        assert len(run.sent) == 1
+        await run.fetch(fragment(0, 1, "b", "day/all#0", 2))  # left over from a fetch
+        await step.flush(run.ctx)
+        assert len(run.sent) == 1
+        await run.assign(P0)  # kept
+        await step.flush(run.ctx)
+        return run
+
+    run = asyncio.run(scenario())
+    assert [r.record_count for _, r in reports_sent(run)] == [1, 2]
+
+
+def test_a_partition_fetched_while_its_reports_load_is_read_again_once_loaded() -> None:
+    async def scenario() -> MemoryRun:
+        step = CompactStep(SETTINGS, Metrics(), Reports())
+        run = await started(step, P0)
+        run.source.assigned.add(P1)  # assigned; its reports are still loading
+        await run.fetch(fragment(0, 0, "a", "day/all#0", 1), fragment(1, 7, "b", "day/all#1", 2))
+        await run.drain()
+        assert run.source.seeks == [(P1, 7)]  # fetched again, not dropped
+        await run.assign(P0, P1)
+        await run.fetch(fragment(1, 7, "b", "day/all#1", 2), fragment(1, 8, "c", "day/all#1", 3))
+        await run.drain()
+        return run
+
+    run = asyncio.run(scenario())
+    assert run.committed == {P0: 1, P1: 9}
+    assert reports_sent(run)[-1][1].record_count == 2
+
+
+def test_a_buffer_is_published_when_due_or_full() -> None:
+    clock = FakeClock()
+    settings = Settings(report=ReportSettings(publish_seconds=5, publish_max_fragments=3))
+
+    async def scenario() -> MemoryRun:
+        run = await started(CompactStep(settings, Metrics(), Reports(), clock=clock), P0)
+        await run.fetch(fragment(0, 0, "a", "day/all", 1))
+        assert run.sent == []
+        clock.advance(5)
+        await run.tick()
+        assert len(run.sent) == 1
+        await run.fetch(*(fragment(0, i, f"f{i}", "day/all", 10 + i) for i in (1, 2, 3)))
+        return run
+
+    run = asyncio.run(scenario())
+    assert len(run.sent) == 2 and run.committed == {P0: 4}
+
+
+def test_a_long_publish_interval_is_not_taken_for_a_held_fragment() -> None:
+    def held_after(settings: Settings) -> float:
+        return CompactStep(settings, Metrics(), Reports()).held_seconds
+
+    assert held_after(SETTINGS) == SETTINGS.kafka.reread_held_seconds
+    assert held_after(Settings(report=ReportSettings(publish_seconds=30))) == 120
+    assert held_after(Settings(kafka=KafkaSettings(reread_held_seconds=0))) == 0
+
+
+def test_a_cached_report_is_reused_only_for_the_same_stored_string() -> None:
+    cache = ParsedReports(size=2)
+    stored = Report(id="d/all", version=3).to_json()
+    first = cache.get("d/all", stored)
+    assert first is not None and first.version == 3
+    assert cache.get("d/all", stored) is first
+    # the step now holds another string (a reload, another worker): parse again
+    assert cache.get("d/all", Report(id="d/all", version=4).to_json()).version == 4
+    assert cache.get("d/all", None) is None
+
+
+def test_the_cache_is_bounded() -> None:
+    cache = ParsedReports(size=2)
+    texts = {rid: Report(id=rid).to_json() for rid in ("a/all", "b/all", "c/all")}
+    reports = {rid: cache.get(rid, text) for rid, text in texts.items()}
+    assert len(cache._items) == 2
+    assert cache.get("a/all", texts["a/all"]) is not reports["a/all"]  # evicted, re-parsed
+    assert cache.get("c/all", texts["c/all"]) is reports["c/all"]
