@@ -1,14 +1,19 @@
-"""The worker's garbage-collector tuning and its shutdown budget (streams/runner.py)."""
+"""The worker's garbage-collector tuning, its shutdown budget and its logging
+(streams/runner.py)."""
 
 from __future__ import annotations
 
 import asyncio
 import gc
+import logging
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 
-from streams.runner import drain_within, tune_gc
+from streams.kafka.log_guard import RepeatLimiter
+from streams.runner import drain_within, host_worker, tune_gc
+from streams.settings import Settings
 
 
 @pytest.fixture
@@ -53,3 +58,31 @@ def test_the_loops_drain_within_the_shutdown_seconds_in_all() -> None:
     asyncio.run(drain_within(loops, 60, clock=lambda: now[0]))
     assert [loop.given for loop in loops] == [60, 10, 0]  # each drained, the last in no time
     assert now[0] == 60
+
+
+@pytest.fixture
+def restored_logging() -> Iterator[None]:
+    root = logging.getLogger()
+    handlers, level = list(root.handlers), root.level
+    yield
+    root.handlers[:] = handlers
+    root.setLevel(level)
+
+
+def test_faust_sets_up_one_stderr_line_per_record_with_repeats_limited(
+        tmp_path: Path, restored_logging: None, capsys: pytest.CaptureFixture[str]) -> None:
+    """faust clears the root logger's handlers and installs its own when the worker
+    starts: the configuration it is given keeps a broker outage to a few lines."""
+    from streams.app import build_app
+
+    settings = Settings(state_dir=tmp_path, kafka={"bootstrap": "127.0.0.1:9"})
+    host = host_worker(build_app(settings, web=False).app, settings)
+    host._setup_logging()  # what faust runs first when the worker starts
+    [handler] = logging.getLogger().handlers
+    assert any(isinstance(f, RepeatLimiter) for f in handler.filters)
+    log = logging.getLogger("aiokafka.conn")
+    for node in range(10):
+        log.warning("Unable connect to node with id %s", node)
+    lines = capsys.readouterr().err.splitlines()
+    assert len(lines) == 3 and lines[0].endswith(
+        "WARNING aiokafka.conn: Unable connect to node with id 0")
