@@ -305,7 +305,7 @@ class ReportSettings(BaseModel):
 
 
 class ReviewSettings(BaseModel):
-    """Re-driving parked records (``streams/gateway/redrive.py``, ``retro review``)."""
+    """Re-driving parked records (``streams/report/ops/redrive.py``, ``retro review``)."""
 
     model_config = ConfigDict(frozen=True)
 

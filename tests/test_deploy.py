@@ -710,10 +710,10 @@ def role_access(settings: Settings, role: str, state_dir: Path) -> Access:
     writes and reads outside a group, and what every worker does at start."""
     from streams.batch.step import LaneStep
     from streams.clean.step import CleanStep
-    from streams.gateway.redrive import RedriveStep
     from streams.kafka.topics import topic_specs
     from streams.notify.step import NotifyStep
     from streams.report.compactor.step import CompactStep
+    from streams.report.ops.redrive import RedriveStep
     from streams.worker.notify import LedgerReader
     from streams.worker.stages import LaneReader, ReportsReader
 

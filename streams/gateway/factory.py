@@ -20,8 +20,8 @@ from streams.gateway.buckets import TokenBucket
 from streams.gateway.cache import AnswerCache, build_cache
 from streams.gateway.caller import ModelCaller
 from streams.gateway.gateway import Gateway
+from streams.gateway.probe import Probe, backend_probe
 from streams.gateway.quota import QuotaShare, assignment_share
-from streams.gateway.redrive import Probe, backend_probe
 from streams.gateway.retry import RetryBudget
 from streams.gateway.telemetry import LaneMetrics
 from streams.metrics import Metrics
@@ -74,7 +74,7 @@ class GatewaySet:
 
     def probe(self, *, timeout_seconds: float) -> Probe:
         """This worker's re-drive probe of the backend: through the shared RPM/TPM buckets,
-        one in flight at a time (``streams.gateway.redrive.backend_probe``)."""
+        one in flight at a time (``streams.gateway.probe.backend_probe``)."""
         if self._probe is None:
             self._probe = backend_probe(
                 self.backend, model=self.fast.model, timeout_seconds=timeout_seconds,

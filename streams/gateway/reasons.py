@@ -4,7 +4,7 @@ The one place that classifies the reasons a review can carry. A *transient* revi
 parked its records because the provider could not answer then (unavailable after
 all attempts, the retry budget spent in a burst of failures, timeouts, 429s, 5xx,
 connection errors); the same records are expected to succeed once the provider
-recovers, so the worker re-drives them with backoff (``streams/gateway/redrive.py``).
+recovers, so the worker re-drives them with backoff (``streams/report/ops/redrive.py``).
 Every other reason is *permanent* for an automatic retry: the model answered and the
 answer could not be used after one repair (``malformed_output``, ``schema``,
 ``unknown_ref``, ``duplicate_ref``, ``missing_records``, ``truncated`` or

@@ -20,13 +20,6 @@ from streams.clean.cleaner import Cleaner
 from streams.clean.step import CleanStep
 from streams.clean.tokens import TokenCounter
 from streams.gateway.gateway import Gateway
-from streams.gateway.redrive import (
-    RedriveGate,
-    RedriveStep,
-    from_lanes,
-    lane_coverage,
-    to_lanes,
-)
 from streams.intervals import Coverage, split_message_key
 from streams.kafka.connect import (
     QUIET_FETCH_WAIT_MS,
@@ -39,6 +32,13 @@ from streams.kafka.inputs import input_pattern
 from streams.metrics import Metrics
 from streams.records import Review
 from streams.report.compactor.step import CompactStep
+from streams.report.ops.redrive import (
+    RedriveGate,
+    RedriveStep,
+    from_lanes,
+    lane_coverage,
+    to_lanes,
+)
 from streams.report.state.keys import record_place
 from streams.report.store import read_messages, readable_partitions, refusals_raised
 from streams.runtime.loop import StageLoop, Subscription

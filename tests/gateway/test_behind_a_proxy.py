@@ -31,9 +31,10 @@ from streams.gateway.backends import (
 )
 from streams.gateway.buckets import TokenBucket
 from streams.gateway.factory import build_gateways
+from streams.gateway.probe import PROBE_TOKENS, backend_probe
 from streams.gateway.quota import QuotaShare
-from streams.gateway.redrive import PROBE_TOKENS, RedriveGate, backend_probe
 from streams.metrics import Metrics
+from streams.report.ops.redrive import RedriveGate
 from streams.settings import Settings
 
 from helpers import FakeClock, serve_chat

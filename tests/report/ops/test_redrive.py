@@ -1,5 +1,5 @@
-"""Re-drive policy: which reasons retry on their own, probe gating, backoff, pacing; the
-re-drive step reads a review's records back from the lanes, never from the raw topic."""
+"""Re-drive policy: probe gating, backoff, pacing; the re-drive step reads a review's
+records back from the lanes, never from the raw topic."""
 
 from __future__ import annotations
 
@@ -9,35 +9,20 @@ import pytest
 
 from streams.clean.cleaner import Cleaner
 from streams.clean.tokens import TokenCounter
-from streams.errors import PermanentModelError, RateLimited, TransientModelError
-from streams.gateway.backends import ChatResult
-from streams.gateway.reasons import TRANSIENT_REASONS, is_transient, kind_of
-from streams.gateway.redrive import (
+from streams.intervals import Coverage
+from streams.metrics import Metrics
+from streams.records import NormalizedRecord, Review
+from streams.report.ops.redrive import (
     RedriveGate,
     RedriveStep,
-    backend_probe,
     lane_coverage,
     redrive_fetch,
     to_lanes,
 )
-from streams.intervals import Coverage
-from streams.metrics import Metrics
-from streams.records import NormalizedRecord, Review
 from streams.runtime.memory import MemoryRun, Part, Record
 from streams.settings import Settings
 
 from helpers import FakeClock, make_record
-
-
-def test_reasons_from_exhausted_retries_are_transient_and_bad_answers_are_not() -> None:
-    for reason in ("model_unavailable", "retry_budget_exhausted", "timeout", "rate_limited",
-                   "server_error", "connection"):
-        assert is_transient(reason), reason
-    for reason in ("malformed_output", "schema", "unknown_ref", "duplicate_ref",
-                   "missing_records", "truncated", "context_length", "model_rejected",
-                   "quota_exhausted", "internal_error", "a_reason_added_later"):
-        assert kind_of(reason) == "permanent", reason
-    assert "quota_exhausted" not in TRANSIENT_REASONS  # a person must act first
 
 
 class ScriptedProbe:
@@ -78,38 +63,6 @@ def test_impossible_gate_settings_are_refused() -> None:
         RedriveGate(ScriptedProbe([]), backoff_base=10, backoff_max=5, records_per_second=1)
     with pytest.raises(ValueError):
         RedriveGate(ScriptedProbe([]), backoff_base=1, backoff_max=5, records_per_second=0)
-
-
-class Backend:
-    def __init__(self, error: Exception | None) -> None:
-        self.error = error
-        self.requests: list[int] = []
-
-    async def chat(self, *, model: str, messages: list, max_tokens: int,
-                   timeout: float) -> ChatResult:
-        self.requests.append(max_tokens)
-        if self.error is not None:
-            raise self.error
-        return ChatResult(content="pong", finish_reason="stop", prompt_tokens=5,
-                          completion_tokens=1)
-
-    async def close(self) -> None:
-        return None
-
-
-@pytest.mark.parametrize(("error", "healthy"), [
-    (None, True),
-    (PermanentModelError("400 for the tiny prompt", reason="model_rejected"), True),
-    (RateLimited("429", retry_after=3.0), False),
-    (TransientModelError("503", reason="server_error"), False),
-    (TransientModelError("no answer", reason="timeout"), False),
-])
-async def test_the_probe_is_one_small_request_healthy_when_the_provider_answers(
-        error: Exception | None, healthy: bool) -> None:
-    backend = Backend(error)
-    probe = backend_probe(backend, model="m", timeout_seconds=5.0)
-    assert await probe() is healthy
-    assert backend.requests == [1]
 
 
 class Message:
