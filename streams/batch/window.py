@@ -23,6 +23,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Literal
 
+from streams.batch.covering import most_general
 from streams.batch.prompt import prompt_overhead_tokens
 from streams.batch.prompt_tokens import (
     EXAMPLE_SEPARATOR_TOKENS,
@@ -36,7 +37,6 @@ from streams.batch.prompt_tokens import (
     message_tokens,
     message_tokens_bound,
 )
-from streams.batch.templates import most_general
 from streams.clean.tokens import PieceCounter
 from streams.intervals import Coverage
 from streams.records import AnyRecord, Lane, service_of

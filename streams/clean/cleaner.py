@@ -20,8 +20,8 @@ from typing import TYPE_CHECKING, Any, TypeVar
 from streams.clean.envelopes import Entry, EnvelopeError, EnvelopeKind, read_message
 from streams.clean.formats import FormatParser, Parsed
 from streams.clean.lanes import choose_lane, cost_score
+from streams.clean.mining import TemplateMiner
 from streams.clean.redact import Redactor
-from streams.clean.templates import TemplateMiner
 from streams.clean.timestamps import from_number, match_leading
 from streams.clean.tokens import TokenCounter
 from streams.clean.trace import lift_trace

@@ -16,7 +16,7 @@ from datetime import UTC, datetime
 from pydantic_core import to_json
 
 from streams.clean.cleaner import Cleaner
-from streams.ingest.keys import source_of_key
+from streams.ingest.raw_keys import source_of_key
 from streams.metrics import Metrics
 from streams.records import Coord, DeadLetter
 from streams.runtime.step import Context, Fetch, Out, Step

@@ -18,7 +18,7 @@ from pathlib import Path
 from aiokafka import AIOKafkaProducer
 from aiokafka.errors import KafkaError
 
-from streams.ingest.keys import raw_key
+from streams.ingest.raw_keys import raw_key
 from streams.ingest.reader import RawRecord, iter_raw_records, open_source
 from streams.kafka.connect import aiokafka_kwargs, compression_type
 from streams.kafka.limits import RECORD_OVERHEAD_BYTES, topic_max_message_bytes, value_limit

@@ -11,8 +11,8 @@ from pathlib import Path
 import pytest
 
 from streams.clean.cleaner import Cleaner
+from streams.clean.mining import TemplateMiner
 from streams.clean.offline import run_clean, source_name
-from streams.clean.templates import TemplateMiner
 from streams.clean.tokens import TokenCounter
 from streams.metrics import Metrics
 from streams.records import DeadLetter, NormalizedRecord, RawCoord

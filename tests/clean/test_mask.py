@@ -10,7 +10,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from streams.clean.templates import _IP, MASKS, MEMO_MAX_CHARS, mask
+from streams.clean.mining import _IP, MASKS, MEMO_MAX_CHARS, mask
 from streams.dev.sample import write_sample
 
 from helpers import shared_file

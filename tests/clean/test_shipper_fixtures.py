@@ -17,7 +17,7 @@ from datetime import UTC, datetime
 import pytest
 
 from streams.clean.cleaner import Cleaner
-from streams.ingest.keys import source_of_key
+from streams.ingest.raw_keys import source_of_key
 from streams.records import DeadLetter, NormalizedRecord, RawCoord
 from streams.settings import Settings
 

@@ -10,7 +10,7 @@ from hypothesis import strategies as st
 
 from streams.clean.cleaner import Cleaner
 from streams.clean.step import CleanStep, route
-from streams.ingest.keys import source_of_key
+from streams.ingest.raw_keys import source_of_key
 from streams.metrics import Metrics
 from streams.records import NormalizedRecord, RawCoord, read_lane_record
 from streams.runtime.memory import MemoryRun, Part, Record

@@ -14,8 +14,7 @@ import re
 from dataclasses import dataclass, field
 from typing import Literal
 
-from streams.batch.entities import count_entities
-from streams.batch.entities import top_entities as top
+from streams.batch.entities import count_entities, top_entities
 from streams.gateway.rules.language import affirmed
 from streams.report.state.keys import parse_time
 from streams.report.state.merge import normalize_text
@@ -201,17 +200,17 @@ def _cause(members: list[Incident], kind: Literal["failure", "anomaly", "users"]
                 for name, n in ev.entities.items():
                     counted[name] = counted.get(name, 0) + n
         if counted:
-            cause.entities = list(top(counted, MAX_ENTITIES).items())
+            cause.entities = list(top_entities(counted, MAX_ENTITIES).items())
             cause.entities_counted = True
         else:  # reports from before entity counts: the evidence examples only
             examples = [x for ev in evidence.values() for x in ev[1]]
-            cause.entities = top_entities(examples)
+            cause.entities = entities_in(examples)
     return cause
 
 
-def top_entities(texts: list[str], limit: int = MAX_ENTITIES) -> list[tuple[str, int]]:
+def entities_in(texts: list[str], limit: int = MAX_ENTITIES) -> list[tuple[str, int]]:
     """Addresses, users, hosts and pods named in ``texts``, most frequent first."""
-    return list(top(count_entities(texts), limit).items())
+    return list(top_entities(count_entities(texts), limit).items())
 
 
 def judge_unclassified(incidents: list[Incident], span: Span, suggestions: dict[str, str]

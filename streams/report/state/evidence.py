@@ -7,7 +7,7 @@ restart or a rebalance, mine the same event from scratch. Their first templates
 differ ("Failed password for root from <IP>" here, "... for admin ..." there)
 until each has seen enough lines to generalise ("Failed password for <*> from
 <IP>"). Ids cannot be reconciled without shared miner state, but texts can: the
-report resolves a canonical template by coverage (``streams.batch.templates``:
+report resolves a canonical template by coverage (``streams.batch.covering``:
 the same tokens, or ``<*>`` or a mask where the other has a value).
 
 ``fold_evidence`` folds every covered entry into a covering one that nothing else
@@ -26,8 +26,8 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
+from streams.batch.covering import canonical_templates
 from streams.batch.entities import top_entities
-from streams.batch.templates import canonical_templates
 from streams.records import smallest_traces
 from streams.report.state.minutes import add_minutes
 from streams.report.state.model import OTHER_TEMPLATES, TemplateEvidence, pick_examples

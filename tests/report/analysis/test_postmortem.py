@@ -8,7 +8,7 @@ from itertools import count
 from typing import Any
 
 from streams.records import Evidence, Fragment, TimeWindow, count_minutes
-from streams.report.analysis.causes import top_entities
+from streams.report.analysis.causes import entities_in
 from streams.report.analysis.postmortem import derive
 from streams.report.state.merge import merge_all
 from streams.report.state.model import Report
@@ -182,14 +182,14 @@ def test_separate_failures_far_apart_in_time_and_services_are_separate_incidents
     assert "Other incidents" in render_markdown(report_of(*fragments))
 
 
-def test_top_entities_count_addresses_and_users_in_evidence() -> None:
+def test_entities_in_count_addresses_and_users_in_evidence() -> None:
     examples = [
         "Failed password for invalid user admin from 10.1.2.3 port 22 ssh2",
         "Failed password for root from 10.1.2.3 port 22 ssh2",
         "Failed password for root from 192.168.7.9 port 22 ssh2",
         "authorization timed out waiting for ledger",  # no entity: "for ledger" is no user
     ]
-    top = dict(top_entities(examples))
+    top = dict(entities_in(examples))
     assert top["ip 10.1.2.3"] == 2
     assert top["user root"] == 2 and "user ledger" not in top
     fragments = [routine(), frag("Authentication failures", minute=5, until=50, records=900,

@@ -11,7 +11,7 @@ import jsonschema
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from streams.batch.templates import canonical_templates
+from streams.batch.covering import canonical_templates
 from streams.intervals import Coverage
 from streams.records import Evidence, Fragment, count_minutes
 from streams.report.state.evidence import fold_evidence

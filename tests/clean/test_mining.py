@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from streams.clean.templates import WORD_ESCAPE, TemplateMiner, template_id
+from streams.clean.mining import WORD_ESCAPE, TemplateMiner, template_id
 
 from helpers import shared_file
 
@@ -156,7 +156,7 @@ def test_ids_are_the_same_in_another_process() -> None:
     here = [miner.match(line)[0] for line in lines]
     code = (
         "import sys\n"
-        "from streams.clean.templates import TemplateMiner\n"
+        "from streams.clean.mining import TemplateMiner\n"
         "m = TemplateMiner()\n"
         "print(' '.join(m.match(line)[0] for line in sys.argv[1:]))\n"
     )
@@ -190,9 +190,9 @@ def test_cluster_count_is_bounded() -> None:
 
 
 def test_what_the_word_rule_remembers_is_bounded(monkeypatch: pytest.MonkeyPatch) -> None:
-    import streams.clean.templates as templates
+    import streams.clean.mining as mining
 
-    monkeypatch.setattr(templates, "MAX_WORDS", 50)
+    monkeypatch.setattr(mining, "MAX_WORDS", 50)
     miner = TemplateMiner(max_clusters=10)
     for i in range(300):  # a new first word each time: a new cluster, refused a word
         name = "".join(chr(97 + int(d)) for d in str(i))
@@ -225,10 +225,10 @@ def test_a_line_seen_again_joins_its_cluster_as_it_stands_now() -> None:
 
 
 def test_lines_remembered_with_their_cluster_are_bounded(monkeypatch: pytest.MonkeyPatch) -> None:
-    import streams.clean.templates as templates
+    import streams.clean.mining as mining
 
-    monkeypatch.setattr(templates, "JOINED_LINES", 5)
-    monkeypatch.setattr(templates, "JOINED_MAX_CHARS", 30)
+    monkeypatch.setattr(mining, "JOINED_LINES", 5)
+    monkeypatch.setattr(mining, "JOINED_MAX_CHARS", 30)
     miner = TemplateMiner()
     first = miner.match("job alpha started")
     for word in ["beta", "gamma", "delta", "epsilon", "zeta", "eta", "theta", "iota"]:

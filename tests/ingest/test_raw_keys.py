@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from streams.ingest.keys import raw_key, source_of_key
+from streams.ingest.raw_keys import raw_key, source_of_key
 
 
 def test_plain_keys_are_the_source() -> None:

@@ -8,7 +8,7 @@ import json
 
 import pytest
 
-from streams.batch.templates import canonical_templates, covers, most_general
+from streams.batch.covering import canonical_templates, covers, most_general
 
 ROOT_T = "Failed password for root from <IP> port <NUM> ssh2"
 ADMIN_T = "Failed password for admin from <IP> port <NUM> ssh2"
