@@ -37,7 +37,6 @@ from _common import SHARED_DATA, add_tag_argument, peak_rss_mib, table, write_re
 from streams.batch.prompt import build_messages
 from streams.batch.window import Batch, TokenWindow, build_batch
 from streams.clean.cleaner import Cleaner
-from streams.clean.tokens import TokenCounter
 from streams.dev.fakellm import FakeLLMConfig, FakeLLMServer
 from streams.dev.sample import write_sample
 from streams.gateway.backends import OpenAIBackend
@@ -47,6 +46,7 @@ from streams.intervals import Coverage
 from streams.metrics import Metrics
 from streams.records import BatchOutcome, DeadLetter, NormalizedRecord, RawCoord
 from streams.settings import Settings
+from streams.tokens import TokenCounter
 
 HDFS = Path("loghub") / "HDFS" / "HDFS_2k.log"
 MODEL = "fake-gpt"

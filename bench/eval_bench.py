@@ -52,7 +52,6 @@ from batching_bench import batch_all, clean_all
 from streams.batch.answers import validate_answer
 from streams.batch.prompt import payload_of
 from streams.batch.window import TokenWindow
-from streams.clean.tokens import TokenCounter
 from streams.dev.faults import KINDS, write_case
 from streams.gateway.rules.analyzer import analyze
 from streams.intervals import Coverage
@@ -62,6 +61,7 @@ from streams.report.state.merge import incident_key, merge_all
 from streams.report.state.model import Report
 from streams.report.views.view import render_markdown
 from streams.settings import Settings
+from streams.tokens import TokenCounter
 
 HIGH = {"high", "critical"}
 

@@ -177,10 +177,10 @@ def cmd_topics(args: argparse.Namespace, settings: Settings) -> int:
 
 
 def cmd_produce(args: argparse.Namespace, settings: Settings) -> int:
-    from streams.clean.redact import Redactor
     from streams.ingest.produce import produce, total_bytes
     from streams.ingest.reader import check_inputs
     from streams.kafka.topics import ensure_topics
+    from streams.redact import Redactor
 
     paths = args.paths
     if not paths:

@@ -11,8 +11,8 @@ import json
 import re
 from typing import Protocol
 
-from streams.clean.tokens import PieceCounter
 from streams.records import AnyRecord
+from streams.tokens import PieceCounter
 
 GROUP_OVERHEAD_TOKENS = 96  # keys, ref, level, count, two timestamps, punctuation of a group
 EXAMPLE_SEPARATOR_TOKENS = 1  # ", " between examples
@@ -22,7 +22,7 @@ MARKER_RESERVE = 12  # tokens the marker itself may take
 
 
 class TokenCounterLike(Protocol):
-    """What batching needs of ``streams.clean.tokens.TokenCounter``."""
+    """What batching needs of ``streams.tokens.TokenCounter``."""
 
     def count(self, text: str) -> int: ...
 

@@ -16,13 +16,13 @@ from typing import Any
 from streams.batch.answers import Place
 from streams.batch.lane import Analyzer, LaneProcessor
 from streams.batch.window import TokenWindow
-from streams.clean.redact import Redactor
-from streams.clean.tokens import TokenCounter
 from streams.errors import BadLaneRecord
 from streams.metrics import Metrics
 from streams.records import BatchOutcome, DeadLetter, RawCoord, read_lane_record
+from streams.redact import Redactor
 from streams.runtime.step import Context, Fetch, Message, Out, Step
 from streams.settings import Settings
+from streams.tokens import TokenCounter
 
 logger = logging.getLogger(__name__)
 

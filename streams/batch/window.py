@@ -37,9 +37,9 @@ from streams.batch.prompt_tokens import (
     message_tokens,
     message_tokens_bound,
 )
-from streams.clean.tokens import PieceCounter
 from streams.intervals import Coverage
 from streams.records import AnyRecord, Lane, service_of
+from streams.tokens import PieceCounter
 
 logger = logging.getLogger(__name__)
 

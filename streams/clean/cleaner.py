@@ -21,13 +21,13 @@ from streams.clean.envelopes import Entry, EnvelopeError, EnvelopeKind, read_mes
 from streams.clean.formats import FormatParser, Parsed
 from streams.clean.lanes import choose_lane, cost_score
 from streams.clean.mining import TemplateMiner
-from streams.clean.redact import Redactor
 from streams.clean.timestamps import from_number, match_leading
-from streams.clean.tokens import TokenCounter
 from streams.clean.trace import lift_trace
 from streams.errors import DecodeError, RecordError, RecordTooLarge
 from streams.metrics import Series
 from streams.records import AnyCoord, DeadLetter, NormalizedRecord, iso_utc
+from streams.redact import Redactor
+from streams.tokens import TokenCounter
 
 if TYPE_CHECKING:
     from streams.metrics import Metrics

@@ -39,7 +39,6 @@ import aiohttp
 from pydantic import SecretStr
 
 from streams.batch.prompt import extract_payload
-from streams.clean.tokens import PieceCounter
 from streams.errors import (
     ConfigError,
     ContextTooLong,
@@ -50,6 +49,7 @@ from streams.errors import (
 )
 from streams.gateway.rules.analyzer import analyze
 from streams.settings import ModelSettings
+from streams.tokens import PieceCounter
 
 logger = logging.getLogger(__name__)
 

@@ -36,7 +36,7 @@ logger = logging.getLogger(__name__)
 
 
 class Calibration(Protocol):
-    """What the gateway needs of ``streams.clean.tokens.TokenCalibration``."""
+    """What the gateway needs of ``streams.tokens.TokenCalibration``."""
 
     def observe(self, model: str, estimated: int, reported: int) -> None: ...
 

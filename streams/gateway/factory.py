@@ -13,7 +13,6 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
 from streams.batch.prompt import instruction_texts
-from streams.clean.tokens import TokenCalibration, TokenCounter
 from streams.gateway.aimd import AIMDLimiter
 from streams.gateway.backends import ChatBackend, build_backend
 from streams.gateway.buckets import TokenBucket
@@ -26,6 +25,7 @@ from streams.gateway.retry import RetryBudget
 from streams.gateway.telemetry import LaneMetrics
 from streams.metrics import Metrics
 from streams.settings import Settings
+from streams.tokens import TokenCalibration, TokenCounter
 
 OFFLINE_QUOTA = 1e12  # requests or tokens a minute: no limit for the offline analyzer
 

@@ -12,8 +12,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from streams.clean.redact import Redactor
 from streams.records import Severity
+from streams.redact import Redactor
 from streams.report.analysis.causes import Cause
 from streams.report.analysis.postmortem import EPISODE_GAP_S, Episode, derive, origin_title
 from streams.report.state.keys import parse_time

@@ -31,12 +31,12 @@ from collections.abc import Callable, Coroutine
 from datetime import UTC, datetime
 from typing import Any, Protocol
 
-from streams.clean.redact import Redactor
 from streams.metrics import Metrics
 from streams.notify.incidents import Alert, alerts_for
 from streams.notify.ledger import Notices, Planner
 from streams.notify.messages import alertmanager_alerts, report_link, webhook_message
 from streams.notify.sinks import MAX_WAIT, Sink
+from streams.redact import Redactor
 from streams.report.state.keys import UNDATED, format_time, parse_time
 from streams.report.state.model import Report
 from streams.runtime.state import PartitionedState

@@ -18,7 +18,6 @@ from aiokafka.partitioner import DefaultPartitioner
 from streams.batch.step import LaneStep, OnAssignment
 from streams.clean.cleaner import Cleaner
 from streams.clean.step import CleanStep
-from streams.clean.tokens import TokenCounter
 from streams.gateway.gateway import Gateway
 from streams.intervals import Coverage, split_message_key
 from streams.kafka.connect import (
@@ -44,6 +43,7 @@ from streams.report.store import read_messages, readable_partitions, refusals_ra
 from streams.runtime.loop import StageLoop, Subscription
 from streams.runtime.step import Message
 from streams.settings import Settings
+from streams.tokens import TokenCounter
 
 logger = logging.getLogger(__name__)
 

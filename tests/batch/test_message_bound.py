@@ -17,9 +17,9 @@ from streams.batch.prompt_tokens import (
     message_tokens_bound,
 )
 from streams.batch.window import Batch, TokenWindow
-from streams.clean.tokens import TokenCalibration, TokenCounter
 from streams.gateway.factory import CalibratedCounter
 from streams.records import NormalizedRecord
+from streams.tokens import TokenCalibration, TokenCounter
 
 from helpers import make_record, sample_lines
 

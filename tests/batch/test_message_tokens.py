@@ -5,8 +5,8 @@ from __future__ import annotations
 import json
 
 from streams.batch.prompt_tokens import json_tokens, message_tokens
-from streams.clean.tokens import TokenCalibration, TokenCounter
 from streams.gateway.factory import CalibratedCounter
+from streams.tokens import TokenCalibration, TokenCounter
 
 from helpers import make_record
 

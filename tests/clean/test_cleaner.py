@@ -13,10 +13,10 @@ import pytest
 from streams.clean.cleaner import Cleaner
 from streams.clean.mining import TemplateMiner
 from streams.clean.offline import run_clean, source_name
-from streams.clean.tokens import TokenCounter
 from streams.metrics import Metrics
 from streams.records import DeadLetter, NormalizedRecord, RawCoord
 from streams.settings import CleanSettings, Settings
+from streams.tokens import TokenCounter
 
 COORD = RawCoord(topic="retro.logs.raw", partition=2, offset=41)
 

@@ -359,8 +359,8 @@ async def test_rules_backend_answers_the_payload_offline() -> None:
 async def test_rules_backend_counts_usage_by_pieces_as_the_encoder_counts_it() -> None:
     from streams.batch.prompt import build_messages
     from streams.batch.window import build_batch
-    from streams.clean.tokens import TokenCounter
     from streams.records import NormalizedRecord, RawCoord
+    from streams.tokens import TokenCounter
 
     counter = TokenCounter()
     messages = ["Connection to 10.0.0.7:5432 refused", 'bad "quoted" value\tand\nlines',

@@ -12,7 +12,6 @@ import pytest
 
 from streams.batch.prompt import cache_key, extract_payload
 from streams.batch.window import Batch, build_batch
-from streams.clean.tokens import TokenCalibration
 from streams.errors import (
     ConfigError,
     ContextTooLong,
@@ -31,6 +30,7 @@ from streams.gateway.telemetry import LaneMetrics
 from streams.intervals import Coverage
 from streams.metrics import Metrics
 from streams.records import BatchOutcome, NormalizedRecord
+from streams.tokens import TokenCalibration
 
 from helpers import FakeClock, WordCounter, make_record
 
@@ -560,8 +560,8 @@ async def test_every_record_ends_in_exactly_one_fragment_or_review() -> None:
 
 
 async def test_the_embedded_rules_backend_runs_the_whole_path_offline() -> None:
-    from streams.clean.tokens import TokenCounter
     from streams.gateway.backends import RulesBackend
+    from streams.tokens import TokenCounter
 
     counter = TokenCounter()
     batch = build_batch(

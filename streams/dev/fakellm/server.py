@@ -8,10 +8,10 @@ from typing import Any
 
 from aiohttp import web
 
-from streams.clean.tokens import TokenCounter
 from streams.clock import Clock, Sleep
 from streams.dev.fakellm.config import FakeLLMConfig, FakeLLMStats
 from streams.dev.fakellm.provider import FakeProvider
+from streams.tokens import TokenCounter
 
 logger = logging.getLogger(__name__)
 

@@ -8,7 +8,6 @@ import asyncio
 import pytest
 
 from streams.clean.cleaner import Cleaner
-from streams.clean.tokens import TokenCounter
 from streams.intervals import Coverage
 from streams.metrics import Metrics
 from streams.records import NormalizedRecord, Review
@@ -21,6 +20,7 @@ from streams.report.ops.redrive import (
 )
 from streams.runtime.memory import MemoryRun, Part, Record
 from streams.settings import Settings
+from streams.tokens import TokenCounter
 
 from helpers import FakeClock, make_record
 

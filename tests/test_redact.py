@@ -9,7 +9,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from streams.clean.redact import Redactor, is_card_number, luhn_ok, placeholder
+from streams.redact import Redactor, is_card_number, luhn_ok, placeholder
 
 from helpers import shared_file
 
@@ -425,7 +425,7 @@ def test_most_random_tokens_are_caught_whatever_their_length() -> None:
     import random
     import string
 
-    from streams.clean.redact import looks_random
+    from streams.redact import looks_random
 
     rng = random.Random(11)
     alphabet = string.ascii_letters + string.digits + "+/"
@@ -476,7 +476,7 @@ def test_a_remembered_text_gives_its_own_counts_each_time(r: Redactor) -> None:
 
 
 def test_the_memo_is_bounded(r: Redactor, monkeypatch: pytest.MonkeyPatch) -> None:
-    import streams.clean.redact as module
+    import streams.redact as module
 
     monkeypatch.setattr(module, "MEMO_TEXTS", 3)
     for i in range(10):

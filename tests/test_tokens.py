@@ -12,8 +12,9 @@ import tiktoken
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-import streams.clean.tokens as tokens_module
-from streams.clean.tokens import (
+import streams.tokens as tokens_module
+from streams.errors import ConfigError
+from streams.tokens import (
     _PIECE_START,
     PieceCounter,
     TokenCalibration,
@@ -23,7 +24,6 @@ from streams.clean.tokens import (
     numeric_tokens,
     offline_name,
 )
-from streams.errors import ConfigError
 
 from helpers import sample_lines, shared_file
 
