@@ -31,6 +31,7 @@ from collections.abc import Callable, Coroutine
 from datetime import UTC, datetime
 from typing import Any, Protocol
 
+from streams.clock import Clock, Sleep
 from streams.metrics import Metrics
 from streams.notify.incidents import Alert, alerts_for
 from streams.notify.ledger import Notices, Planner
@@ -76,7 +77,7 @@ class NotifyStep(Step):
                  source: LedgerSource, sinks: list[Sink], partition_of: PartitionOf,
                  changed: asyncio.Event | None = None,
                  ready: asyncio.Event | None = None,
-                 mono: Callable[[], float] = time.monotonic,
+                 mono: Clock = time.monotonic, sleep: Sleep = asyncio.sleep,
                  wall: Callable[[], datetime] = lambda: datetime.now(UTC),
                  tick_seconds: float = TICK_SECONDS) -> None:
         self.settings = settings
@@ -87,7 +88,8 @@ class NotifyStep(Step):
         self.partition_of = partition_of
         self.changed = changed
         self.ready = ready  # set once the reports are read to the end: none lacks a share
-        self.mono = mono
+        self.mono = mono  # the planning rounds and the refreshes go by this clock
+        self.sleep = sleep  # and wait with this sleep: tests pass a fake pair
         self.wall = wall
         self.tick_seconds = tick_seconds
         self.topic = settings.topics.notifications
@@ -197,7 +199,7 @@ class NotifyStep(Step):
             await self._wake(max(self.tick_seconds - (self.mono() - began), 0.0))
 
     async def _wake(self, rest: float) -> None:
-        await asyncio.sleep(rest)  # at most one round a tick, however busy the reports are
+        await self.sleep(rest)  # at most one round a tick, however busy the reports are
         if self.changed is None:
             return
         with contextlib.suppress(TimeoutError):
@@ -292,7 +294,7 @@ class NotifyStep(Step):
                 self._queued.discard((sink.name, rid, entry_id))
                 idle.set()
             if outcome == "failed":  # the sink is down: let it be a while
-                await asyncio.sleep(MAX_WAIT)
+                await self.sleep(MAX_WAIT)
 
     async def _deliver(self, ctx: Context, sink: Sink, rid: str, entry_id: str) -> str:
         notices = self.ledger.get(rid)

@@ -12,13 +12,13 @@ import aiohttp
 
 from streams.metrics import Metrics
 from streams.notify.ledger import Notices
-from streams.notify.sinks import Reply, Sink
+from streams.notify.sinks import MAX_WAIT, Reply, Sink
 from streams.notify.step import NotifyStep
 from streams.report.state.model import Report
 from streams.runtime.memory import MemoryRun, MemorySink, Part
 from streams.runtime.step import Out
 from streams.settings import Settings
-from tests.helpers import pool_and_disk_report
+from tests.helpers import FakeClock, pool_and_disk_report
 
 SETTINGS = Settings(notify={"webhook_url": "http://hook.example/x",
                             "alertmanager_url": "http://am.example:9093",
@@ -67,24 +67,32 @@ class Receiver:
         pass
 
 
-class Clock:
-    def __init__(self) -> None:
-        self.now = 0.0
+class Until(FakeClock):
+    """The fake clock of a loop that runs until ``end``: a sleep past it never ends."""
 
-    def __call__(self) -> float:
-        return self.now
+    def __init__(self, end: float) -> None:
+        super().__init__()
+        self.end = end
+        self.reached = asyncio.Event()  # set once a sleep stopped there
+
+    async def sleep(self, seconds: float) -> None:
+        if self.now + seconds > self.end:
+            self.reached.set()
+            await asyncio.Event().wait()
+        await super().sleep(seconds)
 
 
 def make_step(reports: Reports, hook: Receiver, am: Receiver, *, stored: Ledgers | None = None,
-              home: int = 0, settings: Settings = SETTINGS, clock: Clock | None = None,
+              home: int = 0, settings: Settings = SETTINGS, clock: FakeClock | None = None,
               metrics: Metrics | None = None) -> NotifyStep:
     metrics = metrics or Metrics()
+    clock = clock or FakeClock()
     sinks = [Sink("alertmanager", ["http://am.example:9093/api/v2/alerts"], metrics,
                   transport=am, attempts=1),
              Sink("webhook", ["http://hook.example/x"], metrics, transport=hook, attempts=1)]
     return NotifyStep(settings, metrics, reports=reports, source=stored or Ledgers(),
                       sinks=sinks, partition_of=lambda key, count: home,
-                      mono=clock or Clock(),
+                      mono=clock, sleep=clock.sleep,
                       wall=lambda: datetime(2026, 12, 1, 8, 0, tzinfo=UTC))
 
 
@@ -101,6 +109,13 @@ async def until(condition: Callable[[], bool], what: str) -> None:
             return
         await asyncio.sleep(0.01)
     raise AssertionError(f"timed out waiting for {what}")
+
+
+async def settled(step: NotifyStep) -> None:
+    """Until every send queued so far is done and recorded: whatever was to be sent
+    has been, so what has not been sent will not be."""
+    await until(lambda: all(q.empty() for q in step._queues.values())
+                and all(idle.is_set() for idle in step._idle.values()), "the queued sends")
 
 
 def ledgers(run: MemoryRun) -> list[Notices]:
@@ -130,13 +145,32 @@ async def test_an_incident_is_recorded_then_sent_once_to_each_sink() -> None:
     assert alert["labels"]["severity"] == "critical" and alert["labels"]["report"] == RID
     for _ in range(3):  # the same version read again says nothing new
         await step.plan(run.ctx)
-    await asyncio.sleep(0.05)
+    await settled(step)
     assert len(hook.got) == 1 and len(am.got) == 1
     await stop(tasks)
 
 
+async def test_rounds_over_minutes_send_the_webhook_once_and_refresh_alertmanager() -> None:
+    """The planning loop as the worker runs it, a round a tick on the fake clock: five
+    minutes of rounds post the open incident to Alertmanager once a minute (its alerts
+    expire otherwise), and the chat hears of it once."""
+    hook, am, clock = Receiver(), Receiver(), Until(300)
+    step = make_step(Reports(pool_and_disk_report()), hook, am, clock=clock)
+    run, tasks = await running(step)
+    planning, *senders = step.background(run.ctx)
+    for sender in senders:  # already running from running()
+        sender.close()
+    tasks.append(asyncio.create_task(planning))
+    await asyncio.wait_for(clock.reached.wait(), timeout=10)
+    await settled(step)
+    assert clock.slept == [step.tick_seconds] * 300  # a round a tick, the last at 300 s
+    assert len(hook.got) == 1
+    assert len(am.got) == 1 + 300 // SETTINGS.notify.refresh_seconds
+    await stop(tasks)
+
+
 async def test_open_alerts_are_posted_again_every_refresh() -> None:
-    hook, am, clock = Receiver(), Receiver(), Clock()
+    hook, am, clock = Receiver(), Receiver(), FakeClock()
     step = make_step(Reports(pool_and_disk_report()), hook, am, clock=clock)
     run, tasks = await running(step)
     await step.plan(run.ctx)
@@ -146,10 +180,12 @@ async def test_open_alerts_are_posted_again_every_refresh() -> None:
     await step._quiet()
     clock.now = 30.0
     await step.plan(run.ctx)
+    await settled(step)
+    assert len(am.got) == 1  # not yet
     clock.now = 61.0
     await step.plan(run.ctx)
-    await until(lambda: len(am.got) == 2, "the refresh")
-    assert am.got[0] == am.got[1] and len(hook.got) == 1
+    await settled(step)
+    assert len(am.got) == 2 and am.got[0] == am.got[1] and len(hook.got) == 1
     await stop(tasks)
 
 
@@ -165,7 +201,7 @@ async def test_a_restarted_member_loads_the_ledger_and_sends_nothing_again() -> 
     again = make_step(Reports(pool_and_disk_report()), hook2, Receiver(), stored=stored)
     run2, tasks2 = await running(again)
     await again.plan(run2.ctx)
-    await asyncio.sleep(0.05)
+    await settled(again)
     assert hook2.got == [] and run2.sent_to(TOPIC) == []
     await stop(tasks2)
 
@@ -179,8 +215,7 @@ async def test_a_change_decided_but_not_sent_is_sent_by_the_next_member() -> Non
     second = make_step(Reports(pool_and_disk_report()), hook, Receiver(), stored=stored)
     run2, tasks = await running(second)
     await second.plan(run2.ctx)
-    await until(lambda: len(hook.got) == 1, "the owed message")
-    await asyncio.sleep(0.05)
+    await settled(second)
     assert len(hook.got) == 1 and "opened" in hook.got[0]["text"]
     await stop(tasks)
 
@@ -190,7 +225,7 @@ async def test_reports_of_partitions_owned_elsewhere_are_left_alone() -> None:
     step = make_step(Reports(pool_and_disk_report()), hook, Receiver(), home=1)
     run, tasks = await running(step)
     await step.plan(run.ctx)
-    await asyncio.sleep(0.05)
+    await settled(step)
     assert hook.got == [] and run.sent_to(TOPIC) == []
     await stop(tasks)
 
@@ -222,7 +257,7 @@ async def test_a_revoke_lets_the_send_in_flight_finish_and_records_it() -> None:
     step = make_step(Reports(pool_and_disk_report()), hook, Receiver())
     run, tasks = await running(step)
     await step.plan(run.ctx)
-    await asyncio.sleep(0.05)  # the webhook's send waits for its answer
+    await until(lambda: not step._idle["webhook"].is_set(), "the webhook's send")
     revoke = asyncio.create_task(step.revoked({P0}, run.ctx))
     await asyncio.sleep(0.05)
     assert not revoke.done()
@@ -235,13 +270,19 @@ async def test_a_revoke_lets_the_send_in_flight_finish_and_records_it() -> None:
 
 
 async def test_a_failing_sink_does_not_hold_the_other_back() -> None:
-    hook, am = Receiver(aiohttp.ClientConnectionError("refused")), Receiver()
-    step = make_step(Reports(pool_and_disk_report()), hook, am)
+    hook, am, clock = Receiver(aiohttp.ClientConnectionError("refused")), Receiver(), FakeClock()
+    step = make_step(Reports(pool_and_disk_report()), hook, am, clock=clock)
     run, tasks = await running(step)
     await step.plan(run.ctx)
     await until(lambda: ledgers(run)[-1].entries[0].delivered.get("alertmanager") == 1,
                 "Alertmanager's delivery")
+    await settled(step)
     assert "webhook" not in ledgers(run)[-1].entries[0].delivered  # still owed
+    assert clock.slept == [MAX_WAIT]  # and the sink that failed is left alone a while
+    hook.status = 200
+    await step.plan(run.ctx)  # the next round sends what is owed
+    await settled(step)
+    assert len(hook.got) == 1 and ledgers(run)[-1].entries[0].delivered.get("webhook") == 1
     await stop(tasks)
 
 
@@ -253,8 +294,7 @@ async def test_a_window_is_over_once_a_later_one_began_and_it_stopped_growing() 
     step = make_step(Reports(stale, fresh, base), hook, Receiver())
     run, tasks = await running(step)
     await step.plan(run.ctx)
-    await until(lambda: len(hook.got) == 2, "the live windows' incidents")
-    await asyncio.sleep(0.05)
+    await settled(step)
     reports = sorted(m["text"].split("|Post-mortem ")[1].split(">")[0] for m in hook.got)
     assert reports == ["2026-11-27/all", RID]  # a replay's window that still grows is live
     await stop(tasks)
