@@ -471,8 +471,7 @@ def make_parser() -> argparse.ArgumentParser:
 
     w = command("worker", "run the pipeline's stage loops (scale by running more workers)",
                 cmd_worker)
-    # --agents is the flag's earlier name, still accepted in existing manifests
-    w.add_argument("--roles", "--agents", dest="roles", default="clean,batch,compactor",
+    w.add_argument("--roles", dest="roles", default="clean,batch,compactor",
                    metavar="ROLES",
                    help="comma-separated roles to run: clean, batch, compactor (default all); "
                         "each role set is its own consumer group")

@@ -113,15 +113,17 @@ def _errors(response: object) -> list[tuple[str, int, str | None]]:
 
 
 async def ensure_group_offsets(settings: Settings, group: str, topics: list[str]) -> int:
-    """Give every partition of ``topics`` a committed offset for ``group``.
+    """Give every partition of ``topics`` a committed offset for ``group``: its log start.
 
-    faust only seeks partitions that have a committed offset back to it after a
-    rebalance; a partition without one keeps its fetch position, so messages it had
-    fetched and then skipped for the old generation would never be read again. A
-    group whose offsets all exist never hits that. Done before the worker joins: an
-    offset commit from outside the group only works while the group is empty, so
-    when workers are already running (and so have committed) this is a no-op.
-    Returns the number of partitions initialised.
+    Delivery does not need it: a stage consumer without a committed offset starts at
+    the earliest one (``stage_consumer``). The lag monitor does: it counts a partition
+    without a commit from offset 0 (``lag_from_offsets``), so on a partition whose
+    first records retention has deleted, a group with nothing left to read there, which
+    therefore never commits, would show lag that never shrinks, and the stall detector
+    would call the partition stalled. Done before the worker joins: an offset commit
+    from outside the group only works while the group is empty, so when workers are
+    already running (and so have committed) this is a no-op. Returns the number of
+    partitions initialised.
     """
     from aiokafka import AIOKafkaConsumer, TopicPartition
     from aiokafka.errors import KafkaError
@@ -141,8 +143,8 @@ async def ensure_group_offsets(settings: Settings, group: str, topics: list[str]
                 break
             except KafkaError as exc:
                 if not getattr(exc, "retriable", False) or attempt == 29:
-                    logger.warning("cannot read offsets of group %s (%r); leaving them to "
-                                   "faust", group, exc)
+                    logger.warning("cannot read offsets of group %s (%r); leaving them "
+                                   "unset", group, exc)
                     return 0
                 await asyncio.sleep(1.0)
         assert committed is not None

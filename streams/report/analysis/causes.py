@@ -1,25 +1,25 @@
 """Causes as an engineer counts them, from a report's incidents (pure: no I/O, no clock).
 
-The vocabulary of the post-mortem (``streams.report.analysis.postmortem``): incidents of one
-title are one cause across templates and services; deploys, rollbacks, config
+The vocabulary of the post-mortem (``streams.report.analysis.postmortem``): incidents
+of one title are one cause across templates and services; deploys, rollbacks, config
 changes, scaling, restarts, cleanups and alerts are change events, not incidents;
-an unclassified template counts only when it is anomalous against its own baseline
-in the window (new, or a rate jump); evidence and entities are capped.
+evidence and entities are capped. Whether an unclassified template is a cause is the
+post-mortem's call, by its counts against their baseline
+(``streams.report.analysis.baseline``); ``MIN_ANOMALY_RECORDS`` and
+``ANOMALY_CEILING`` bound it.
 """
 
 from __future__ import annotations
 
-import math
 import re
 from dataclasses import dataclass, field
 from typing import Literal
 
 from streams.batch.entities import count_entities, top_entities
 from streams.gateway.rules.language import affirmed
-from streams.report.state.keys import parse_time
 from streams.report.state.merge import normalize_text
 from streams.report.state.model import SEVERITY_WEIGHT, Incident
-from streams.report.state.wording import Span, clip, duration, earliest, latest, name_list
+from streams.report.state.wording import clip, earliest, latest
 
 ChangeKind = Literal[
     "deploy", "rollback", "config", "scale", "restart", "cleanup", "alert", "alert_resolved"
@@ -28,8 +28,6 @@ ChangeKind = Literal[
 MAX_EVIDENCE_TEMPLATES = 3  # per cause
 MAX_EXAMPLES = 2  # per evidence template
 MAX_ENTITIES = 3
-NEW_AFTER_SHARE = 0.1  # a template first seen after this share of the window is "new"
-RATE_JUMP = 3.0  # active rate / average rate at which a template counts as a burst
 MIN_ANOMALY_RECORDS = 3
 ANOMALY_CEILING = "medium"  # an unclassified template is a lead to follow, not a known outage
 
@@ -49,7 +47,6 @@ _CHANGES: tuple[tuple[ChangeKind, re.Pattern[str]], ...] = tuple(
         ("restart", r"\brestart|(?<!link )(?<!interface )\bis up\b|\bstarted\b|\bstarting\b"),
     )
 )
-_LEVEL_WORD = re.compile(r"\b(?:TRACE|DEBUG|INFO|NOTICE|WARN|ERROR|FATAL)\b")
 _SECURITY = re.compile(r"auth|login|password|permission|denied|brute|intrusion|forbidden", re.I)
 _SUBJECT = re.compile(r"\s*\(([^()]*)\)\s*$")
 
@@ -211,53 +208,6 @@ def _cause(members: list[Incident], kind: Literal["failure", "anomaly", "users"]
 def entities_in(texts: list[str], limit: int = MAX_ENTITIES) -> list[tuple[str, int]]:
     """Addresses, users, hosts and pods named in ``texts``, most frequent first."""
     return list(top_entities(count_entities(texts), limit).items())
-
-
-def judge_unclassified(incidents: list[Incident], span: Span, suggestions: dict[str, str]
-               ) -> tuple[list[Cause], list[Incident]]:
-    """Unclassified templates judged against their own baseline; the rest folded."""
-    found: list[tuple[float, Cause]] = []
-    folded: list[Incident] = []
-    for inc in incidents:
-        why, score = anomaly_of(inc, span)
-        if why is None:
-            folded.append(inc)
-            continue
-        cause = _cause([inc], "anomaly", {})
-        template = inc.evidence[0].template if inc.evidence else inc.cause
-        level = _LEVEL_WORD.search(inc.event)
-        cause.title = f"Unusual {level.group(0) if level else 'events'}: {clip(template, 90)}"
-        cause.anomaly = why
-        if SEVERITY_WEIGHT.get(cause.severity, 1) > SEVERITY_WEIGHT[ANOMALY_CEILING]:
-            cause.severity = ANOMALY_CEILING  # unusual, not yet a known failure
-        cause.suggestion = (f"Find out why '{clip(template, 60)}' in "
-                            f"{name_list(inc.services, 2)} appeared or jumped "
-                            f"({why.split(';')[0]})")
-        found.append((score, cause))
-    found.sort(key=lambda sc: (-sc[0], sc[1].title))
-    return [c for _, c in found], folded
-
-
-def anomaly_of(inc: Incident, span: Span) -> tuple[str | None, float]:
-    """(why it is anomalous, score) or (None, 0): new in the window, or a rate jump."""
-    first, last = parse_time(inc.first_seen), parse_time(inc.last_seen)
-    if first is None or last is None or span.seconds <= 0 or inc.count < MIN_ANOMALY_RECORDS:
-        return None, 0.0
-    active = max((last - first).total_seconds(), 60.0)
-    jump = min(span.seconds / active, 1000.0)  # rate while active / average rate
-    offset = (first - span.start).total_seconds() if span.start else 0.0
-    new = offset > NEW_AFTER_SHARE * span.seconds
-    reasons = []
-    if new:
-        reasons.append(f"new: first seen {span.when(inc.first_seen)}, "
-                       f"{duration(offset)} into the window")
-    if jump >= RATE_JUMP:
-        reasons.append(f"rate {jump:.0f}x its average while active "
-                       f"({span.when(inc.first_seen)}-{span.when(inc.last_seen)})")
-    if not reasons:
-        return None, 0.0
-    score = SEVERITY_WEIGHT.get(inc.severity, 1) * inc.count * max(jump, 1.0) * (2 if new else 1)
-    return "; ".join(reasons), math.log1p(score)
 
 
 # ------------------------------------------------------------------ ranking and words
