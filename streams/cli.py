@@ -251,6 +251,23 @@ def cmd_clean(args: argparse.Namespace, settings: Settings) -> int:
     return 0
 
 
+def cmd_postmortem(args: argparse.Namespace, settings: Settings) -> int:
+    from streams.ingest.reader import check_inputs
+    from streams.report.views.view import rank_reports, render_json, render_reports
+    from streams.worker.offline import reports_of_files
+
+    check_inputs(args.paths)
+    reports, dead = reports_of_files(args.paths, settings)
+    if not reports:
+        print("no log record in " + ", ".join(args.paths), file=sys.stderr)
+        return 1
+    if args.format == "json":
+        print(render_json(rank_reports(reports)[0].report))
+    else:
+        print(render_reports(reports, plain=args.format == "text", deadletter_count=dead))
+    return 0
+
+
 def cmd_report(args: argparse.Namespace, settings: Settings) -> int:
     from streams.report.store import read_reports
     from streams.report.views.view import rank_reports, render_html, render_json, render_reports
@@ -496,6 +513,14 @@ def make_parser() -> argparse.ArgumentParser:
                    help="log files (gzip is detected) or - for stdin")
     c.add_argument("--deadletter", metavar="FILE",
                    help="write rejected records (JSON lines, reason and raw bytes) to FILE")
+
+    m = command("postmortem", "the post-mortem of log files at once: the pipeline's steps "
+                "in memory with the offline rules model, no broker", cmd_postmortem)
+    m.add_argument("paths", nargs="+", metavar="PATH",
+                   help="log files (gzip is detected) or - for stdin")
+    m.add_argument("--format", choices=["md", "text", "json"], default="md",
+                   help="output format (default md; json: the most significant window's "
+                   "report with its post-mortem and incidents)")
 
     r = command("report", "print the reports, the most significant first", cmd_report)
     r.add_argument("--window", help="window prefix, e.g. 2026-11-29 (default: every window; "

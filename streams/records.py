@@ -39,8 +39,12 @@ def _is_none(value: object) -> bool:
     return value is None
 
 
-def _is_empty(value: list[str]) -> bool:
+def _is_empty(value: list[str] | dict[str, int]) -> bool:
     return not value
+
+
+def _is_none(value: object) -> bool:
+    return value is None
 
 
 class Coordinate(Protocol):
@@ -351,6 +355,9 @@ def count_minutes(timestamps: Iterable[str | None]) -> dict[str, int]:
 
 MAX_TRACES = 8  # trace ids an evidence entry keeps: the smallest, see ``smallest_traces``
 FAILING_LEVELS: frozenset[str] = frozenset(("WARN", "ERROR", "FATAL"))
+# the levels a cleaned record carries, least severe first
+LEVEL_RANK: dict[str, int] = {
+    "TRACE": 0, "DEBUG": 1, "INFO": 2, "NOTICE": 2, "WARN": 3, "ERROR": 4, "FATAL": 5}
 # attribute keys that hold a trace id, compared without case and separators: the clean
 # stage's ``trace_id`` (streams/clean/trace.py) and a JSON body's own spellings (traceId,
 # trace.id or {"trace": {"id"}}, dd.trace_id, X-B3-TraceId, otelTraceID)
@@ -429,6 +436,18 @@ class Evidence(BaseModel):
     # attributes, never the model): failures of two services in one trace are one request;
     # left off the wire while empty, as most templates have none
     traces: list[str] = Field(default_factory=list, exclude_if=_is_empty)
+    # the highest level among its records (None: none had one), so a report can tell a
+    # new error line from a new routine one without the model's say
+    level: str | None = Field(default=None, exclude_if=_is_none)
+    # names its failing records give to a service they called ("no instances available
+    # for X", a URL's host), with how many records gave each (``streams.batch.callees``)
+    named: dict[str, int] = Field(default_factory=dict, exclude_if=_is_empty)
+
+
+def highest_level(records: Iterable[NormalizedRecord]) -> str | None:
+    """The most severe level among ``records`` (None when none has a known one)."""
+    return max((r.level for r in records if r.level in LEVEL_RANK),
+               key=LEVEL_RANK.__getitem__, default=None)
 
 
 class TimeWindow(BaseModel):

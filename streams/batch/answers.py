@@ -17,7 +17,7 @@ import json
 import logging
 import re
 from collections import Counter
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from functools import cache
 from itertools import chain, repeat
 from operator import attrgetter, itemgetter
@@ -27,11 +27,13 @@ from typing import Any
 import jsonschema
 
 import streams
+from streams.batch.callees import named_services
 from streams.batch.entities import count_entities, top_entities, worth_counting
 from streams.batch.window import Batch, TemplateGroup, epoch_of, time_key
 from streams.errors import MalformedOutput, Truncated, ValidationFailed
 from streams.intervals import Coverage
 from streams.records import (
+    FAILING_LEVELS,
     AnyRecord,
     Evidence,
     Fragment,
@@ -39,6 +41,7 @@ from streams.records import (
     TimeWindow,
     count_minutes,
     failing_traces,
+    highest_level,
     service_of,
 )
 
@@ -48,6 +51,15 @@ _FENCE = re.compile(r"```[A-Za-z0-9_-]*[ \t]*\n?(.*?)```", re.DOTALL)
 _MAX_CANDIDATES = 50  # "{" positions tried in prose before giving up
 _MAX_LISTED = 10  # offenders named in an error message
 _MESSAGE = attrgetter("message")
+
+
+def named_callees(records: Iterable[AnyRecord]) -> dict[str, int]:
+    """Per service name its failing records give as called, how many records gave it."""
+    named: Counter[str] = Counter()
+    for r in records:
+        if r.level in FAILING_LEVELS:
+            named.update(named_services([r.message], urls=True))
+    return dict(named)
 _TIMESTAMP = attrgetter("timestamp")
 _FIRST = itemgetter(0)
 _LAST = itemgetter(1)
@@ -327,6 +339,8 @@ def _fragment(
                 if who else {},
                 minutes=count_minutes(map(_TIMESTAMP, g.records)),
                 traces=failing_traces(g.records),
+                level=highest_level(g.records),
+                named=named_callees(g.records),
             )
             for g in groups
         ],
@@ -407,7 +421,8 @@ def _part(
         evidence.append(ev.model_copy(update={
             "count": len(part), "covered": part.to_json(), "examples": mine or ev.examples[:1],
             "entities": entities, "minutes": count_minutes(map(_TIMESTAMP, own)),
-            "traces": failing_traces(own)}))
+            "traces": failing_traces(own), "level": highest_level(own),
+            "named": named_callees(own)}))
     timed = [r for r in records if epoch_of(r.timestamp) is not None]
     window = TimeWindow(
         start=min(timed, key=time_key).timestamp if timed else None,

@@ -24,10 +24,10 @@ import re
 from datetime import UTC, datetime
 from typing import Any
 
+from streams.batch.callees import named_services, same_service
 from streams.batch.prompt import Pattern, Role, state_cause, stated_cause
 from streams.gateway.rules.analyzer import SEVERITIES, analyze
 from streams.gateway.rules.rollup import summarize_incident
-from streams.report.analysis.origin import named_services, same_service
 
 MIN_SPAN_MINUTES = 10.0  # a shorter input has no rate to compare with: pattern unknown
 MIN_PATTERN_RECORDS = 3  # fewer records say nothing about a pattern

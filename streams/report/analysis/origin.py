@@ -42,44 +42,12 @@ two services logged lends its traces to both.
 
 from __future__ import annotations
 
-import re
 from collections import Counter
-from collections.abc import Collection, Iterable, Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Protocol
 
-# generic parts of service names: they appear in every name, so they match anything
-GENERIC_NAME_WORDS = frozenset({
-    "service", "services", "svc", "impl", "controller", "server", "api", "app", "application",
-    "backend", "frontend", "client", "worker", "handler", "manager", "deployment", "pod",
-    "default", "prod", "production", "staging", "main", "the", "internal", "http", "https",
-    "com", "org", "net", "io", "log", "json", "docker", "stdout", "stderr",
-})
-_NAME_WORD = re.compile(r"[A-Za-z]+")
-_CAMEL = re.compile(r"(?<=[a-z0-9])(?=[A-Z])")
-_NAMED = re.compile(
-    r"(?:no (?:available )?(?:instances?|endpoints?|servers?|hosts?|replicas?|upstreams?)"
-    r"(?: available)?(?: for| of| in)?(?: service)?"
-    r"|(?:connection|connect) (?:refused|reset|timed out|failed|error)"
-    r"(?: (?:to|for|from|when connecting to|while connecting to))?"
-    r"|(?:could not|cannot|can't|unable to|failed to) (?:connect|reach|resolve|call)(?: to)?"
-    r"|(?:timed out|timeout)(?: after \d+ ?[a-z]*)? (?:calling|connecting to|waiting for|from)"
-    r"|(?:call|request|rpc) (?:to|for) \S+ failed|(?:error|exception) (?:calling|from)"
-    r"|upstream|downstream)"
-    r"\s*[:=]?\s*['\"\[(<]?(?:https?://)?(?P<name>[A-Za-z][\w.-]{2,62})",
-    re.IGNORECASE,
-)
-_CALL_FAILED = re.compile(  # "request to X timed out", "calls to X failed"
-    r"\b(?:requests?|calls?|rpcs?|connections?) (?:to|for) (?:https?://)?"
-    r"(?P<name>[A-Za-z][\w.-]{2,62})\S* (?:timed out|failed|was refused|refused|reset)",
-    re.IGNORECASE,
-)
-_FAILED_CALL = re.compile(  # "X returned 503", "503 from X", "X: 502 Bad Gateway"
-    r"(?:(?:https?://)?(?P<a>[A-Za-z][\w-]{2,62})(?:[.:/][\w./:-]*)?\s+(?:returned|responded"
-    r"(?: with)?|answered|gave)\s+(?:http\s*|status\s*)?5\d\d\b)"
-    r"|(?:\b5\d\d\b\s+(?:from|by)\s+(?:https?://)?(?P<b>[A-Za-z][\w-]{2,62}))",
-    re.IGNORECASE,
-)
+from streams.batch.callees import named_services, same_service
 
 
 class CauseLike(Protocol):
@@ -109,32 +77,6 @@ class _Named:
     records: int = 0
     callers: set[str] = field(default_factory=set)
     first_seen: str | None = None
-
-
-def name_words(name: str) -> frozenset[str]:
-    """The words of a service name that tell it apart: ``f.m.s.BasicServiceImpl`` ->
-    {basic}; ``ts-basic-service-5dc8d4`` -> {basic}."""
-    spaced = _CAMEL.sub(" ", name)
-    words = {w.lower() for w in _NAME_WORD.findall(spaced)}
-    return frozenset(w for w in words if len(w) > 2 and w not in GENERIC_NAME_WORDS)
-
-
-def same_service(a: str, b: str) -> bool:
-    """Two names of one service: their telling words overlap."""
-    return bool(name_words(a) & name_words(b))
-
-
-def named_services(texts: Iterable[str]) -> list[str]:
-    """Services a failure names as the one it called, in order of appearance."""
-    out: list[str] = []
-    for text in texts:
-        for m in _NAMED.finditer(text):
-            out.append(m["name"].rstrip(".-"))
-        for m in _CALL_FAILED.finditer(text):
-            out.append(m["name"].rstrip(".-"))
-        for m in _FAILED_CALL.finditer(text):
-            out.append((m["a"] or m["b"]).rstrip(".-"))
-    return [n for n in dict.fromkeys(out) if name_words(n)]
 
 
 def find_origin(causes: Sequence[CauseLike], texts: dict[int, list[str]],

@@ -39,6 +39,7 @@ from dataclasses import dataclass, field, replace
 from datetime import timedelta
 from typing import Literal
 
+from streams.batch.callees import same_service
 from streams.report.analysis.baseline import BURST_MINUTES, Verdict, judge, silent_since
 from streams.report.analysis.causes import (
     ANOMALY_CEILING,
@@ -53,7 +54,10 @@ from streams.report.analysis.causes import (
     kind_word,
     words,
 )
-from streams.report.analysis.origin import Origin, find_origin, same_service
+from streams.report.analysis.departures import find_departures
+from streams.report.analysis.incidents import Change as IncidentChange
+from streams.report.analysis.incidents import DayIncident, find_incidents
+from streams.report.analysis.origin import Origin, find_origin
 from streams.report.state.keys import format_time, parse_time
 from streams.report.state.merge import normalize_text
 from streams.report.state.minutes import add_minutes, minute_counts
@@ -159,6 +163,9 @@ class PostMortem:
     dated: bool = False  # times carry their date: the logs span more than a day
     chronic: list[Cause] = field(default_factory=list)  # steady or sporadic: below incidents
     silent: list[tuple[str, str]] = field(default_factory=list)  # (service, since)
+    # departures from the stream's own baseline, most severe first (``incidents.py``)
+    incidents: list[DayIncident] = field(default_factory=list)
+    chronic_lines: list[tuple[str, str]] = field(default_factory=list)  # (service, template)
 
     def when(self, value: str | None) -> str:
         return clock(value, dated=self.dated)
@@ -230,7 +237,35 @@ def derive(report: Report, *, deadletters: int | None = None, review: int | None
         silent=silent,
     )
     _narrate(pm, span)
+    findings = find_departures(report.series)
+    pm.chronic_lines = findings.chronic
+    pm.incidents = find_incidents(findings, [
+        IncidentChange(service, c.time, c.detail)
+        for c in changes if c.time for service in c.services])
+    _lead_with_incident(pm)
     return pm
+
+
+def _lead_with_incident(pm: PostMortem) -> None:
+    """The most severe departure from the baseline leads: its origin titles the
+    post-mortem and opens the summary; the cause-based story follows as evidence."""
+    top = next((i for i in pm.incidents if SEVERITY_WEIGHT[i.severity]
+                >= SEVERITY_WEIGHT["medium"]), None)
+    if top is None:
+        return
+    pm.title = top.title
+    lead = top.evidence[0]
+    callers = (f"; {name_list(top.callers, 3)} reported failures calling it"
+               if top.callers else "")
+    trigger = (f", {between(top.trigger.time, top.started)} after a change in "
+               f"{top.trigger.service} ({clip(top.trigger.text, 120)})"
+               if top.trigger is not None else "")
+    others = len(pm.incidents) - 1
+    sentence = (f"{top.origin} departed from its baseline at {pm.when(top.started)}"
+                f"{trigger} ({top.severity}): {clip(lead.template, 100)} in {lead.service}, "
+                f"{lead.describe()}{callers}."
+                + (f" {others} other incident(s) that day are listed below." if others else ""))
+    pm.summary = [sentence, *pm.summary]
 
 
 # ------------------------------------------------------------------ counts

@@ -25,8 +25,8 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from streams.batch.callees import same_service
 from streams.gateway.rollup_prompt import MAX_SUMMARY_CHARS, ROLLUP_KIND
-from streams.report.analysis.origin import same_service
 from streams.report.analysis.postmortem import PostMortem, derive
 from streams.report.state.keys import format_time
 from streams.report.state.minutes import minute_counts

@@ -38,7 +38,7 @@ from typing import Any, Literal
 from streams.batch.entities import top_entities
 from streams.errors import ValidationFailed
 from streams.intervals import Coverage
-from streams.records import Fragment, smallest_traces
+from streams.records import Evidence, Fragment, smallest_traces
 from streams.report.state.evidence import fold_evidence
 from streams.report.state.keys import format_time, parse_time
 from streams.report.state.minutes import add_minutes, add_service_minutes, share_minutes
@@ -51,10 +51,12 @@ from streams.report.state.model import (
     IncidentChange,
     Report,
     ReportChanges,
+    Series,
     Suggestion,
     TemplateEvidence,
     pick_examples,
 )
+from streams.report.state.series import SeriesTable, add_series
 
 logger = logging.getLogger(__name__)
 
@@ -115,6 +117,7 @@ def merge_all(
     results: list[MergeResult] = []
     added = Coverage()  # new in this call; folded into the (large) ledger once, at the end
     gained: dict[str, dict[str, int]] = {}  # service -> minute -> records new in this call
+    grown: list[SeriesTable] = []  # the series of the records new in this call
     for fragment in fragments:
         offered = _coverage(fragment.covered, fragment.id)
         new = offered.difference(seen).difference(added)
@@ -131,10 +134,11 @@ def merge_all(
         if incident is not None and ("i", key) not in own:
             incident = incident.model_copy(deep=True)
         own.add(("i", key))
-        incidents[key], minutes = _absorb(incident, key, fragment, new)
+        incidents[key], minutes, series = _absorb(incident, key, fragment, new)
         mine = gained.setdefault(fragment.service, {})
         for minute, n in minutes.items():
             mine[minute] = mine.get(minute, 0) + n
+        grown.append({fragment.service: series})
         _add_suggestion(suggestions, own, fragment, key)
         added = added.union(new)
         touched.add(key)
@@ -157,6 +161,7 @@ def merge_all(
     out.fragments_applied = base.fragments_applied + len(applied)
     out.fragment_ids = [*base.fragment_ids, *applied][-MAX_FRAGMENT_IDS:]
     out.service_minutes = add_service_minutes(base.service_minutes, gained)
+    out.series = add_series(base.series, *grown)
     out.changes = diff_reports(base, out)
     return out, results
 
@@ -198,6 +203,7 @@ def compose(report_id: str, shards: list[Report]) -> Report:
     out.fragments_applied = sum(r.fragments_applied for r in ordered)
     out.fragment_ids = [f for r in ordered for f in r.fragment_ids][-MAX_FRAGMENT_IDS:]
     out.service_minutes = add_service_minutes(*(r.service_minutes for r in ordered))
+    out.series = add_series(*(r.series for r in ordered))
     out.changes = ReportChanges(
         from_version=sum(r.changes.from_version for r in ordered),
         to_version=out.version,
@@ -263,9 +269,10 @@ def report_body(report: Report) -> dict[str, Any]:
 
 def _absorb(
     inc: Incident | None, key: str, fragment: Fragment, new: Coverage
-) -> tuple[Incident, dict[str, int]]:
-    """The incident with the fragment's ``new`` records added, and their minute counts:
-    the shares its templates got, which the fragment's service gets too."""
+) -> tuple[Incident, dict[str, int], dict[str, Series]]:
+    """The incident with the fragment's ``new`` records added, their minute counts (the
+    shares its templates got, which the fragment's service gets too) and those shares
+    per template, as series of the fragment's service."""
     event, cause = _display(fragment.event), _display(fragment.cause)
     if inc is None:
         inc = Incident(key=key, event=event, cause=cause, severity=fragment.severity)
@@ -283,6 +290,7 @@ def _absorb(
     claimed = Coverage()
     implicit = []
     shares: list[dict[str, int]] = []
+    series: list[tuple[Evidence, int, dict[str, int]]] = []  # (evidence, new records, minutes)
     for ev in fragment.evidence:
         if not ev.covered:
             implicit.append(ev)
@@ -292,16 +300,21 @@ def _absorb(
         part = _coverage(ev.covered, fragment.id).intersection(new).difference(claimed)
         claimed = claimed.union(part)
         shares.append(share_minutes(ev.minutes, len(part), ev.count))
+        series.append((ev, len(part), shares[-1]))
         _add_evidence(evidence, ev.template, len(part), ev.examples,
                       _new_share(ev.entities, len(part), ev.count), shares[-1], ev.traces)
     # Evidence without its own coverage (older producers) gets what no template claimed.
     remainder = len(new.difference(claimed))
     for ev in implicit:
         shares.append(share_minutes(ev.minutes, remainder, ev.count))
+        series.append((ev, remainder, shares[-1]))
         _add_evidence(evidence, ev.template, remainder, ev.examples,
                       _new_share(ev.entities, remainder, ev.count), shares[-1], ev.traces)
     inc.evidence = _capped(fold_evidence(evidence))
-    return inc, add_minutes(*shares)
+    table = add_series(*({fragment.service: {ev.template: Series(
+        level=ev.level, minutes=part, named=_new_share(ev.named, new, ev.count))}}
+        for ev, new, part in series if part))
+    return inc, add_minutes(*shares), table.get(fragment.service, {})
 
 
 def _add_evidence(

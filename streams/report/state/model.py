@@ -78,6 +78,26 @@ class TemplateEvidence(BaseModel):
     traces: list[str] = Field(default_factory=list)
 
 
+class Series(BaseModel):
+    """One template of one service over the report's window, whatever incident its
+    records went to: the rates the analysis learns a baseline from
+    (``streams.report.analysis.departures``). Routine lines count as much as errors:
+    a usual line that thins out is as telling as a new error."""
+
+    level: str | None = None  # the highest level among its records
+    minutes: dict[str, int] = Field(default_factory=dict)  # dated records per UTC minute
+    named: dict[str, int] = Field(default_factory=dict)  # callee names its failures give
+
+    @model_serializer(mode="wrap")
+    def _lean(self, handler: SerializerFunctionWrapHandler):  # type: ignore[no-untyped-def]
+        """Leave out what is still empty: most series name no callee."""
+        data = handler(self)
+        for name in ("level", "named"):
+            if not data.get(name):
+                del data[name]
+        return data
+
+
 class Incident(BaseModel):
     """Records that share a normalized (event, cause) signature."""
 
@@ -203,14 +223,19 @@ class Report(BaseModel):
     # included: what a service logged per minute, whatever incidents its records went to
     # (an incident's evidence is merged across services by template text)
     service_minutes: dict[str, dict[str, int]] = Field(default_factory=dict)
+    # service -> template -> its dated records per minute, level and callees named: every
+    # line the report counts, at most MAX_SERIES per service (``streams.report.state.series``)
+    series: dict[str, dict[str, Series]] = Field(default_factory=dict)
 
     # No return annotation: pydantic would take it for the serialized schema.
     @model_serializer(mode="wrap")
     def _lean(self, handler: SerializerFunctionWrapHandler):  # type: ignore[no-untyped-def]
-        """Leave out ``service_minutes`` while no record is dated (a reader fills it back in)."""
+        """Leave out ``service_minutes`` and ``series`` while no record is dated (a reader
+        fills them back in)."""
         data = handler(self)
-        if data.get("service_minutes") == {}:
-            del data["service_minutes"]
+        for name in ("service_minutes", "series"):
+            if data.get(name) == {}:
+                del data[name]
         return data
 
     @computed_field  # type: ignore[prop-decorator]

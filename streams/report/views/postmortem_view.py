@@ -15,6 +15,7 @@ from streams.report.analysis.postmortem import MAX_CHAIN, Episode, PostMortem
 from streams.report.state.wording import between, name_list
 
 MAX_OTHER_EPISODES = 4
+MAX_INCIDENTS = 30  # incidents listed a window: a busy day stays under 200 lines
 MAX_EXTRA_CAUSES = 3  # dated causes outside episodes and undated ones, listed after them
 MAX_USER_QUOTES = 3
 
@@ -30,6 +31,8 @@ class Markup(Protocol):
 def sections(pm: PostMortem, f: Markup) -> list[tuple[str, list[str]]]:
     """(title, lines) in the order of the Google SRE post-mortem template."""
     out = [("Summary", f.para(f.text(" ".join(pm.summary))))]
+    if pm.incidents:
+        out.append(("Incidents", _incidents(pm, f)))
     if pm.episodes:
         ep = pm.episodes[0]
         out += [
@@ -58,6 +61,18 @@ def sections(pm: PostMortem, f: Markup) -> list[tuple[str, list[str]]]:
     out.append(("Routine and unclassified", _folded(pm, f)))
     out.append(("Data coverage", _coverage(pm, f)))
     return out
+
+
+def _incidents(pm: PostMortem, f: Markup) -> list[str]:
+    """Every incident of the window, newest first, one line each (at most MAX_INCIDENTS)."""
+    newest = sorted(pm.incidents, key=lambda i: i.started, reverse=True)
+    rows = [f"{f.code(pm.when(i.started))}-{f.code(pm.when(i.ended))} "
+            f"{f.strong(i.severity)} {f.code(i.origin)}: {f.text(i.title)}"
+            + (f" (callers: {', '.join(i.callers[:3])})" if i.callers else "")
+            for i in newest[:MAX_INCIDENTS]]
+    if len(newest) > MAX_INCIDENTS:
+        rows.append(f"and {len(newest) - MAX_INCIDENTS} older incident(s)")
+    return f.bullets(rows)
 
 
 def _impact(pm: PostMortem, ep: Episode, f: Markup) -> list[str]:

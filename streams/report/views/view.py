@@ -45,6 +45,7 @@ SECTIONS = (  # the detail sections: all of the report, in the HTML view's expan
 )
 POSTMORTEM_SECTIONS = (  # in this order when present; Summary, Timeline, the last two always
     "Summary",
+    "Incidents",
     "Impact",
     "Trigger",
     "Detection",
@@ -61,9 +62,16 @@ POSTMORTEM_SECTIONS = (  # in this order when present; Summary, Timeline, the la
 
 
 def render_json(report: Report) -> str:
-    """The report as JSON; controls JSON would pass raw (DEL, C1 such as the 8-bit CSI
+    """The report as JSON with its post-mortem's title, summary and incidents
+    (``postmortem``, derived on read); controls JSON would pass raw (DEL, C1 such as the 8-bit CSI
     0x9b) are written as \\u escapes, so the text is the same and a terminal is safe."""
-    text = json.dumps(report.model_dump(mode="json"), indent=2, ensure_ascii=False)
+    pm = derive(report)
+    doc = report.model_dump(mode="json")
+    doc["postmortem"] = {"title": pm.title, "summary": pm.summary,
+                         "incidents": [i.as_json() for i in pm.incidents],
+                         "chronic": [{"service": s, "template": t}
+                                     for s, t in pm.chronic_lines]}
+    text = json.dumps(doc, indent=2, ensure_ascii=False)
     return _C1.sub(lambda m: f"\\u{ord(m[0]):04x}", text)
 
 

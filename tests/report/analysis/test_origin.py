@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from streams.report.analysis.origin import find_origin, name_words, named_services, same_service
+from streams.batch.callees import name_words, named_services, same_service
+from streams.report.analysis.origin import find_origin
 
 
 @dataclass

@@ -1,0 +1,314 @@
+"""Departures from a baseline learned from the stream itself (pure: no I/O, no clock).
+
+The report keeps every template's records per minute, per service (``Report.series``).
+Walking its minutes in time order, each minute is judged against the minutes before
+it (at most ``BASELINE_HOURS`` back), and then joins them. The statistics, stated:
+
+* **Expected count.** A template's share of all records in its baseline minutes times
+  this minute's records: a partial minute (a file's first or last) or a load change
+  moves every template alike, so neither is a departure.
+* **new**: a line at WARN or above that its service never wrote in the baseline, at
+  least ``MIN_NEW`` times in the minute.
+* **burst**: a line at WARN or above, at least ``MIN_BURST`` records and
+  ``BURST_FACTOR`` times the expected count, with a one-sided Poisson tail
+  P(X >= x) below ``TAIL_P``.
+* **thin**: a usual line that thins out or vanishes while the line it follows goes on
+  (an early return, a swallowed exception). Its partner is a line of the same service
+  that was at least as frequent and moved with it minute by minute in the baseline
+  (within ``PAIR_SPREAD`` of a fixed ratio r); the line departs when, with its partner
+  seen at least ``MIN_PARTNER`` times, it falls to ``THIN_FACTOR`` of r times that and
+  the binomial tail P(X <= x | partner count, r) is below ``TAIL_P``.
+* **quiet**: a service whose volume falls to a third of its expected count (at least
+  ``MIN_QUIET_EXPECTED``), with a Poisson lower tail below ``TAIL_P``.
+* **chronic**: a line at WARN or above present in at least ``CHRONIC_SHARE`` of at
+  least ``CHRONIC_MIN_MINUTES`` baseline minutes: background, listed, never judged.
+
+Nothing is judged before a template's baseline holds ``MIN_BASELINE_RECORDS`` records
+of the whole stream. A departing line's minute stays out of its own baseline, so an
+incident does not teach the baseline that it is normal, until it has departed
+``ABSORB_MINUTES`` minutes running: then it is the new normal. Templates are folded
+per service to their canonical form first, so workers that mined a line differently
+still count it as one.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import deque
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+from typing import Literal
+
+from streams.batch.covering import canonical_templates
+from streams.records import LEVEL_RANK
+from streams.report.analysis.baseline import poisson_tail
+from streams.report.state.minutes import add_minutes, parse_minute
+from streams.report.state.model import OTHER_TEMPLATES, Series
+from streams.report.state.series import add_counts, higher_level
+
+TAIL_P = 1e-4  # a departure's count, or a more extreme one, has at most this chance
+MAX_SURPRISE = 8.0  # -log10 of the tail, capped: one line cannot outweigh many
+MIN_BASELINE_RECORDS = 100  # records of the stream in a baseline before it judges
+BASELINE_HOURS = 3
+MIN_NEW = 3
+MIN_BURST = 3
+BURST_FACTOR = 3.0
+MIN_PARTNER = 5
+THIN_FACTOR = 0.5
+PAIR_MIN_RATIO = 0.5  # a partner writes at most twice as often as its line
+PAIR_SPREAD = 0.25  # sum |line - r * partner| over the baseline, as a share of the line's
+MIN_PAIR_RECORDS = 5  # records of a line in its baseline before it has a partner
+MIN_QUIET_EXPECTED = 10.0
+QUIET_FACTOR = 1 / 3
+CHRONIC_SHARE = 0.5
+CHRONIC_MIN_MINUTES = 10
+ABSORB_MINUTES = 30
+FAILING_RANK = LEVEL_RANK["WARN"]
+ALL_LINES = "(all lines)"  # the template of a service's quiet departure
+
+Kind = Literal["new", "burst", "thin", "quiet"]
+
+
+@dataclass(frozen=True, slots=True)
+class Departure:
+    """One line (or one service's volume) departing from its baseline in one minute."""
+
+    minute: str
+    service: str
+    template: str
+    kind: Kind
+    observed: int
+    expected: float
+    surprise: float  # -log10 of the tail probability, at most MAX_SURPRISE
+    failing: bool  # the line is at WARN or above
+    named: tuple[str, ...] = ()  # known services its failures name as called, most first
+
+    def describe(self) -> str:
+        """A clause for a reader: what was counted against what."""
+        if self.kind == "new":
+            return f"new line, {self.observed} in its first minute"
+        if self.kind == "burst":
+            return f"{self.observed} a minute against {self.expected:.1f} expected"
+        if self.kind == "thin":
+            return f"thinned out: {self.observed} a minute against {self.expected:.0f} usual"
+        return f"volume fell: {self.observed} records a minute against {self.expected:.0f}"
+
+
+@dataclass
+class Findings:
+    """What the walk over a report's minutes found."""
+
+    departures: list[Departure] = field(default_factory=list)
+    chronic: list[tuple[str, str]] = field(default_factory=list)  # (service, template)
+    minutes: list[str] = field(default_factory=list)  # the minutes judged or learned from
+
+
+@dataclass(slots=True)
+class _Line:
+    """One (service, template) as the walk knows it."""
+
+    service: str
+    template: str
+    failing: bool
+    minutes: dict[str, int]
+    named: tuple[str, ...]
+    history: deque[tuple[datetime, int, int]] = field(default_factory=deque)  # (minute, x, T)
+    count: int = 0  # in the baseline
+    total: int = 0  # the stream's records in the minutes of its baseline
+    seen: int = 0  # baseline minutes it was present in
+    departed_run: int = 0
+    partner: _Line | None = None
+    ratio: float = 0.0
+
+    def learn(self, when: datetime, x: int, total: int) -> None:
+        self.history.append((when, x, total))
+        self.count += x
+        self.total += total
+        self.seen += x > 0
+
+    def forget_before(self, start: datetime) -> None:
+        while self.history and self.history[0][0] < start:
+            _, x, total = self.history.popleft()
+            self.count -= x
+            self.total -= total
+            self.seen -= x > 0
+
+
+def fold_series(series: Mapping[str, Mapping[str, Series]]) -> dict[str, dict[str, Series]]:
+    """Each service's templates folded to their canonical form (counts summed)."""
+    out: dict[str, dict[str, Series]] = {}
+    for service, templates in series.items():
+        plain = [t for t in templates if t != OTHER_TEMPLATES]
+        groups: dict[str, list[Series]] = {}
+        for template, root in canonical_templates(plain).items():
+            groups.setdefault(root, []).append(templates[template])
+        folded = {}
+        for root, group in groups.items():
+            level = None
+            for s in group:
+                level = higher_level(level, s.level)
+            folded[root] = Series(level=level, minutes=add_minutes(*(s.minutes for s in group)),
+                                  named=add_counts(*(s.named for s in group)))
+        if OTHER_TEMPLATES in templates:
+            folded[OTHER_TEMPLATES] = templates[OTHER_TEMPLATES]
+        out[service] = folded
+    return out
+
+
+def known_callees(named: Mapping[str, int], service: str, services: list[str]) -> tuple[str, ...]:
+    """The logging services a line names as called, most named first: a name counts
+    only when it is a service of the records' service field (a host or URL may add a
+    domain or port), never the line's own service, never a word of a message."""
+    tally: dict[str, int] = {}
+    for name, n in named.items():
+        match = _service_named(name, services)
+        if match is not None and match != service:
+            tally[match] = tally.get(match, 0) + n
+    return tuple(sorted(tally, key=lambda s: (-tally[s], s)))
+
+
+def _service_named(name: str, services: list[str]) -> str | None:
+    low = name.lower()
+    for service in services:
+        s = service.lower()
+        if low == s or low.startswith(s + ".") or low.startswith(s + ":"):
+            return service
+    return None
+
+
+def find_departures(series: Mapping[str, Mapping[str, Series]]) -> Findings:
+    """Walk the minutes of ``series`` in time order and judge each against its past."""
+    folded = fold_series(series)
+    services = sorted(folded)
+    lines = [
+        _Line(service, template, LEVEL_RANK.get(s.level or "", 0) >= FAILING_RANK,
+              s.minutes, known_callees(s.named, service, services))
+        for service, templates in folded.items() for template, s in templates.items()
+    ]
+    totals: dict[str, int] = {}
+    for line in lines:
+        for minute, n in line.minutes.items():
+            totals[minute] = totals.get(minute, 0) + n
+    by_service: dict[str, list[_Line]] = {}
+    for line in lines:
+        by_service.setdefault(line.service, []).append(line)
+    findings = Findings(minutes=sorted(totals))
+    horizon = timedelta(hours=BASELINE_HOURS)
+    chronic: set[tuple[str, str]] = set()
+    for i, minute in enumerate(findings.minutes):
+        when = parse_minute(minute)
+        total = totals[minute]
+        for line in lines:
+            line.forget_before(when - horizon)
+        if i % 10 == 0:
+            for own in by_service.values():
+                _pick_partners(own)
+        departed: set[int] = set()
+        for line in lines:
+            if line.total < MIN_BASELINE_RECORDS:
+                continue
+            x = line.minutes.get(minute, 0)
+            if line.failing and len(line.history) >= CHRONIC_MIN_MINUTES \
+                    and line.seen >= CHRONIC_SHARE * len(line.history):
+                chronic.add((line.service, line.template))
+                continue
+            found = _judge(line, minute, x, total)
+            if found is not None:
+                findings.departures.append(found)
+                departed.add(id(line))
+        for service, own in by_service.items():
+            found = _quiet(service, own, minute, total)
+            if found is not None:
+                findings.departures.append(found)
+        for line in lines:
+            if id(line) in departed and line.departed_run < ABSORB_MINUTES:
+                line.departed_run += 1
+                continue
+            line.departed_run = 0
+            line.learn(when, line.minutes.get(minute, 0), total)
+    findings.chronic = sorted(chronic)
+    return findings
+
+
+def _judge(line: _Line, minute: str, x: int, total: int) -> Departure | None:
+    expected = line.count / line.total * total
+    if line.failing and line.template != OTHER_TEMPLATES:
+        if line.count == 0 and x >= MIN_NEW:
+            return _departure(line, minute, "new", x, expected, MAX_SURPRISE)
+        if x >= MIN_BURST and x >= BURST_FACTOR * expected:
+            p = poisson_tail(x, expected)
+            if p < TAIL_P:
+                return _departure(line, minute, "burst", x, expected, _surprise(p))
+    partner = line.partner
+    if partner is not None:
+        seen = partner.minutes.get(minute, 0)
+        usual = line.ratio * seen
+        if seen >= MIN_PARTNER and x <= THIN_FACTOR * usual:
+            p = _binomial_lower(x, seen, min(line.ratio, 0.999))
+            if p < TAIL_P:
+                return _departure(line, minute, "thin", x, usual, _surprise(p))
+    return None
+
+
+def _quiet(service: str, own: list[_Line], minute: str, total: int) -> Departure | None:
+    base = sum(line.count for line in own)
+    span = max((line.total for line in own), default=0)
+    if span < MIN_BASELINE_RECORDS:
+        return None
+    expected = base / span * total
+    x = sum(line.minutes.get(minute, 0) for line in own)
+    if expected < MIN_QUIET_EXPECTED or x > QUIET_FACTOR * expected:
+        return None
+    p = _poisson_lower(x, expected)
+    if p >= TAIL_P:
+        return None
+    return Departure(minute, service, ALL_LINES, "quiet", x, expected, _surprise(p), False)
+
+
+def _departure(line: _Line, minute: str, kind: Kind, x: int, expected: float,
+               surprise: float) -> Departure:
+    return Departure(minute, line.service, line.template, kind, x, expected, surprise,
+                     line.failing, line.named)
+
+
+def _pick_partners(own: list[_Line]) -> None:
+    """Each line's partner: the line of its service it moved with, at the highest ratio."""
+    for line in own:
+        line.partner, line.ratio = None, 0.0
+        if line.count < MIN_PAIR_RECORDS or line.template == OTHER_TEMPLATES:
+            continue
+        counts = [x for _, x, _ in line.history]
+        best: tuple[float, _Line] | None = None
+        for other in own:
+            if other is line or other.count < line.count or other.template == OTHER_TEMPLATES \
+                    or len(other.history) != len(line.history):
+                continue
+            ratio = line.count / other.count
+            if ratio < PAIR_MIN_RATIO or (best is not None and ratio <= best[0]):
+                continue
+            spread = sum(abs(x - ratio * y) for x, (_, y, _) in zip(counts, other.history,
+                                                                    strict=True))
+            if spread <= PAIR_SPREAD * line.count:
+                best = (ratio, other)
+        if best is not None:
+            line.ratio, line.partner = best
+
+
+def _surprise(p: float) -> float:
+    return min(MAX_SURPRISE, -math.log10(max(p, 1e-300)))
+
+
+def _poisson_lower(k: int, mean: float) -> float:
+    """P(X <= k) for X ~ Poisson(mean)."""
+    log_mean = math.log(mean)
+    return min(1.0, sum(math.exp(-mean + i * log_mean - math.lgamma(i + 1))
+                        for i in range(k + 1)))
+
+
+def _binomial_lower(k: int, n: int, q: float) -> float:
+    """P(X <= k) for X ~ Binomial(n, q), 0 < q < 1."""
+    log_q, log_r = math.log(q), math.log1p(-q)
+    head = math.lgamma(n + 1)
+    return min(1.0, sum(math.exp(head - math.lgamma(i + 1) - math.lgamma(n - i + 1)
+                                 + i * log_q + (n - i) * log_r) for i in range(k + 1)))

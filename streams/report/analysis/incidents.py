@@ -1,0 +1,178 @@
+"""A day of incidents, each with the service where it began (pure: no I/O, no clock).
+
+Departures (``streams.report.analysis.departures``) become incidents:
+
+1. **Whose departure is it.** A failing line that names a service it called (one of
+   the records' services: "no instances available for X", ``http://X:8080/...``)
+   counts for that callee, its own service is a **caller**; every other departure
+   counts for its own service. A logger or class is never a service: only names in
+   the records' service field are.
+2. **Incidents over time.** Each service's departures form runs: a departure within
+   ``GAP_MINUTES`` of the run's last one joins it, a later one opens a new incident.
+3. **Weight and severity.** An incident weighs the surprise (-log10 of the tail) of
+   its departures: a failing line's in full, a thinning line's or a quiet service's
+   at ``SILENT_WEIGHT`` (they are subtler and noisier), its callers' at
+   ``CALLER_WEIGHT``. Below ``MIN_WEIGHT`` it is noise and dropped. The severity
+   grows with the weight and with callers that suffered.
+4. **The trigger.** A change (deploy, config, restart) logged by the origin or a
+   caller in the ``TRIGGER_MINUTES`` before the incident began is named as its likely
+   trigger.
+
+The same report gives the same incidents, whatever workers or batches built it: they
+are a function of its series alone.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from datetime import timedelta
+
+from streams.records import Severity
+from streams.report.analysis.departures import Departure, Findings
+from streams.report.state.minutes import parse_minute
+from streams.report.state.model import SEVERITY_WEIGHT
+
+GAP_MINUTES = 3
+SILENT_WEIGHT = 0.5
+CALLER_WEIGHT = 0.5
+MIN_WEIGHT = 8.0  # one strong departure of a failing line
+TRIGGER_MINUTES = 15
+MAX_EVIDENCE = 5
+
+
+@dataclass(frozen=True, slots=True)
+class Change:
+    """A change a report saw (a deploy, a config change, a restart) and when."""
+
+    service: str
+    time: str
+    text: str
+
+
+@dataclass
+class DayIncident:
+    """One incident of the day: where it began, when, who suffered, and why we think so."""
+
+    origin: str
+    started: str  # the minute of its first departure, ISO-8601 UTC
+    ended: str  # the end of the minute of its last departure
+    weight: float = 0.0
+    severity: Severity = "low"
+    services: list[str] = field(default_factory=list)  # every service that departed
+    callers: list[str] = field(default_factory=list)  # services whose failures named it
+    evidence: list[Departure] = field(default_factory=list)  # the strongest few
+    trigger: Change | None = None
+    departures: int = 0
+
+    @property
+    def title(self) -> str:
+        lead = self.evidence[0] if self.evidence else None
+        if lead is None:
+            return f"{self.origin} departed from its baseline"
+        if lead.service != self.origin:
+            return (f"{self.origin} failing: {lead.service} and {len(self.callers) - 1} more "
+                    "callers report it" if len(self.callers) > 1 else
+                    f"{self.origin} failing: {lead.service} reports it")
+        what = {"new": "a new error", "burst": "a burst of errors",
+                "thin": "a usual line thins out", "quiet": "its volume fell"}[lead.kind]
+        if lead.kind in ("new", "burst") and not lead.failing:
+            what = "an unusual line"
+        return f"{self.origin}: {what}"
+
+    def as_json(self) -> dict[str, object]:
+        return {
+            "title": self.title, "origin": self.origin, "started": self.started,
+            "ended": self.ended, "severity": self.severity, "services": self.services,
+            "callers": self.callers, "weight": round(self.weight, 1),
+            "trigger": None if self.trigger is None else {
+                "service": self.trigger.service, "time": self.trigger.time,
+                "text": self.trigger.text},
+            "evidence": [{"service": d.service, "template": d.template, "kind": d.kind,
+                          "minute": d.minute, "observed": d.observed,
+                          "expected": round(d.expected, 1)} for d in self.evidence],
+        }
+
+
+def find_incidents(findings: Findings, changes: Sequence[Change] = ()) -> list[DayIncident]:
+    """The incidents of ``findings``, most severe first (then the newest)."""
+    runs: dict[str, list[list[Departure]]] = {}
+    for dep in sorted(findings.departures, key=lambda d: (d.minute, d.service, d.template)):
+        target = dep.named[0] if dep.failing and dep.named else dep.service
+        own = runs.setdefault(target, [])
+        if own and _minutes_between(own[-1][-1].minute, dep.minute) <= GAP_MINUTES:
+            own[-1].append(dep)
+        else:
+            own.append([dep])
+    incidents = [_incident(origin, run, changes)
+                 for origin, service_runs in runs.items() for run in service_runs]
+    kept = [i for i in incidents if i.weight >= MIN_WEIGHT]
+    return sorted(kept, key=lambda i: (-SEVERITY_WEIGHT[i.severity], -i.weight,
+                                       _desc(i.started), i.origin))
+
+
+def _incident(origin: str, run: list[Departure], changes: Sequence[Change]) -> DayIncident:
+    weight = 0.0
+    callers: set[str] = set()
+    for dep in run:
+        if dep.service != origin:
+            callers.add(dep.service)
+            weight += CALLER_WEIGHT * dep.surprise
+        elif dep.failing:
+            weight += dep.surprise
+        else:
+            weight += SILENT_WEIGHT * dep.surprise
+    start, last = run[0].minute, run[-1].minute
+    ranked = sorted(run, key=lambda d: (d.service != origin, not d.failing, -d.surprise,
+                                        d.minute, d.template))
+    evidence: list[Departure] = []
+    for dep in ranked:  # one entry a line: its strongest minute
+        if all((d.service, d.template) != (dep.service, dep.template) for d in evidence):
+            evidence.append(dep)
+        if len(evidence) == MAX_EVIDENCE:
+            break
+    incident = DayIncident(
+        origin=origin, started=_iso(start), ended=_iso(last, plus=1), weight=weight,
+        services=sorted({d.service for d in run} | {origin}), callers=sorted(callers),
+        evidence=evidence, departures=len(run))
+    incident.severity = _severity(incident)
+    incident.trigger = _trigger(incident, changes)
+    return incident
+
+
+def _severity(incident: DayIncident) -> Severity:
+    own_failing = any(d.service == incident.origin and d.failing for d in incident.evidence)
+    if incident.weight >= 64 and len(incident.callers) >= 2:
+        return "critical"
+    if incident.weight >= 24 or (incident.callers and own_failing):
+        return "high"
+    if incident.weight >= 12 or own_failing or incident.callers:
+        return "medium"
+    return "low"
+
+
+def _trigger(incident: DayIncident, changes: Sequence[Change]) -> Change | None:
+    start = parse_minute(incident.started[:16])
+    near = [c for c in changes
+            if c.service in (incident.origin, *incident.callers)
+            and start - timedelta(minutes=TRIGGER_MINUTES) <= _at(c.time) <= start
+            + timedelta(minutes=1)]
+    return max(near, key=lambda c: c.time, default=None)
+
+
+def _at(time: str) -> object:
+    return parse_minute(time[:16])
+
+
+def _minutes_between(a: str, b: str) -> float:
+    return (parse_minute(b) - parse_minute(a)).total_seconds() / 60
+
+
+def _iso(minute: str, *, plus: int = 0) -> str:
+    when = parse_minute(minute) + timedelta(minutes=plus)
+    return when.strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def _desc(iso: str) -> str:
+    """Sorts newer first as text."""
+    return "".join(chr(0x10FFFF - ord(c)) for c in iso)

@@ -1,0 +1,123 @@
+"""Departures from the stream's own baseline: each rule with a pair, "this departs, this
+similar one does not", on series built by hand."""
+
+from __future__ import annotations
+
+from streams.report.analysis.departures import find_departures
+from streams.report.analysis.incidents import find_incidents
+from streams.report.state.model import Series
+
+HOUR = [f"2026-11-29T10:{m:02d}" for m in range(60)]
+
+
+def steady(n: int, minutes: list[str] = HOUR) -> dict[str, int]:
+    return dict.fromkeys(minutes, n)
+
+
+def table(**services: dict[str, Series]) -> dict[str, dict[str, Series]]:
+    return {name.replace("_", "-"): templates for name, templates in services.items()}
+
+
+def background() -> dict[str, dict[str, Series]]:
+    """Two services that log steadily all hour, one with a chronic error."""
+    return table(
+        api={"GET /orders done": Series(level="INFO", minutes=steady(40))},
+        db={"query ok": Series(level="INFO", minutes=steady(30)),
+            "slow query warning": Series(level="WARN", minutes=steady(2))},
+    )
+
+
+def kinds(series: dict[str, dict[str, Series]]) -> set[tuple[str, str]]:
+    return {(d.service, d.kind) for d in find_departures(series).departures}
+
+
+def test_a_new_error_line_departs_and_an_old_one_does_not() -> None:
+    series = background()
+    late = {m: 6 for m in HOUR[40:45]}
+    series["api"]["payment call failed"] = Series(level="ERROR", minutes=late)
+    assert ("api", "new") in kinds(series)
+    # the same line present all along, at the same rate, is chronic, never new
+    series["api"]["payment call failed"] = Series(level="ERROR", minutes=steady(6))
+    found = find_departures(series)
+    assert ("api", "payment call failed") in found.chronic
+    assert not [d for d in found.departures if d.template == "payment call failed"]
+
+
+def test_a_new_routine_line_is_not_a_departure() -> None:
+    series = background()
+    series["api"]["cache warmed"] = Series(level="INFO", minutes={m: 6 for m in HOUR[40:45]})
+    assert kinds(series) == set()
+
+
+def test_a_burst_departs_and_noise_around_the_mean_does_not() -> None:
+    series = background()
+    occasional = {m: 1 for m in HOUR[::4]}
+    series["api"]["retrying call"] = Series(level="WARN", minutes=occasional)
+    assert kinds(series) == set()
+    series["api"]["retrying call"] = Series(level="WARN", minutes={**occasional, HOUR[50]: 20})
+    assert ("api", "burst") in kinds(series)
+
+
+def test_a_usual_line_that_thins_out_while_its_partner_goes_on_departs() -> None:
+    series = background()
+    series["db"]["row fetched"] = Series(level="INFO", minutes=varying())
+    thinned = varying()
+    for m in HOUR[45:48]:
+        thinned[m] = 3
+    series["db"]["row returned"] = Series(level="INFO", minutes=thinned)
+    found = find_departures(series)
+    thin = [d for d in found.departures if d.kind == "thin"]
+    assert {d.template for d in thin} == {"row returned"}
+    assert {d.minute for d in thin} == set(HOUR[45:48])
+
+
+def varying() -> dict[str, int]:
+    """Requests of one path per minute: they vary, so a partner is told by moving with it."""
+    return {m: 20 + (i * 7) % 11 for i, m in enumerate(HOUR)}
+
+
+def test_a_line_that_falls_with_its_partner_is_load_not_a_thinning() -> None:
+    series = background()
+    fetched, returned = varying(), varying()
+    for m in HOUR[45:48]:  # both lines fall together: fewer requests, none cut short
+        fetched[m] = returned[m] = 15
+    series["db"]["row fetched"] = Series(level="INFO", minutes=fetched)
+    series["db"]["row returned"] = Series(level="INFO", minutes=returned)
+    assert not [d for d in find_departures(series).departures if d.kind == "thin"]
+
+
+def test_a_service_that_goes_quiet_departs_and_one_that_dips_does_not() -> None:
+    series = background()
+    dipped = steady(30)
+    dipped[HOUR[50]] = 22
+    series["db"]["query ok"] = Series(level="INFO", minutes=dipped)
+    assert kinds(series) == set()
+    dipped[HOUR[50]] = 0
+    series["db"]["query ok"] = Series(level="INFO", minutes=dipped)
+    assert ("db", "quiet") in kinds(series)
+
+
+def test_origins_are_services_and_callers_point_at_their_callee() -> None:
+    series = background()
+    late = {m: 8 for m in HOUR[40:44]}
+    # api's failures name db (a service of the records); one also names a word that is
+    # no service, and a logger class: neither can become an origin
+    series["api"]["no instances available for db"] = Series(
+        level="ERROR", minutes=late, named={"db": 32})
+    series["api"]["Servlet.service() for servlet threw"] = Series(
+        level="ERROR", minutes=late, named={"for": 32, "com.shop.DbClient": 32})
+    incidents = find_incidents(find_departures(series))
+    origins = {i.origin for i in incidents}
+    assert origins <= {"api", "db"}
+    db = next(i for i in incidents if i.origin == "db")
+    assert db.callers == ["api"]
+    assert db.started == "2026-11-29T10:40:00Z"
+
+
+def test_incidents_apart_in_time_stay_apart() -> None:
+    series = background()
+    series["api"]["payment call failed"] = Series(
+        level="ERROR", minutes={**{m: 6 for m in HOUR[10:12]}, **{m: 6 for m in HOUR[40:42]}})
+    incidents = find_incidents(find_departures(series))
+    assert sorted(i.started for i in incidents) == [
+        "2026-11-29T10:10:00Z", "2026-11-29T10:40:00Z"]

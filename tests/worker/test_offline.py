@@ -1,0 +1,78 @@
+"""`retro postmortem`: the steps in memory give the same incidents however batches are cut."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from streams.batch.callees import same_service
+from streams.cli import main
+from streams.dev.faults import write_case
+from streams.report.analysis.postmortem import derive
+from streams.report.state.merge import compose
+from streams.settings import Settings
+from streams.worker.offline import reports_of_files
+
+from helpers import shared_file
+
+# the same records cut into batches of three and of hundreds, in both lanes
+SMALL_BATCHES = Settings(fast={"max_records": 3}, slow={"max_records": 3})
+
+
+def incidents_of(paths: list[str], settings: Settings) -> list[tuple[str, str, str, str]]:
+    reports, _ = reports_of_files(paths, settings)
+    return sorted((i.origin, i.started, i.ended, i.severity)
+                  for r in reports for i in derive(r).incidents)
+
+
+def test_batch_cuts_do_not_change_the_incidents(tmp_path: Path) -> None:
+    case = write_case(tmp_path, "crash", 3)
+    paths = [str(p) for p in case.files]
+    default = incidents_of(paths, Settings())
+    assert default, "the crash opens an incident"
+    # these files name no service field: the cleaner takes the logger's name for one
+    assert any(same_service(origin, case.truth.service) for origin, *_ in default)
+    assert incidents_of(paths, SMALL_BATCHES) == default
+
+
+def test_reports_split_in_shards_compose_to_the_same_incidents(tmp_path: Path) -> None:
+    """Two workers each compact their share of a report; a reader composes the shares."""
+    case = write_case(tmp_path, "crash", 4)
+    halves = [[str(p) for p in case.files[::2]], [str(p) for p in case.files[1::2]]]
+    whole, _ = reports_of_files([str(p) for p in case.files], Settings())
+    shares = [reports_of_files(h, Settings())[0] for h in halves]
+    by_id: dict[str, list] = {}
+    for share in shares:
+        for report in share:
+            by_id.setdefault(report.id, []).append(report)
+    composed = [compose(rid, parts) for rid, parts in sorted(by_id.items())]
+    assert [[(i.origin, i.started) for i in derive(r).incidents] for r in composed] == [
+        [(i.origin, i.started) for i in derive(r).incidents] for r in whole]
+
+
+def test_postmortem_command_prints_incidents_whose_origins_are_services(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    case = write_case(tmp_path, "crash", 5)
+    assert main(["postmortem", "--format", "json", *map(str, case.files)]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    incidents = doc["postmortem"]["incidents"]
+    assert incidents
+    services = set(doc["series"])
+    assert {i["origin"] for i in incidents} <= services
+    assert doc["postmortem"]["title"]
+
+
+def test_a_missing_file_is_one_line(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    code = main(["postmortem", str(tmp_path / "nope.log")])
+    err = capsys.readouterr().err
+    assert code == 66 and len(err.strip().splitlines()) == 1
+
+
+def test_a_shared_fault_window_gives_the_same_incidents_in_any_batch_cut() -> None:
+    path = shared_file("nezha-rca-dev",
+                       "2023-01-29_0903_return_ts-basic-service.fluentbit.jsonl.gz")
+    default = incidents_of([str(path)], Settings())
+    assert default
+    assert incidents_of([str(path)], SMALL_BATCHES) == default
