@@ -99,7 +99,7 @@ def build_app(settings: Settings, *, roles: tuple[str, ...] = ROLES,
               metrics: Metrics | None = None, web: bool = True) -> Worker:
     unknown = set(roles) - set(ROLES)
     if unknown:
-        raise ValueError(f"unknown agent roles {sorted(unknown)}; choose from {ROLES}")
+        raise ValueError(f"unknown roles {sorted(unknown)}; choose from {ROLES}")
     metrics = metrics or Metrics()
     gid = group_id(settings, roles)
     datadir = (settings.state_dir / "worker" / gid).resolve()

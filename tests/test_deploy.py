@@ -145,7 +145,7 @@ def deployments() -> dict[str, dict[str, Any]]:
     """Deployments by the role their container command runs."""
     out = {}
     for d in of_kind("Deployment"):
-        out[agents_role(d)] = d
+        out[roles_of(d)] = d
     return out
 
 
@@ -154,7 +154,7 @@ def container(deployment: dict[str, Any]) -> dict[str, Any]:
     return c
 
 
-def agents_role(deployment: dict[str, Any]) -> str:
+def roles_of(deployment: dict[str, Any]) -> str:
     argv = [*container(deployment).get("command", []), *container(deployment).get("args", [])]
     for i, arg in enumerate(argv):
         if arg == "--roles":
@@ -342,7 +342,7 @@ def test_configmap_builds_settings_fit_for_a_pod(role: str,
 # --- deployments -------------------------------------------------------------------
 
 
-def test_one_deployment_per_role_running_its_agents() -> None:
+def test_one_deployment_per_role_running_its_stage_loops() -> None:
     by_role = deployments()
     assert set(by_role) == set(ROLES)
     for role, d in by_role.items():
@@ -353,7 +353,7 @@ def test_one_deployment_per_role_running_its_agents() -> None:
 
 def test_every_container_runs_a_known_role() -> None:
     for d in of_kind("Deployment"):
-        assert agents_role(d) in ROLES
+        assert roles_of(d) in ROLES
 
 
 @pytest.mark.parametrize("role", ROLES)
@@ -538,7 +538,7 @@ def test_service_monitor_scrapes_every_role() -> None:
         assert endpoint["port"] in port_names
         assert endpoint["path"] == "/metrics"
     roles = {
-        agents_role(d)
+        roles_of(d)
         for d in of_kind("Deployment")
         if selects(svc["spec"]["selector"], d["spec"]["template"]["metadata"]["labels"])
     }
@@ -554,7 +554,7 @@ def test_keda_triggers_point_at_real_topics_and_groups(settings: Settings) -> No
     auths = {a["metadata"]["name"] for a in of_kind("TriggerAuthentication")}
     scaled_roles = set()
     for so in of_kind("ScaledObject"):
-        role = agents_role(by_name[so["spec"]["scaleTargetRef"]["name"]])
+        role = roles_of(by_name[so["spec"]["scaleTargetRef"]["name"]])
         scaled_roles.add(role)
         triggers = so["spec"]["triggers"]
         assert {t["type"] for t in triggers} == {"kafka"}

@@ -121,7 +121,7 @@ def build_gateways(
     )
     # RETRO_MODEL__RPM/TPM are a provider's quota; the rules backend is this process's
     # own CPU, so it is not throttled by them (1M tokens a minute held the offline
-    # pipeline at about 2,300 records/s: bench/e2e_bench.py, README "Measured")
+    # pipeline at about 2,300 records/s in bench/e2e_bench.py)
     rpm_quota, tpm_quota = ((m.rpm, m.tpm) if m.effective_backend == "openai"
                             else (OFFLINE_QUOTA, OFFLINE_QUOTA))
     rpm = TokenBucket(rate_per_minute=rpm_quota, setting="RETRO_MODEL__RPM")

@@ -3,7 +3,7 @@
 Key = source keeps one source's records in one partition, in order. A single busy
 source then cannot use more than one partition, so ``retro produce --spread N`` keys
 records ``<source>~<i mod N>``: N partitions share the source (the batcher orders
-records by time anyway). The clean agent strips the suffix back off.
+records by time anyway). The clean step strips the suffix back off.
 """
 
 from __future__ import annotations

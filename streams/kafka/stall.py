@@ -1,9 +1,11 @@
-"""Liveness: a partition with lag whose committed offset stops moving is stalled.
+"""Readiness: a partition with lag whose committed offset stops moving is stalled.
 
-A worker can be alive and still make no progress (a faust agent stuck after a
-rebalance, a hung model call). `/healthz` answers 503 once any assigned input
-partition has had lag and an unchanged committed offset for ``stall_seconds``, so the
-Kubernetes liveness probe restarts the pod and its partitions move to a healthy one.
+A worker can be alive and still make no progress (a stage loop stuck after a
+rebalance, a hung model call). `/healthz` (the readiness probe) answers 503 once any
+assigned input partition has had lag and an unchanged committed offset for
+``stall_seconds``: the pod leaves the Service and `RetroStreamPartitionStalled` fires.
+It is not restarted: `/livez` (liveness) only asks whether the event loop answers,
+since a provider that throttles looks like a stall too.
 """
 
 from __future__ import annotations

@@ -1,6 +1,7 @@
 """Roll-up: one model call rewrites an incident's summary once the incident has changed.
 
-The pure half of the feature. A timer (wired in the app) looks for incidents whose
+The pure half of the feature. The compactor step's background task
+(``CompactStep.background``, every ``RETRO_REPORT__ROLLUP_SECONDS``) looks for incidents whose
 record count moved since their last summary (``needs_rollup``), builds a prompt from
 what the report already holds (``rollup_payload``, ``rollup_messages``), sends it
 through the gateway (``Gateway.summarize``), and hands a ``RollupUpdate`` to the

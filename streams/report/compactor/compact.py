@@ -1,8 +1,8 @@
 """What the compactor does with one buffer's share of one report, without Kafka.
 
 The fragments are merged at once (one new version); a fragment that cannot be merged
-does not hold back the others: it is named, so the agent can send its records to
-review. Roll-up updates are applied after the fragments.
+does not hold back the others: it is named, so the compactor step can send its
+records to review. Roll-up updates are applied after the fragments.
 """
 
 from __future__ import annotations

@@ -65,8 +65,9 @@ MergeResult = Literal["applied", "duplicate", "partial"]
 MAX_FRAGMENT_IDS = 10  # recent fragment ids, for debugging only: every report carries them
 # Fields that depend on arrival order or wall clock; report_body leaves them out.
 _VOLATILE = {"version", "updated_at", "changes", "fragment_ids", "fragments_applied"}
-# Incident fields written by the roll-up timer (streams/report/analysis/rollup.py): they depend
-# on when the timer ran, not on the fragments, so report_body leaves them out too.
+# Incident fields written by the roll-up (streams/report/analysis/rollup.py, run by
+# CompactStep.background): they depend on when it ran, not on the fragments, so
+# report_body leaves them out too.
 _VOLATILE_INCIDENT = {"summary", "summary_count"}
 
 
