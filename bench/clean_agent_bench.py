@@ -54,8 +54,8 @@ from streams.dev.sample import write_sample
 from streams.ingest.produce import ProduceSummary, produce, source_name
 from streams.ingest.reader import iter_records, open_source
 from streams.kafka.connect import aiokafka_kwargs, partitions_of, stop_consumer
+from streams.kafka.readers import read_topic
 from streams.kafka.topics import ensure_topics
-from streams.report.store import read_topic
 from streams.settings import Settings
 
 TOPIC_NAMES = ("raw", "fast", "slow", "deadletter", "fragments", "review", "reports")

@@ -8,7 +8,8 @@ Packages, in flow order::
     gateway/  model calls within a provider's limits: AIMD, RPM/TPM buckets, retries, cache
     report/   fragments merged into reports, the post-mortem, views, the audit (retro audit)
     notify/   incidents to Alertmanager and a chat webhook as they open, escalate and end
-    kafka/    connecting, topics, batching, lag, stall and broker health
+    kafka/    connecting, topics, reading topics outside the stage loops, batching, lag,
+              stall and broker health
     runtime/  the one loop every stage runs on: fetch, step, send, commit
     worker/   each stage's step on the runtime, and the HTTP views
     dev/      local broker, simulated provider, sample and fault generators, demo

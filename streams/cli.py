@@ -360,27 +360,15 @@ def cmd_review(args: argparse.Namespace, settings: Settings) -> int:
 
 
 def _redrive(settings: Settings, chosen: list[Any], *, which: str) -> int:
-    """Parked records back to the lanes: read from the lanes where their review says they
-    sit, and only the records of reviews that say nothing (written before reviews
-    carried lane coordinates) from the raw topic, cleaned again."""
-    from streams.errors import NotAuthorized
-    from streams.worker.stages import redrive_coverage, redrive_reviews
+    """Parked records back to the lanes (``streams.report.ops.redrive.redrive_parked``);
+    a refusal of the raw topic is one line, said once the rest is sent."""
+    from streams.report.ops.redrive import redrive_parked
 
-    sent, unplaced = asyncio.run(redrive_reviews(settings, chosen)) if chosen else (0, None)
-    refused = None
-    if unplaced:
-        try:
-            sent += asyncio.run(redrive_coverage(settings, unplaced))
-        except NotAuthorized as exc:
-            refused = NotAuthorized(
-                f"{len(unplaced)} parked records are in reviews without lane coordinates "
-                "(written before reviews carried them, or fragments the compactor rejected), "
-                "so only the raw topic holds them, "
-                f"and {exc}: re-drive them as a user who may read it")
-    print(f"re-drove {sent} parked records ({which}) to the lanes; a running worker "
+    done = asyncio.run(redrive_parked(settings, chosen))
+    print(f"re-drove {done.sent} parked records ({which}) to the lanes; a running worker "
           "analyses them and `retro audit` then counts them as analysed")
-    if refused is not None:
-        raise refused
+    if done.refused is not None:
+        raise done.refused
     return 0
 
 

@@ -139,7 +139,7 @@ def test_a_topic_this_user_may_not_read_is_one_line_not_an_empty_answer(
     import importlib
 
     from streams import cli
-    from streams.report.store import not_authorized
+    from streams.kafka.readers import not_authorized
 
     async def refused(*args: object, **kwargs: object) -> None:
         raise not_authorized("retro.deadletter")
@@ -369,29 +369,25 @@ def test_help_speaks_to_users() -> None:
 def test_a_redrive_refused_the_raw_topic_for_old_reviews_still_sends_the_rest(
         monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
     """Reviews with lane coordinates go back from the lanes; those without can only come
-    from the raw topic, and a user who may not read it is told so in one line."""
+    from the raw topic, and a user who may not read it is told so in one line once the
+    rest is sent (against a real broker: tests/integration/test_redrive_by_hand.py)."""
     from streams import cli
+    from streams.errors import NotAuthorized
     from streams.intervals import Coverage
-    from streams.report.ops import reviews
-    from streams.report.store import not_authorized
-    from streams.worker import stages
+    from streams.report.ops import redrive, reviews
 
     async def read_reviews(settings: object) -> tuple[list[object], Coverage, int]:
         return [], Coverage(), 0
 
-    async def from_lanes(settings: object, chosen: object) -> tuple[int, Coverage]:
-        return 7, Coverage.from_json({"retro.logs.raw/0": [[0, 2]]})
-
-    async def from_raw(settings: object, covered: Coverage) -> int:
-        raise not_authorized("retro.logs.raw")
+    async def redrive_parked(settings: object, chosen: object) -> redrive.Redriven:
+        return redrive.Redriven(7, NotAuthorized("3 parked records are in reviews without "
+                                                 "lane coordinates, and ..."))
 
     monkeypatch.setattr(reviews, "read_reviews", read_reviews)
     monkeypatch.setattr(reviews, "parked_reviews", lambda *args: ["a review"])
-    monkeypatch.setattr(stages, "redrive_reviews", from_lanes)
-    monkeypatch.setattr(stages, "redrive_coverage", from_raw)
+    monkeypatch.setattr(redrive, "redrive_parked", redrive_parked)
     monkeypatch.setattr(cli, "kafka", lambda settings: None)
     assert cli.main(["review", "--redrive"]) == NotAuthorized.exit_code
     out, err = capsys.readouterr()
     assert out.startswith("re-drove 7 parked records (every reason) to the lanes")
     assert err.count("\n") == 1 and "3 parked records are in reviews without lane" in err
-    assert "not authorized to read retro.logs.raw" in err

@@ -710,12 +710,11 @@ def role_access(settings: Settings, role: str, state_dir: Path) -> Access:
     writes and reads outside a group, and what every worker does at start."""
     from streams.batch.step import LaneStep
     from streams.clean.step import CleanStep
+    from streams.kafka.readers import LatestPerKey, Reader
     from streams.kafka.topics import topic_specs
     from streams.notify.step import NotifyStep
     from streams.report.compactor.step import CompactStep
     from streams.report.ops.redrive import RedriveStep
-    from streams.worker.notify import LedgerReader
-    from streams.worker.stages import LaneReader, ReportsReader
 
     worker = build_app(settings.model_copy(update={"state_dir": state_dir}), roles=(role,))
     t = settings.topics
@@ -744,16 +743,18 @@ def role_access(settings: Settings, role: str, state_dir: Path) -> Access:
         elif isinstance(step, LaneStep):  # outcome_outs, and lane messages that are no record
             writes = [t.fragments, t.review, t.deadletter]
         elif isinstance(step, RedriveStep):  # lane messages again by offset, to the lanes
-            assert isinstance(step.reader, LaneReader)
+            assert isinstance(step.reader, Reader)
             for topic in step.lanes.values():
                 _grant(access, "topic", topic, READ)
             writes = list(step.lanes.values())
         elif isinstance(step, CompactStep):  # reports read back; rejected fragments, roll-ups
-            assert isinstance(step.source, ReportsReader)
+            assert isinstance(step.source, LatestPerKey)
+            assert (step.source.topic, step.source.homes) == (t.reports, t.fragments)
             _grant(access, "topic", t.reports, READ)
             writes = [t.reports, t.review, t.fragments]
         elif isinstance(step, NotifyStep):  # ledgers loaded on assignment, then written
-            assert isinstance(step.source, LedgerReader)
+            assert isinstance(step.source, LatestPerKey)
+            assert step.source.topic == t.notifications
             _grant(access, "topic", t.notifications, READ)
             writes = [t.notifications]
         else:

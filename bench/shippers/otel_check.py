@@ -106,8 +106,8 @@ def _free_port() -> int:
 
 
 async def _records(env: dict[str, str]) -> list:
+    from streams.kafka.readers import read_topic
     from streams.records import NormalizedRecord
-    from streams.report.store import read_topic
     from streams.settings import Settings
 
     saved = dict(os.environ)

@@ -29,6 +29,7 @@ from streams.dev.broker.launcher import LocalBroker
 from streams.errors import EXIT_AUDIT_FAILED, InputError, PortInUse, RetroError, UsageError
 from streams.ingest.reader import check_inputs
 from streams.kafka.connect import check_reachable
+from streams.kafka.readers import read_topic
 from streams.kafka.topics import ensure_topics
 from streams.notify.incidents import alerts_for
 from streams.notify.ledger import Notices
@@ -38,7 +39,7 @@ from streams.report.analysis.rollup import needs_rollup
 from streams.report.ops.audit import audit_until_clean, dumps
 from streams.report.state.keys import UNDATED
 from streams.report.state.model import SEVERITY_WEIGHT
-from streams.report.store import read_reports, read_topic
+from streams.report.store import read_reports
 from streams.report.views.view import render_reports
 from streams.settings import Settings, sink_urls
 from streams.worker.web import check_web_port, free_port, port_free

@@ -11,6 +11,7 @@ import contextlib
 import logging
 import socket
 import ssl
+from collections.abc import Iterable
 from typing import Any
 
 from streams.errors import ConfigError, KafkaUnreachable
@@ -196,6 +197,21 @@ def stage_producer(settings: Settings) -> Any:
                             max_batch_size=256 * 1024,
                             max_request_size=settings.kafka.max_message_bytes,
                             compression_type=compression_type(settings))
+
+
+async def produce_all(settings: Settings, outs: Iterable[Any]) -> int:
+    """Send ``outs`` (each with its ``topic``, ``key`` and ``value``) with a stage's
+    producer and wait until every one is on the broker; how many."""
+    outs = list(outs)
+    if not outs:
+        return 0
+    producer = stage_producer(settings)
+    try:
+        await producer.start()
+        await asyncio.gather(*[await producer.send(o.topic, o.value, key=o.key) for o in outs])
+        return len(outs)
+    finally:
+        await producer.stop()
 
 
 def compression_type(settings: Settings) -> str | None:

@@ -8,8 +8,8 @@ from pathlib import Path
 import pytest
 
 from streams.intervals import Coverage
+from streams.kafka.readers import read_topic
 from streams.records import DeadLetter, NormalizedRecord
-from streams.report.store import read_topic
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(600)]
 

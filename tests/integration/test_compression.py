@@ -10,8 +10,8 @@ from pathlib import Path
 import pytest
 
 from streams.kafka.connect import stage_producer
+from streams.kafka.readers import read_topic
 from streams.kafka.topics import ensure_topics
-from streams.report.store import read_topic
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(300)]
 

@@ -14,8 +14,8 @@ from pathlib import Path
 import pytest
 
 from streams.dev.layouts import LAYOUTS, Line, generate
+from streams.kafka.readers import read_topic
 from streams.records import NormalizedRecord
-from streams.report.store import read_topic
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(600)]
 

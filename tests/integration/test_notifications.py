@@ -83,7 +83,7 @@ def _metric(port: int, name: str, labels: str) -> float:
 
 def _ledger(p) -> dict[str, Any]:
     """The report's ledger as the notifications topic holds it now."""
-    from streams.report.store import read_topic
+    from streams.kafka.readers import read_topic
 
     async def read() -> dict[str, Any]:
         latest: dict[str, Any] = {}

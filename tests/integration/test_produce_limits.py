@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
+from streams.kafka.readers import read_topic
 from streams.records import DeadLetter
-from streams.report.store import read_topic
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(300)]
 

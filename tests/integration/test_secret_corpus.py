@@ -22,7 +22,7 @@ from pathlib import Path
 
 import pytest
 
-from streams.report.store import read_topic
+from streams.kafka.readers import read_topic
 
 from helpers import free_port
 

@@ -21,8 +21,8 @@ from pathlib import Path
 import pytest
 
 from streams.dev import shippers
+from streams.kafka.readers import read_topic
 from streams.records import NormalizedRecord
-from streams.report.store import read_topic
 
 from helpers import (
     REPO,

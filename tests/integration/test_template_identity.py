@@ -97,7 +97,7 @@ def _produce(settings, by_partition: dict[int, list[str]]) -> None:
 
 
 def _fragments(settings) -> list[Fragment]:
-    from streams.report.store import read_topic
+    from streams.kafka.readers import read_topic
 
     async def read() -> list[Fragment]:
         return [Fragment.model_validate_json(value)

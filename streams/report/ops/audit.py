@@ -28,13 +28,11 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from aiokafka import AIOKafkaConsumer, TopicPartition
-
 from streams.intervals import Coverage, IntervalSet, split_message_key
-from streams.kafka.connect import aiokafka_kwargs, partitions_of, stop_consumer
-from streams.kafka.inputs import input_topics
+from streams.kafka.inputs import matching
+from streams.kafka.readers import Reader, read_topic
 from streams.records import DeadLetter, Review
-from streams.report.store import read_latest, read_topic, readable_partitions
+from streams.report.store import read_latest
 from streams.settings import Settings
 
 
@@ -154,33 +152,26 @@ async def raw_coverage(settings: Settings) -> tuple[Coverage, list[str]]:
     """All offsets currently held by the input topics (low to high watermark), and
     what is wrong with the inputs: a listed topic missing, a pattern matching none,
     a topic holding no records."""
-    consumer = AIOKafkaConsumer(**aiokafka_kwargs(settings), group_id=None,
-                                enable_auto_commit=False)
     problems: list[str] = []
-    try:  # a failed start() must still stop the consumer, or asyncio warns "Unclosed"
-        await consumer.start()
-        found = await input_topics(settings, consumer)
+    async with Reader(settings) as reader:
+        found = matching(settings, set(await reader.topics()))
         for topic in settings.topics.raw_topics:
             if topic not in found:
                 # a topic this user may not describe is missing from the listing too
-                await readable_partitions(consumer, topic)  # raises NotAuthorized then
+                await reader.partitions(topic)  # raises NotAuthorized then
                 problems.append(f"input topic {topic} does not exist")
         pattern = settings.topics.raw_pattern
         if pattern and not set(found) - set(settings.topics.raw_topics):
             problems.append(f"no topic matches RETRO_TOPICS__RAW_PATTERN {pattern!r}")
         held: dict[str, list[list[int]]] = {}
         for topic in found:
-            tps = [TopicPartition(topic, p) for p in await partitions_of(consumer, topic)]
-            begin = await consumer.beginning_offsets(tps) if tps else {}
-            end = await consumer.end_offsets(tps) if tps else {}
-            mine = {f"{topic}/{tp.partition}": [[begin[tp], end[tp] - 1]]
-                    for tp in tps if end[tp] > begin[tp]}
+            mine = {f"{topic}/{partition}": [[begin, end - 1]]
+                    for partition, (begin, end) in (await reader.offsets(topic)).items()
+                    if end > begin}
             if not mine:
                 problems.append(f"input topic {topic} holds no records")
             held.update(mine)
-        return Coverage.from_json(held), problems
-    finally:
-        await stop_consumer(consumer)
+    return Coverage.from_json(held), problems
 
 
 async def read_reviews(settings: Settings) -> tuple[dict[str, Coverage], list[str]]:

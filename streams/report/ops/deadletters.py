@@ -17,8 +17,8 @@ from typing import Any
 
 from pydantic import ValidationError
 
+from streams.kafka.readers import read_messages
 from streams.records import DeadLetter
-from streams.report.store import read_messages
 from streams.report.views.view import printable
 from streams.settings import Settings
 

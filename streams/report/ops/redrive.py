@@ -1,13 +1,18 @@
-"""When to re-drive parked records: after a health probe, exponential backoff, a bounded rate.
+"""Re-driving parked records: by the worker, and by hand (``retro review --redrive``).
 
-Pure asyncio with an injected sleep, so the policy is tested on a fake clock.
+When the worker re-drives: after a health probe, exponential backoff, a bounded rate;
+pure asyncio with an injected sleep, so the policy is tested on a fake clock.
 ``RedriveStep`` is the re-drive stage on the stage runtime: it consumes the review
 topic, and for a transient review reads its records again from the lane topics at the
-review's lane coordinates (through ``OffsetReader``, Kafka-side) and sends those lane
-messages to their lanes as they are: they are the cleaner's redacted output already,
-so the re-drive never reads the raw topic, whose lines still hold secrets. The review
-is done once they are delivered, so a crash re-drives it again rather than dropping
-it (the merge counts a record once).
+review's lane coordinates (an ``OffsetReader``: ``streams.kafka.readers.Reader`` in a
+worker) and sends those lane messages to their lanes as they are: they are the
+cleaner's redacted output already, so the worker never reads the raw topic, whose
+lines still hold secrets. The review is done once they are delivered, so a crash
+re-drives it again rather than dropping it (the merge counts a record once).
+
+:func:`redrive_parked` is the re-drive by hand: the same from the lanes, and for the
+reviews that carry no lane coordinates (fragments the compactor rejected, reviews
+written before reviews carried them) from the raw topic, cleaned again.
 """
 
 from __future__ import annotations
@@ -24,9 +29,12 @@ from pydantic import ValidationError
 from streams.clean.cleaner import Cleaner
 from streams.clean.step import route
 from streams.clock import Clock, Sleep
+from streams.errors import NotAuthorized
 from streams.gateway.probe import Probe
 from streams.gateway.reasons import is_transient
 from streams.intervals import Coverage
+from streams.kafka.connect import produce_all
+from streams.kafka.readers import Reader
 from streams.metrics import Metrics
 from streams.records import NormalizedRecord, Review
 from streams.runtime.step import Context, Fetch, Message, Out, Step
@@ -151,7 +159,7 @@ async def redrive_fetch(fetched: Mapping[Hashable, Sequence[ReviewMessage]], gat
 class OffsetReader(Protocol):
     """Reads messages again by their coordinates ("topic/partition" -> offset ranges)."""
 
-    async def read(self, covered: Coverage) -> list[Message]: ...
+    async def at(self, covered: Coverage) -> list[Message]: ...
 
     async def close(self) -> None: ...
 
@@ -250,7 +258,7 @@ class RedriveStep(Step):
                                UNPLACED)
                 return 0
             wanted = Coverage.from_json(review.covered)
-            outs, foreign = from_lanes(await self.reader.read(where), wanted, lanes)
+            outs, foreign = from_lanes(await self.reader.at(where), wanted, lanes)
             if foreign or len(outs) < len(wanted):
                 logger.warning("review %s: %d of its %d records are no longer on the lanes "
                                "and stay parked; %d lane messages at its coordinates were "
@@ -282,3 +290,56 @@ class RedriveStep(Step):
 
     async def drain(self, ctx: Context) -> None:
         await self.reader.close()
+
+
+@dataclass
+class Redriven:
+    """What a re-drive by hand sent, and the refusal that kept it from sending more."""
+
+    sent: int = 0
+    refused: NotAuthorized | None = None
+
+
+async def redrive_parked(settings: Settings, parked: Sequence[tuple[Review, Coverage]], *,
+                         cleaner: Cleaner | None = None) -> Redriven:
+    """``retro review --redrive``: the ``parked`` records of each review back to the lanes,
+    delivered before this returns; a running worker analyses them.
+
+    They are read back from the lanes where their review says they sit. Only the raw
+    topic holds the records of a review that says nothing (a fragment the compactor
+    rejected, a review written before reviews carried lane coordinates): those are read
+    from it and cleaned again, which takes a user who may read it; a user who may not
+    gets ``refused``, once the others are sent. A lane this user may not read raises
+    NotAuthorized before anything is sent.
+    """
+    lanes = {"fast": settings.topics.fast, "slow": settings.topics.slow}
+    where, wanted, unplaced = Coverage(), Coverage(), Coverage()
+    for review, records in parked:
+        at = lane_coverage(review, lanes.values())
+        if at is None:
+            unplaced = unplaced.union(records)
+        else:
+            where, wanted = where.union(at), wanted.union(records)
+    done = Redriven()
+    async with Reader(settings) as reader:
+        if wanted:
+            outs, foreign = from_lanes(await reader.at(where), wanted, lanes.values())
+            if foreign or len(outs) < len(wanted):
+                logger.warning("%d parked records are no longer on the lanes and stay "
+                               "parked; %d lane messages at their coordinates were none of "
+                               "them", len(wanted) - len(outs), foreign)
+            done.sent += await produce_all(settings, outs)
+        if unplaced:
+            try:
+                messages = await reader.at(unplaced)
+            except NotAuthorized as exc:
+                done.refused = NotAuthorized(
+                    f"{len(unplaced)} parked records are in reviews without lane "
+                    "coordinates (fragments the compactor rejected, or reviews written "
+                    f"before reviews carried them), so only the raw topic holds them, and "
+                    f"{exc}: re-drive them as a user who may read it")
+                return done
+            cleaner = cleaner or Cleaner.from_settings(settings)
+            done.sent += await produce_all(
+                settings, to_lanes(cleaner, lanes, messages, wanted=unplaced))
+    return done

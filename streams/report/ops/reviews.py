@@ -20,9 +20,10 @@ from pydantic import ValidationError
 
 from streams.gateway.reasons import kind_of
 from streams.intervals import Coverage
+from streams.kafka.readers import read_messages
 from streams.records import Review
 from streams.report.ops.deadletters import _one_line
-from streams.report.store import read_latest, read_messages
+from streams.report.store import read_latest
 from streams.settings import Settings
 
 

@@ -128,14 +128,15 @@ FAST, SLOW = SETTINGS.topics.fast, SETTINGS.topics.slow
 
 
 class LaneTopics:
-    """The lane topics in memory, read by offset as ``LaneReader`` reads them."""
+    """The lane topics in memory, read by offset as ``streams.kafka.readers.Reader.at``
+    reads them."""
 
     def __init__(self, *messages: Record) -> None:
         self.messages = list(messages)
         self.asked: list[dict[str, list[list[int]]]] = []
         self.closed = False
 
-    async def read(self, covered: Coverage) -> list[Record]:
+    async def at(self, covered: Coverage) -> list[Record]:
         self.asked.append(covered.to_json())
         parts = covered.parts()
         return [m for m in self.messages
