@@ -4,8 +4,11 @@ A second broker of its own (SASL/SCRAM, StandardAuthorizer, no ACL means no acce
 runs only for this module. The admin creates the topics, as topics.yaml does on a
 cluster; then each role runs as its own worker process logged in as its own
 KafkaUser, the producer user sends the logs, the reader user audits, KEDA's user reads
-the lag, and every user is refused what its manifest does not grant. A refusal the
-pipeline needs shows up here as a stuck stage or a failed audit, named in the logs.
+the lag, and every user is refused what its manifest does not grant. Every reading
+command runs as every user, on the empty topics and on full ones: a topic the user may
+not read (not even describe, or describe only) is one "not authorized" line and exit
+77, never an empty answer. A refusal the pipeline needs shows up here as a stuck stage
+or a failed audit, named in the logs.
 """
 
 from __future__ import annotations
@@ -212,6 +215,105 @@ def _retro_as(p, env: dict[str, str], *args: str, timeout: float = 120
                           timeout=timeout, cwd=p.state_dir)
 
 
+# what each reading command reads, in order, and the operation it needs there; `retro
+# report` reads the dead letters and the review only once it has a report to print
+READS = {
+    "deadletter": [("retro.deadletter", "Read")],
+    "review": [("retro.review", "Read"), ("retro.reports", "Read")],
+    "report": [("retro.reports", "Read"), ("retro.deadletter", "Read"), ("retro.review", "Read")],
+    "audit": [("retro.logs.raw", "Describe"), ("retro.reports", "Read"), ("retro.review", "Read"),
+              ("retro.deadletter", "Read")],
+}
+EXITS = {"deadletter": {0}, "review": {0}, "report": {0, 1}, "audit": {0, 2}}  # not refused
+
+
+def _topic_acls() -> dict[str, dict[str, set[str]]]:
+    """user -> topic -> the operations deploy/kafkausers.yaml grants it there."""
+    import yaml
+
+    acls: dict[str, dict[str, set[str]]] = {}
+    for doc in yaml.safe_load_all(MANIFEST.read_text()):
+        if not doc or doc.get("kind") != "KafkaUser":
+            continue
+        topics = acls.setdefault(doc["metadata"]["name"], {})
+        for acl in doc["spec"]["authorization"]["acls"]:
+            resource = acl["resource"]
+            assert resource.get("patternType", "literal") == "literal", resource
+            if resource["type"] == "topic":
+                topics.setdefault(resource["name"], set()).update(acl["operations"])
+    return acls
+
+
+def _may(operations: set[str], need: str) -> bool:
+    # Kafka: a user who may read, write, delete or alter a topic may describe it
+    return need in operations or (need == "Describe" and bool(
+        operations & {"Read", "Write", "Delete", "Alter"}))
+
+
+def _every_reading_command_refuses_honestly(p, credentials, *, reports: bool) -> int:
+    """Each reading command run as each user: one that may not read a topic the command
+    reads (whether it may describe it or not, whether the topic holds anything or not)
+    gets one "not authorized" line and exit 77, never an empty answer; the others are
+    not refused. How many refusals were checked."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    acls = _topic_acls()
+    cases = [(role, command) for role in USER for command in READS]
+
+    def run(case: tuple[str, str]) -> subprocess.CompletedProcess[bytes]:
+        return _retro_as(p, credentials.client_env(USER[case[0]]), case[1])
+
+    with ThreadPoolExecutor(8) as pool:
+        procs = list(pool.map(run, cases))
+    wrong, refusals = [], 0
+    for (role, command), proc in zip(cases, procs, strict=True):
+        reads = READS[command] if reports or command != "report" else READS[command][:1]
+        granted = acls[USER[role]]
+        refused = next((t for t, need in reads if not _may(granted.get(t, set()), need)), None)
+        out, err = proc.stdout.decode(), proc.stderr.decode()
+        if refused is None:
+            ok = proc.returncode in EXITS[command] and "authoriz" not in err.lower()
+        else:
+            refusals += 1
+            ok = (proc.returncode == 77 and not out.strip() and "Traceback" not in err
+                  and len(err.strip().splitlines()) == 1
+                  and f"not authorized to read {refused}" in err)
+        if not ok:
+            wrong.append(f"{role} `retro {command}`: exit {proc.returncode}, expected "
+                         f"{f'77 for {refused}' if refused else 'no refusal'}\n{out[-300:]}"
+                         f"{err[-800:]}")
+    assert not wrong, "\n".join(wrong)
+    return refusals
+
+
+def _rejected_fragment_review(settings, count: int):
+    """What the compactor parks for a fragment it could not merge: a review of
+    ``count`` raw records that clean into lane records, naming no lane coordinates."""
+    from streams.clean.cleaner import Cleaner
+    from streams.clean.step import route
+    from streams.intervals import Coverage
+    from streams.kafka.readers import read_messages
+    from streams.report.compactor.step import rejected_review
+
+    from helpers import make_fragment
+
+    async def clean_ones() -> list:
+        cleaner, found = Cleaner.from_settings(settings), []
+        async for m in read_messages(settings, settings.topics.raw_topics[0]):
+            routed = route(cleaner, value=m.value, key=m.key, topic=m.topic,
+                           partition=m.partition, offset=m.offset, timestamp_ms=m.timestamp)
+            if len(routed) == 1 and routed[0].lane in ("fast", "slow"):
+                found.append(m)
+                if len(found) == count:
+                    return found
+        raise AssertionError("too few raw records clean into lane records")
+
+    chosen = asyncio.run(clean_ones())
+    covered = Coverage.from_coords([(m.topic, m.partition, m.offset) for m in chosen])
+    return rejected_review(make_fragment("f-refused", covered.to_json()), "it names no report",
+                           "(none)")
+
+
 def test_each_role_runs_as_its_own_user_and_is_refused_the_rest(
         secured_broker, pipeline_factory, tmp_path: Path) -> None:
     from streams.dev.sample import write_sample
@@ -232,6 +334,8 @@ def test_each_role_runs_as_its_own_user_and_is_refused_the_rest(
                              RETRO_REVIEW__BACKOFF_MAX_SECONDS="2")
         # the operator's part: no role may create topics
         asyncio.run(ensure_topics(p.settings()))
+        # nothing written yet: a user who may not read a topic is still told so
+        refusals = _every_reading_command_refuses_honestly(p, credentials, reports=False)
         sample = [str(f) for f in write_sample(tmp_path / "sample", records=300,
                                                include_bad=True)]
         produced = _retro_as(p, credentials.client_env(USER["producer"]),
@@ -242,6 +346,22 @@ def test_each_role_runs_as_its_own_user_and_is_refused_the_rest(
         raw_lag = _retrying(lambda: asyncio.run(
             _lag_as(keda, "retro-stream-clean-raw", ["retro.logs.raw"])))
         assert raw_lag == {"retro.logs.raw": 300}, raw_lag  # what KEDA would scale clean on
+
+        # a fragment the compactor could not merge names only raw records: batch, who may
+        # describe raw but not read it, is told so instead of re-driving nothing quietly
+        from streams.kafka.connect import produce_all
+        from streams.runtime.step import Out
+
+        review = _rejected_fragment_review(p.settings(), 3)
+        asyncio.run(produce_all(p.settings(), [Out("retro.review", review.id.encode(),
+                                                   review.model_dump_json().encode())]))
+        refused = _retro_as(p, credentials.client_env(USER["batch"]), "review", "--redrive",
+                            "--reason", "bad_fragment")
+        err = refused.stderr.decode()
+        assert refused.returncode == 77 and len(err.strip().splitlines()) == 1, err
+        assert refused.stdout.decode().startswith("re-drove 0 parked records (bad_fragment)")
+        assert "3 parked records are in reviews without lane coordinates" in err, err
+        assert "not authorized to read retro.logs.raw" in err, err
 
         # the provider is down at first, so batch parks transient reviews and re-drives them
         fake_control(llm, "/_fake/config", {"error_rate": 1.0})
@@ -285,22 +405,8 @@ def test_each_role_runs_as_its_own_user_and_is_refused_the_rest(
         parked = audit["parked"]
         assert parked, audit
         fake_control(llm, "/_fake/config", {"malformed_rate": 0.0})
-        for command in (["report"], ["deadletter"], ["review"]):  # people's, as the reader
-            proc = _retro_as(p, reader, *command)
-            err = proc.stderr.decode()
-            assert proc.returncode == 0 and "authoriz" not in err.lower(), (command, err)
-        # a user who may not read a topic is told so in one line, not shown an empty one:
-        # batch may describe the dead letters but not read them, keda may not even see them
-        for role, command, topic in (("batch", "deadletter", "retro.deadletter"),
-                                     ("keda", "deadletter", "retro.deadletter"),
-                                     ("compactor", "review", "retro.review"),
-                                     ("producer", "report", "retro.reports"),
-                                     ("keda", "audit", "retro.reports")):
-            proc = _retro_as(p, credentials.client_env(USER[role]), command)
-            err = proc.stderr.decode()
-            assert proc.returncode == 77 and not proc.stdout.strip(), (role, command, err)
-            assert err.strip() == err.strip().splitlines()[0] and "Traceback" not in err, err
-            assert f"not authorized to read {topic}" in err, (role, command, err)
+        # people's commands, the reader's among them, now that every topic holds records
+        refusals += _every_reading_command_refuses_honestly(p, credentials, reports=True)
         denied = _retro_as(p, reader, "review", "--redrive", "--reason", "malformed_output")
         assert denied.returncode != 0 and "authoriz" in denied.stderr.decode().lower(), (
             denied.stdout.decode(), denied.stderr.decode()[-3000:])
@@ -331,7 +437,8 @@ def test_each_role_runs_as_its_own_user_and_is_refused_the_rest(
               f"user, the first 300 in {pipeline_seconds:.0f} s, {parked} re-driven by hand, "
               f"re-driven automatically "
               f"{scraped_sum(ports['batch'], 'retro_review_redriven_records_total'):g}; "
-              f"refused: {len(refused)} checks; webhook posts {sink.posts}")
+              f"refused: {len(refused)} checks, {refusals} reading commands; webhook "
+              f"posts {sink.posts}")
     finally:
         fake.kill()
         if sink is not None:
