@@ -145,12 +145,16 @@ def make_record(
 class FakeClock:
     """A clock that moves only when told; its ``sleep`` advances it, costing no wall time.
 
-    Pass the instance as ``clock`` and ``clock.sleep`` as ``sleep``.
+    Pass the instance as ``clock`` and ``clock.sleep`` as ``sleep``. With ``until``, a
+    timer loop runs to that time and stops there: a sleep that would pass it never
+    ends, and sets ``reached``.
     """
 
-    def __init__(self, start: float = 0.0) -> None:
+    def __init__(self, start: float = 0.0, *, until: float | None = None) -> None:
         self.now = start
         self.slept: list[float] = []
+        self.until = until
+        self.reached = asyncio.Event()
 
     def __call__(self) -> float:
         return self.now
@@ -159,6 +163,9 @@ class FakeClock:
         self.now += seconds
 
     async def sleep(self, seconds: float) -> None:
+        if self.until is not None and self.now + seconds > self.until:
+            self.reached.set()
+            await asyncio.Event().wait()
         self.slept.append(seconds)
         self.now += seconds
         await asyncio.sleep(0)

@@ -67,21 +67,6 @@ class Receiver:
         pass
 
 
-class Until(FakeClock):
-    """The fake clock of a loop that runs until ``end``: a sleep past it never ends."""
-
-    def __init__(self, end: float) -> None:
-        super().__init__()
-        self.end = end
-        self.reached = asyncio.Event()  # set once a sleep stopped there
-
-    async def sleep(self, seconds: float) -> None:
-        if self.now + seconds > self.end:
-            self.reached.set()
-            await asyncio.Event().wait()
-        await super().sleep(seconds)
-
-
 def make_step(reports: Reports, hook: Receiver, am: Receiver, *, stored: Ledgers | None = None,
               home: int = 0, settings: Settings = SETTINGS, clock: FakeClock | None = None,
               metrics: Metrics | None = None) -> NotifyStep:
@@ -154,7 +139,7 @@ async def test_rounds_over_minutes_send_the_webhook_once_and_refresh_alertmanage
     """The planning loop as the worker runs it, a round a tick on the fake clock: five
     minutes of rounds post the open incident to Alertmanager once a minute (its alerts
     expire otherwise), and the chat hears of it once."""
-    hook, am, clock = Receiver(), Receiver(), Until(300)
+    hook, am, clock = Receiver(), Receiver(), FakeClock(until=300)
     step = make_step(Reports(pool_and_disk_report()), hook, am, clock=clock)
     run, tasks = await running(step)
     planning, *senders = step.background(run.ctx)

@@ -17,13 +17,13 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any, Protocol
 
 from pydantic import ValidationError
 
+from streams.clock import Clock, Sleep
 from streams.gateway.gateway import Gateway
 from streams.gateway.rollup_prompt import ROLLUP_KIND, rollup_messages
 from streams.metrics import Metrics
@@ -193,12 +193,13 @@ class CompactStep(Step):
 
     def __init__(self, settings: Settings, metrics: Metrics, source: ReportSource, *,
                  gateway: Gateway | None = None,
-                 clock: Callable[[], float] = time.monotonic) -> None:
+                 clock: Clock = time.monotonic, sleep: Sleep = asyncio.sleep) -> None:
         self.settings = settings
         self.metrics = metrics
         self.source = source
         self.gateway = gateway
-        self.clock = clock
+        self.clock = clock  # publishing is due by this clock
+        self.sleep = sleep  # and the roll-ups wait with this sleep: tests pass a fake pair
         # compaction key -> latest JSON, of the fragments partitions assigned and loaded
         self.state: PartitionedState[str] = PartitionedState()
         self.parsed = ParsedReports()
@@ -320,7 +321,7 @@ class CompactStep(Step):
                                 headers=((KIND_HEADER, ROLLUP_KIND.encode()),))])
 
         while True:
-            await asyncio.sleep(self.settings.report.rollup_seconds)
+            await self.sleep(self.settings.report.rollup_seconds)
             await rollup_pass(list(self.reports.items()), self.parsed, gateway,
                               self.settings, send_update)
 

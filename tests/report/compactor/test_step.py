@@ -12,7 +12,7 @@ from streams.report.compactor.step import CompactStep, ParsedReports
 from streams.report.state.model import Report
 from streams.runtime.memory import MemoryRun, Part, Record
 from streams.settings import KafkaSettings, ReportSettings, Settings
-from tests.helpers import FakeClock, make_fragment
+from tests.helpers import FakeClock, make_fragment, pool_and_disk_report
 
 SETTINGS = Settings()
 FRAGMENTS = SETTINGS.topics.fragments
@@ -187,6 +187,39 @@ def test_a_buffer_is_published_when_due_or_full() -> None:
 
     run = asyncio.run(scenario())
     assert len(run.sent) == 2 and run.committed == {P0: 4}
+
+
+def test_the_rollups_run_every_rollup_seconds_of_the_clock_given() -> None:
+    """The roll-up timer waits with the step's sleep: three intervals of the fake clock
+    are three passes, each asking one summary per incident that changed since its last
+    and sending it to the fragments topic, to be merged like a fragment."""
+    report = pool_and_disk_report()
+    settings = Settings(report=ReportSettings(rollup_seconds=60))
+    clock = FakeClock(until=180)
+    asked: list[list[dict]] = []
+
+    class Summaries:
+        async def summarize(self, messages: list[dict], **_: object) -> tuple[str, None]:
+            asked.append(messages)
+            return "Disk filled up.", None
+
+    async def scenario() -> MemoryRun:
+        reports = Reports({report.id: (report.to_json().encode(), 0)})
+        step = CompactStep(settings, Metrics(), reports, gateway=Summaries(),  # type: ignore[arg-type]
+                           clock=clock, sleep=clock.sleep)
+        run = await started(step, P0)
+        [timer] = step.background(run.ctx)
+        task = asyncio.create_task(timer)
+        await asyncio.wait_for(clock.reached.wait(), timeout=10)
+        task.cancel()
+        await asyncio.gather(task, return_exceptions=True)
+        await run.settle()
+        return run
+
+    run = asyncio.run(scenario())
+    assert clock.slept == [60, 60, 60]
+    assert len(report.incidents) > 0
+    assert len(asked) == len(run.sent_to(FRAGMENTS)) == 3 * len(report.incidents)
 
 
 def test_a_long_publish_interval_is_not_taken_for_a_held_fragment() -> None:
