@@ -1,4 +1,4 @@
-"""The clean agent on the real broker: every raw offset routed exactly once."""
+"""The clean stage on the real broker: every raw offset routed exactly once."""
 
 from __future__ import annotations
 
