@@ -218,10 +218,10 @@ class FormatParser:
                 parsed.message = message[tail.end():]
                 _level_after_tag(parsed)
                 return parsed
-        if parsed.service is None and parsed.format == "log4j":
+        if "logger" not in attrs and parsed.format == "log4j":
             t = _TRAILING_LOGGER.search(message)
             if t is not None:  # log4j "%m (%c)%n": the logger in parentheses at the end
-                parsed.service = t["name"]
+                attrs["logger"] = t["name"]
                 message = message[: t.start()]
         parsed.message = message
         return parsed
@@ -268,7 +268,9 @@ class FormatParser:
                         attrs["context"] = c[1]
                         pos = c.end() + 1
         if logger is not None:
-            parsed.service = logger
+            # a logger (a class, a package) is evidence inside a service, not a service:
+            # the record's service stays its envelope's, its source's or the stream's
+            attrs["logger"] = logger
         return pos
 
     @staticmethod

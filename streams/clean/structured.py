@@ -1,7 +1,7 @@
 """Structured records: JSON lines, Docker json-file wrappers and logfmt.
 
 They share one field vocabulary (``ts``/``time``/``@timestamp``, ``level``/``severity``,
-``msg``/``message``, ``service``/``app``/``logger``); whatever is not one of those
+``msg``/``message``, ``service``/``app``); whatever is not one of those
 stays in ``attributes`` untouched.
 """
 
@@ -38,9 +38,6 @@ _SERVICE_KEYS = (
     "application",
     "app_name",
     "component",
-    "logger",
-    "logger_name",
-    "log.logger",
 )
 _LOGFMT_PAIR = re.compile(r"([A-Za-z_][\w.\-/@]*)=(?:\"((?:[^\"\\]|\\.)*)\"|(\S*))")
 _LOGFMT_ESCAPE = re.compile(r"\\(.)")

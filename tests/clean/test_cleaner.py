@@ -48,7 +48,8 @@ def test_a_normal_record(cleaner: Cleaner) -> None:
     assert out.raw == COORD
     assert (out.source, out.format, out.level) == ("hadoop", "log4j", "WARN")
     assert (out.timestamp, out.timestamp_rule) == ("2015-10-18T18:01:47.978Z", "zone-assumed:UTC")
-    assert out.service == "org.acme.Fetcher"
+    assert out.service == "hadoop"  # the source: the logger is evidence, not a service
+    assert out.attributes["logger"] == "org.acme.Fetcher"
     assert out.message == "retry 3 of 5"
     assert out.tokens > 0
     assert out.template_id and "retry" in out.template

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 from datetime import UTC, datetime
+from typing import Any
 
 import pytest
 
@@ -14,6 +15,11 @@ from streams.errors import ConfigError
 from streams.records import iso_utc
 
 NOW = datetime(2026, 3, 1, 12, 0, tzinfo=UTC)
+
+
+def logger(p: Any) -> str | None:
+    """The logger a header named: kept as an attribute, never as the service."""
+    return p.attributes.get("logger")
 
 
 def parser(*, year: int | None = None, zone: str = "UTC", now: datetime = NOW) -> FormatParser:
@@ -53,7 +59,8 @@ def test_json_epoch_millis_dotted_level_and_ecs_service() -> None:
 
 def test_json_numeric_pino_level_and_seconds_epoch() -> None:
     p = parse('{"time": 1709287200, "level": 50, "msg": "failed", "logger": "db"}')
-    assert (ts(p), p.level, p.service) == ("2024-03-01T10:00:00.000Z", "ERROR", "db")
+    assert (ts(p), p.level, p.service) == ("2024-03-01T10:00:00.000Z", "ERROR", None)
+    assert p.attributes["logger"] == "db"  # a logger is evidence inside a service
 
 
 def test_json_without_message_key_keeps_the_record_as_message() -> None:
@@ -86,7 +93,7 @@ def test_docker_time_of_day_takes_date_and_zone_from_the_wrapper() -> None:
     # inner clock is UTC+8 (17:26 local == 09:26Z): the app's milliseconds are kept
     assert ts(p) == "2023-01-29T09:26:48.079Z"
     assert p.timestamp_rule == "date-from-wrapper"
-    assert (p.level, p.service) == ("WARN", "o.s.OrderServiceImpl")
+    assert (p.level, logger(p)) == ("WARN", "o.s.OrderServiceImpl")
     assert p.message.startswith("TraceID: c0ad")
     assert p.attributes["stream"] == "stdout"
     assert p.attributes["inner_format"] == "log4j"
@@ -139,7 +146,7 @@ def test_docker_zone_less_inner_date_takes_the_zone_from_the_wrapper() -> None:
     )
     p = parse(line)
     assert (ts(p), p.timestamp_rule) == ("2023-01-29T09:26:48.079Z", "zone-from-wrapper")
-    assert (p.level, p.service, p.message) == ("ERROR", "com.x.Foo", "bad")
+    assert (p.level, logger(p), p.message) == ("ERROR", "com.x.Foo", "bad")
 
 
 # --- logfmt --------------------------------------------------------------------------
@@ -164,8 +171,9 @@ def test_log4j_thread_and_logger_hadoop() -> None:
         "Created MRAppMaster for application appattempt_1445144423722_0020_000001"
     )
     assert (p.format, ts(p), p.level) == ("log4j", "2015-10-18T18:01:47.978Z", "INFO")
-    assert p.service == "org.apache.hadoop.mapreduce.v2.app.MRAppMaster"
-    assert p.attributes == {"thread": "main"}
+    assert p.service is None  # the logger is no service: the source names it
+    assert p.attributes == {"thread": "main",
+                            "logger": "org.apache.hadoop.mapreduce.v2.app.MRAppMaster"}
     assert p.message.startswith("Created MRAppMaster")
 
 
@@ -175,7 +183,7 @@ def test_log4j_bracketed_date_kafka_with_trailing_logger() -> None:
         "(kafka.server.ReplicaFetcherThread)\njava.io.IOException: gone\n\tat a.b(C.scala:1)"
     )
     assert (p.format, ts(p), p.level) == ("log4j", "2016-12-19T20:39:48.918Z", "WARN")
-    assert p.service == "kafka.server.ReplicaFetcherThread"
+    assert logger(p) == "kafka.server.ReplicaFetcherThread"
     assert p.message == (
         "[ReplicaFetcherThread-0-2], Error in fetch\njava.io.IOException: gone\n\tat a.b(C.scala:1)"
     )
@@ -186,9 +194,10 @@ def test_log4j_dash_separated_zookeeper() -> None:
         "2015-07-29 17:41:44,747 - INFO  [QuorumPeer[myid=1]/0:0:0:0:0:0:0:0:2181:"
         "FastLeaderElection@774] - Notification time out: 3200"
     )
-    assert (p.format, p.level, p.service) == ("log4j", "INFO", "FastLeaderElection")
+    assert (p.format, p.level, logger(p)) == ("log4j", "INFO", "FastLeaderElection")
     assert p.message == "Notification time out: 3200"
-    assert p.attributes == {"line": 774, "thread": "QuorumPeer[myid=1]/0:0:0:0:0:0:0:0:2181"}
+    assert p.attributes == {"line": 774, "thread": "QuorumPeer[myid=1]/0:0:0:0:0:0:0:0:2181",
+                            "logger": "FastLeaderElection"}
 
 
 def test_spring_boot_layout() -> None:
@@ -196,23 +205,24 @@ def test_spring_boot_layout() -> None:
         "2023-01-29 17:26:48.079  INFO 1 --- [           main] "
         "o.s.b.w.e.tomcat.TomcatWebServer  : Tomcat started"
     )
-    assert (p.format, p.level, p.service, p.message) == (
+    assert (p.format, p.level, logger(p), p.message) == (
         "log4j",
         "INFO",
         "o.s.b.w.e.tomcat.TomcatWebServer",
         "Tomcat started",
     )
-    assert p.attributes == {"pid": 1, "thread": "main"}
+    assert p.attributes == {"pid": 1, "thread": "main",
+                            "logger": "o.s.b.w.e.tomcat.TomcatWebServer"}
 
 
 def test_python_logging_layout() -> None:
     p = parse("2023-01-29 17:26:48,079 - myapp.db - WARNING - slow query")
-    assert (p.format, p.level, p.service, p.message) == ("log4j", "WARN", "myapp.db", "slow query")
+    assert (p.format, p.level, logger(p), p.message) == ("log4j", "WARN", "myapp.db", "slow query")
 
 
 def test_time_of_day_only_outside_a_wrapper_has_no_timestamp_but_keeps_the_time() -> None:
     p = parse("17:26:48.079 [main] DEBUG com.example.App - Starting")
-    assert (p.timestamp, p.level, p.service, p.message) == (
+    assert (p.timestamp, p.level, logger(p), p.message) == (
         None,
         "DEBUG",
         "com.example.App",
@@ -345,7 +355,8 @@ def test_hdfs() -> None:
         "blk_38865049064139660 terminating"
     )
     assert (p.format, ts(p), p.level) == ("text", "2008-11-09T20:36:15.000Z", "INFO")
-    assert (p.service, p.attributes) == ("dfs.DataNode$PacketResponder", {"pid": 148})
+    assert (p.service, p.attributes) == (None, {"pid": 148,
+                                                "logger": "dfs.DataNode$PacketResponder"})
     assert p.message.startswith("PacketResponder 1")
 
 
@@ -384,11 +395,12 @@ def test_openstack_prefix_pid_logger_and_request_context() -> None:
         source="nova-api",
     )
     assert (p.format, ts(p), p.level) == ("text", "2017-05-16T00:00:00.008Z", "INFO")
-    assert p.service == "nova.osapi_compute.wsgi.server"
+    assert logger(p) == "nova.osapi_compute.wsgi.server"
     assert p.attributes == {
         "prefix": "nova-api.log.1.2017-05-16_13:53:08",
         "pid": 25746,
         "context": "req-38101a0b 113d3a99 54fadb41 - - -",
+        "logger": "nova.osapi_compute.wsgi.server",
     }
     assert p.message.startswith("10.11.10.1")
 
@@ -423,7 +435,7 @@ def test_other_timestamp_layouts() -> None:
 
 def test_multi_line_record_keeps_the_header_of_the_first_line() -> None:
     p = parse("2024-01-01 10:00:00,000 ERROR [t] a.B: failed\nline two\n\tat x.y(Z.java:1)")
-    assert (p.level, p.service) == ("ERROR", "a.B")
+    assert (p.level, logger(p)) == ("ERROR", "a.B")
     assert p.message == "failed\nline two\n\tat x.y(Z.java:1)"
 
 

@@ -304,7 +304,8 @@ def test_two_digit_year_in_iso_order() -> None:
     assert structure is not None and structure.stamp == StampSpot(0, "", "short-ymd")
     assert iso_utc(results[0].timestamp) == "2026-03-17T16:13:00.000Z"  # type: ignore[arg-type]
     assert (results[0].timestamp_rule, results[0].level) == ("zone-assumed:UTC", "INFO")
-    assert (results[1].level, results[1].service) == ("WARN", "storage.BlockManager")
+    warn = results[1]
+    assert (warn.level, warn.attributes.get("logger")) == ("WARN", "storage.BlockManager")
 
 
 def test_year_less_dotted_date_in_brackets() -> None:

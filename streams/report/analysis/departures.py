@@ -102,6 +102,9 @@ class Findings:
     departures: list[Departure] = field(default_factory=list)
     chronic: list[tuple[str, str]] = field(default_factory=list)  # (service, template)
     minutes: list[str] = field(default_factory=list)  # the minutes judged or learned from
+    # caller -> the services its lines ever named as called, failing or not: the call
+    # graph as the logs tell it, so a caller that goes quiet with its callee is its impact
+    calls: dict[str, set[str]] = field(default_factory=dict)
 
 
 @dataclass(slots=True)
@@ -194,6 +197,9 @@ def find_departures(series: Mapping[str, Mapping[str, Series]]) -> Findings:
     for line in lines:
         by_service.setdefault(line.service, []).append(line)
     findings = Findings(minutes=sorted(totals))
+    for line in lines:
+        if line.named:
+            findings.calls.setdefault(line.service, set()).update(line.named)
     horizon = timedelta(hours=BASELINE_HOURS)
     chronic: set[tuple[str, str]] = set()
     for i, minute in enumerate(findings.minutes):

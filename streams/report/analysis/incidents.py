@@ -4,9 +4,11 @@ Departures (``streams.report.analysis.departures``) become incidents:
 
 1. **Whose departure is it.** A failing line that names a service it called (one of
    the records' services: "no instances available for X", ``http://X:8080/...``)
-   counts for that callee, its own service is a **caller**; every other departure
-   counts for its own service. A logger or class is never a service: only names in
-   the records' service field are.
+   counts for that callee, its own service is a **caller**. A service that goes quiet
+   or thins out within a minute of a service it calls doing so (the calls its lines
+   ever named) is a caller of that callee too: a slow callee holds its callers' work.
+   Every other departure counts for its own service. A logger or class is never a
+   service: only names in the records' service field are.
 2. **Incidents over time.** Each service's departures form runs: a departure within
    ``GAP_MINUTES`` of the run's last one joins it, a later one opens a new incident.
 3. **Weight and severity.** An incident weighs the surprise (-log10 of the tail) of
@@ -33,10 +35,10 @@ from streams.report.analysis.departures import Departure, Findings
 from streams.report.state.minutes import parse_minute
 from streams.report.state.model import SEVERITY_WEIGHT
 
-GAP_MINUTES = 3
+GAP_MINUTES = 2
 SILENT_WEIGHT = 0.5
 CALLER_WEIGHT = 0.5
-MIN_WEIGHT = 8.0  # one strong departure of a failing line
+MIN_WEIGHT = 4.0  # one strong departure of a failing line, or of a silent one
 TRIGGER_MINUTES = 15
 MAX_EVIDENCE = 5
 
@@ -78,7 +80,9 @@ class DayIncident:
                 "thin": "a usual line thins out", "quiet": "its volume fell"}[lead.kind]
         if lead.kind in ("new", "burst") and not lead.failing:
             what = "an unusual line"
-        return f"{self.origin}: {what}"
+        after = (f" after a change in {self.trigger.service}"
+                 if self.trigger is not None else "")
+        return f"{self.origin}: {what}{after}"
 
     def as_json(self) -> dict[str, object]:
         return {
@@ -97,8 +101,9 @@ class DayIncident:
 def find_incidents(findings: Findings, changes: Sequence[Change] = ()) -> list[DayIncident]:
     """The incidents of ``findings``, most severe first (then the newest)."""
     runs: dict[str, list[list[Departure]]] = {}
+    silent = {(d.service, d.minute) for d in findings.departures if d.kind in SILENT}
     for dep in sorted(findings.departures, key=lambda d: (d.minute, d.service, d.template)):
-        target = dep.named[0] if dep.failing and dep.named else dep.service
+        target = _target(dep, findings.calls.get(dep.service, set()), silent)
         own = runs.setdefault(target, [])
         if own and _minutes_between(own[-1][-1].minute, dep.minute) <= GAP_MINUTES:
             own[-1].append(dep)
@@ -109,6 +114,27 @@ def find_incidents(findings: Findings, changes: Sequence[Change] = ()) -> list[D
     kept = [i for i in incidents if i.weight >= MIN_WEIGHT]
     return sorted(kept, key=lambda i: (-SEVERITY_WEIGHT[i.severity], -i.weight,
                                        _desc(i.started), i.origin))
+
+
+SILENT = ("thin", "quiet")
+
+
+def _target(dep: Departure, calls: set[str], silent: set[tuple[str, str]]) -> str:
+    """The service a departure speaks of: a callee its failure names, a callee that went
+    silent with it, else its own service."""
+    if dep.failing and dep.named:
+        return dep.named[0]
+    if dep.kind in SILENT:
+        near = {(c, m) for c in calls for m in _around(dep.minute)}
+        held = sorted(c for c, _ in near & silent)
+        if held:
+            return held[0]
+    return dep.service
+
+
+def _around(minute: str) -> list[str]:
+    when = parse_minute(minute)
+    return [(when + timedelta(minutes=d)).strftime("%Y-%m-%dT%H:%M") for d in (-1, 0, 1)]
 
 
 def _incident(origin: str, run: list[Departure], changes: Sequence[Change]) -> DayIncident:
@@ -122,7 +148,10 @@ def _incident(origin: str, run: list[Departure], changes: Sequence[Change]) -> D
             weight += dep.surprise
         else:
             weight += SILENT_WEIGHT * dep.surprise
-    start, last = run[0].minute, run[-1].minute
+    # it began where its origin first departed; callers may have suffered a little before
+    # (a quiet minute of theirs is near, not proof), or all alone when it logged nothing
+    own = [d.minute for d in run if d.service == origin]
+    start, last = (own or [run[0].minute])[0], run[-1].minute
     ranked = sorted(run, key=lambda d: (d.service != origin, not d.failing, -d.surprise,
                                         d.minute, d.template))
     evidence: list[Departure] = []
@@ -144,9 +173,9 @@ def _severity(incident: DayIncident) -> Severity:
     own_failing = any(d.service == incident.origin and d.failing for d in incident.evidence)
     if incident.weight >= 64 and len(incident.callers) >= 2:
         return "critical"
-    if incident.weight >= 24 or (incident.callers and own_failing):
+    if incident.weight >= 24 or (incident.callers and own_failing and incident.weight >= 16):
         return "high"
-    if incident.weight >= 12 or own_failing or incident.callers:
+    if incident.weight >= 8 and (own_failing or incident.callers):
         return "medium"
     return "low"
 

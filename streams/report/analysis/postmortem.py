@@ -54,7 +54,7 @@ from streams.report.analysis.causes import (
     kind_word,
     words,
 )
-from streams.report.analysis.departures import find_departures
+from streams.report.analysis.departures import Findings, find_departures
 from streams.report.analysis.incidents import Change as IncidentChange
 from streams.report.analysis.incidents import DayIncident, find_incidents
 from streams.report.analysis.origin import Origin, find_origin
@@ -166,6 +166,7 @@ class PostMortem:
     # departures from the stream's own baseline, most severe first (``incidents.py``)
     incidents: list[DayIncident] = field(default_factory=list)
     chronic_lines: list[tuple[str, str]] = field(default_factory=list)  # (service, template)
+    findings: Findings = field(default_factory=Findings)  # the departures behind ``incidents``
 
     def when(self, value: str | None) -> str:
         return clock(value, dated=self.dated)
@@ -238,12 +239,17 @@ def derive(report: Report, *, deadletters: int | None = None, review: int | None
     )
     _narrate(pm, span)
     findings = find_departures(report.series)
+    pm.findings = findings
     pm.chronic_lines = findings.chronic
     pm.incidents = find_incidents(findings, [
         IncidentChange(service, c.time, c.detail)
-        for c in changes if c.time for service in c.services])
+        for c in changes if c.time and c.kind in TRIGGER_KINDS for service in c.services])
     _lead_with_incident(pm)
     return pm
+
+
+# changes that can start an incident; an alert reports one, a rollback or cleanup ends one
+TRIGGER_KINDS = ("deploy", "config", "scale", "restart")
 
 
 def _lead_with_incident(pm: PostMortem) -> None:
