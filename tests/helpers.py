@@ -16,7 +16,7 @@ import subprocess
 import sys
 import time
 import urllib.request
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Callable, Iterator
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -24,6 +24,7 @@ from typing import Any
 import pytest
 
 from streams.clean.cleaner import Cleaner
+from streams.gateway.backends import ChatRequest, ChatResult, HandlerBackend
 from streams.records import Evidence, Fragment, NormalizedRecord, RawCoord, TimeWindow
 from streams.report.state.merge import merge
 from streams.report.state.model import Report
@@ -169,6 +170,38 @@ class FakeClock:
         self.slept.append(seconds)
         self.now += seconds
         await asyncio.sleep(0)
+
+
+PONG = ChatResult(content="pong", finish_reason="stop", prompt_tokens=5, completion_tokens=1)
+
+
+def playing(*replies: Any) -> Callable[[], Any]:
+    """A function giving the next of ``replies`` at each call, the last again once they
+    run out; a reply that is an exception is raised."""
+    queue = list(replies)
+
+    def play() -> Any:
+        reply = queue.pop(0) if len(queue) > 1 else queue[0]
+        if isinstance(reply, BaseException):
+            raise reply
+        return reply
+
+    return play
+
+
+def answers(*replies: ChatResult | Exception,
+            release: asyncio.Event | None = None) -> HandlerBackend:
+    """A provider in memory that answers each request with the next of ``replies``
+    (:func:`playing`; "pong" without any): a ChatResult, or an exception it raises.
+    With ``release``, every answer waits until that is set."""
+    play = playing(*(replies or [PONG]))
+
+    async def answer(request: ChatRequest) -> ChatResult:
+        if release is not None:
+            await release.wait()
+        return play()
+
+    return HandlerBackend(answer)
 
 
 def free_port() -> int:

@@ -1,7 +1,8 @@
-"""Model transports: an OpenAI-compatible HTTP client and the offline rules analyzer.
+"""Model transports: an OpenAI-compatible HTTP client, the offline rules analyzer, and
+a provider in memory whose answers a function gives (``HandlerBackend``).
 
 The gateway talks to a ``ChatBackend`` and nothing else, so retries, splitting and
-validation are tested offline with a scripted fake, and a real provider, the
+validation are tested offline against a ``HandlerBackend``, and a real provider, the
 simulated provider and the embedded analyzer are interchangeable.
 
 HTTP outcomes map to the errors of ``streams.errors`` at this boundary::
@@ -26,11 +27,12 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
+import inspect
 import json
 import logging
 import re
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from email.utils import parsedate_to_datetime
 from typing import Any, Protocol
@@ -593,6 +595,48 @@ class RulesBackend:
                     known[text] = tokens
             total += tokens
         return total, count(content)
+
+    async def close(self) -> None:
+        return None
+
+
+# --- in memory ---------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class ChatRequest:
+    """One chat completion request, as a backend is given it."""
+
+    model: str
+    messages: list[dict[str, Any]]
+    max_tokens: int
+    timeout: float
+
+
+ChatHandler = Callable[[ChatRequest], "ChatResult | Awaitable[ChatResult]"]
+
+
+class HandlerBackend:
+    """A provider in memory: each request is answered by ``handler(request)``, a plain or
+    a coroutine function that returns a ``ChatResult`` or raises what a real backend
+    raises (a ``streams.errors.ModelError``), as httpx's ``MockTransport`` answers with
+    a function. ``requests`` holds every request it was given. For tests and benches:
+    the gateway runs against it unchanged."""
+
+    def __init__(self, handler: ChatHandler) -> None:
+        self.handler = handler
+        self.requests: list[ChatRequest] = []
+
+    def __repr__(self) -> str:
+        return f"HandlerBackend({getattr(self.handler, '__name__', self.handler)!r})"
+
+    async def chat(
+        self, *, model: str, messages: list[dict[str, Any]], max_tokens: int, timeout: float
+    ) -> ChatResult:
+        request = ChatRequest(model, messages, max_tokens, timeout)
+        self.requests.append(request)
+        answer = self.handler(request)
+        return await answer if inspect.isawaitable(answer) else answer
 
     async def close(self) -> None:
         return None

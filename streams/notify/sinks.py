@@ -1,16 +1,18 @@
 """Posting to Alertmanager and chat webhooks, with retries and backoff.
 
-A sink posts a JSON payload to its URLs through a ``Transport`` (aiohttp in a worker,
-a handler in tests). Timeouts, connection errors, 408, 425, 429 and 5xx answers are
-retried with exponential backoff and jitter (a ``Retry-After`` in seconds wins); any
-other 4xx is a refusal that the same payload will not cure, so it is counted and given
-up. Every attempt lands in ``retro_notifications_total{sink, outcome}``. URLs are
-never logged: a webhook's URL is its credential.
+A sink posts a JSON payload to its URLs through a ``Transport`` (aiohttp in a worker;
+in tests a ``HandlerTransport``, whose answers a function gives). Timeouts, connection
+errors, 408, 425, 429 and 5xx answers are retried with exponential backoff and jitter
+(a ``Retry-After`` in seconds wins); any other 4xx is a refusal that the same payload
+will not cure, so it is counted and given up. Every attempt lands in
+``retro_notifications_total{sink, outcome}``. URLs are never logged: a webhook's URL is
+its credential.
 """
 
 from __future__ import annotations
 
 import asyncio
+import inspect
 import logging
 import random
 from collections.abc import Awaitable, Callable, Mapping
@@ -63,6 +65,28 @@ class HttpTransport:
         if self._session is not None:
             await self._session.close()
             self._session = None
+
+
+PostHandler = Callable[[str, Any], "Reply | Awaitable[Reply]"]
+
+
+class HandlerTransport:
+    """Posts answered in memory by ``handler(url, payload)``, a plain or a coroutine
+    function that returns a Reply or raises what aiohttp raises (a ``ClientError``,
+    ``TimeoutError``), as httpx's ``MockTransport`` answers with a function. ``posts``
+    holds every (url, payload) posted. For tests: a sink runs against it unchanged."""
+
+    def __init__(self, handler: PostHandler) -> None:
+        self.handler = handler
+        self.posts: list[tuple[str, Any]] = []
+
+    async def post(self, url: str, payload: Any, *, timeout: float) -> Reply:
+        self.posts.append((url, payload))
+        reply = self.handler(url, payload)
+        return await reply if inspect.isawaitable(reply) else reply
+
+    async def close(self) -> None:
+        return None
 
 
 class Sink:

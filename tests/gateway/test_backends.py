@@ -22,6 +22,9 @@ from streams.errors import (
     TransientModelError,
 )
 from streams.gateway.backends import (
+    ChatRequest,
+    ChatResult,
+    HandlerBackend,
     OpenAIBackend,
     RulesBackend,
     build_backend,
@@ -388,3 +391,22 @@ async def test_rules_backend_without_a_payload_is_a_permanent_error() -> None:
             model="m", messages=[{"role": "user", "content": "hi"}], max_tokens=5, timeout=1
         )
     assert caught.value.reason == "bad_prompt"
+
+
+# --- in memory ----------------------------------------------------------------------------
+
+
+async def test_a_handler_backend_answers_with_its_function_and_keeps_every_request() -> None:
+    def plain(request: ChatRequest) -> ChatResult:
+        return ChatResult(f"{request.model} {request.max_tokens}", "stop", 1, 1)
+
+    async def refusing(request: ChatRequest) -> ChatResult:
+        raise RateLimited("429", retry_after=2.0)
+
+    hi = [{"role": "user", "content": "hi"}]
+    backend = HandlerBackend(plain)
+    result = await backend.chat(model="m", messages=hi, max_tokens=7, timeout=3.0)
+    assert result.content == "m 7"
+    assert backend.requests == [ChatRequest("m", hi, 7, 3.0)]
+    with pytest.raises(RateLimited):
+        await HandlerBackend(refusing).chat(model="m", messages=hi, max_tokens=1, timeout=1)

@@ -37,7 +37,7 @@ from streams.metrics import Metrics
 from streams.report.ops.redrive import RedriveGate
 from streams.settings import Settings
 
-from helpers import FakeClock, serve_chat
+from helpers import FakeClock, answers, serve_chat
 
 # --- 1. retry hints wherever gateways put them -------------------------------------
 
@@ -422,38 +422,19 @@ async def test_the_caller_hands_advertised_limits_to_the_shared_quota(
 # --- 3. re-drive probes: counted by the buckets, one in flight, one per step ----------
 
 
-class SlowBackend:
-    def __init__(self, error: Exception | None = None) -> None:
-        self.error = error
-        self.calls: list[str] = []
-        self.release = asyncio.Event()
-
-    async def chat(self, *, model: str, messages: list, max_tokens: int,
-                   timeout: float) -> ChatResult:
-        self.calls.append(messages[0]["content"])
-        await self.release.wait()
-        if self.error is not None:
-            raise self.error
-        return ChatResult(content="pong", finish_reason="stop", prompt_tokens=5,
-                          completion_tokens=1)
-
-    async def close(self) -> None:
-        return None
-
-
 async def test_a_probe_takes_a_request_and_its_tokens_from_the_buckets() -> None:
     t = FakeClock()
     rpm = TokenBucket(rate_per_minute=60, clock=t, sleep=t.sleep)
     tpm = TokenBucket(rate_per_minute=1000, clock=t, sleep=t.sleep)
-    backend = SlowBackend()
-    backend.release.set()
+    backend = answers()
     metrics = Metrics()
     probe = backend_probe(backend, model="m", timeout_seconds=5.0, rpm=rpm, tpm=tpm,
                           metrics=metrics)
     assert await probe() is True
     assert rpm.available == 59 and tpm.available == 1000 - PROBE_TOKENS
     assert await probe() is True
-    assert backend.calls[0] != backend.calls[1]  # a nonce: no cache answers for the provider
+    first, second = (r.messages[0]["content"] for r in backend.requests)
+    assert first != second  # a nonce: no cache answers for the provider
     assert metrics.registry.get_sample_value(
         "retro_review_redrive_probes_total", {"result": "healthy"}) == 2
 
@@ -461,8 +442,7 @@ async def test_a_probe_takes_a_request_and_its_tokens_from_the_buckets() -> None
 async def test_an_empty_bucket_holds_the_probe_back() -> None:
     t = FakeClock()
     rpm = TokenBucket(rate_per_minute=1, clock=t, sleep=t.sleep)
-    backend = SlowBackend()
-    backend.release.set()
+    backend = answers()
     probe = backend_probe(backend, model="m", timeout_seconds=5.0, rpm=rpm)
     assert rpm.try_acquire(1)  # the lanes took the last request of this minute
     assert await probe() is True
@@ -473,8 +453,7 @@ async def test_a_rate_limited_probe_blocks_the_buckets_for_its_retry_after() -> 
     t = FakeClock()
     rpm = TokenBucket(rate_per_minute=60, clock=t, sleep=t.sleep)
     tpm = TokenBucket(rate_per_minute=1000, clock=t, sleep=t.sleep)
-    backend = SlowBackend(RateLimited("429", retry_after=30.0))
-    backend.release.set()
+    backend = answers(RateLimited("429", retry_after=30.0))
     probe = backend_probe(backend, model="m", timeout_seconds=5.0, rpm=rpm, tpm=tpm)
     assert await probe() is False
     assert rpm.available == 0 and tpm.available == 0
@@ -483,34 +462,32 @@ async def test_a_rate_limited_probe_blocks_the_buckets_for_its_retry_after() -> 
 
 
 async def test_one_probe_in_flight_per_backend_shares_its_answer() -> None:
-    backend = SlowBackend()
+    release = asyncio.Event()
+    backend = answers(release=release)
     first = backend_probe(backend, model="m", timeout_seconds=5.0)
     second = backend_probe(backend, model="m", timeout_seconds=5.0)  # another gate, same backend
     waiting = [asyncio.create_task(p()) for p in (first, first, second)]
     await asyncio.sleep(0.01)
-    assert len(backend.calls) == 1
-    backend.release.set()
+    assert len(backend.requests) == 1
+    release.set()
     assert await asyncio.gather(*waiting) == [True, True, True]
-    assert len(backend.calls) == 1
-    other = SlowBackend()
-    other.release.set()
-    assert await backend_probe(other, model="m", timeout_seconds=5.0)() is True
+    assert len(backend.requests) == 1
+    assert await backend_probe(answers(), model="m", timeout_seconds=5.0)() is True
 
 
 async def test_never_more_probes_than_one_per_backoff_step() -> None:
     clock = FakeClock()
-    backend = SlowBackend()
-    backend.release.set()
+    backend = answers()
     gate = RedriveGate(backend_probe(backend, model="m", timeout_seconds=5.0),
                        backoff_base=5.0, backoff_max=60.0, records_per_second=1000.0,
                        sleep=clock.sleep, clock=clock)
     for _ in range(50):  # a fetch of 50 transient reviews, re-driven at once
         assert await gate.healthy()
         await gate.pace(10)  # 10 ms each
-    assert len(backend.calls) == 1  # 0.5 s of re-drives: one step, one probe
+    assert len(backend.requests) == 1  # 0.5 s of re-drives: one step, one probe
     clock.advance(5.0)
     assert await gate.healthy()
-    assert len(backend.calls) == 2
+    assert len(backend.requests) == 2
 
 
 async def test_the_worker_probe_uses_the_lanes_buckets(proxy: tuple[Proxy, str]) -> None:

@@ -20,7 +20,7 @@ from streams.errors import (
     TransientModelError,
 )
 from streams.gateway.aimd import AIMDLimiter
-from streams.gateway.backends import ChatResult
+from streams.gateway.backends import ChatBackend, ChatRequest, ChatResult, HandlerBackend
 from streams.gateway.buckets import TokenBucket
 from streams.gateway.cache import MemoryCache
 from streams.gateway.caller import ModelCaller
@@ -119,36 +119,22 @@ def respond(action: str, messages: list[dict[str, Any]]) -> ChatResult:
     raise AssertionError(f"unknown action {action}")
 
 
-class ScriptedBackend:
-    """Plays a script of outcomes, one per call, then ``default`` (or a chooser's pick)."""
+def scripted(
+    script: Sequence[str] = (),
+    *,
+    default: str = "ok",
+    chooser: Callable[[], str] | None = None,
+) -> HandlerBackend:
+    """A provider playing a script of outcomes, one per request, then ``default`` (or a
+    chooser's pick)."""
+    actions = list(script)
 
-    def __init__(
-        self,
-        script: Sequence[str] = (),
-        *,
-        default: str = "ok",
-        chooser: Callable[[], str] | None = None,
-    ) -> None:
-        self.script = list(script)
-        self.default = default
-        self.chooser = chooser
-        self.calls: list[dict[str, Any]] = []
-
-    async def chat(
-        self, *, model: str, messages: list[dict[str, Any]], max_tokens: int, timeout: float
-    ) -> ChatResult:
-        if self.script:
-            action = self.script.pop(0)
-        elif self.chooser is not None:
-            action = self.chooser()
-        else:
-            action = self.default
-        self.calls.append({"action": action, "messages": messages, "max_tokens": max_tokens})
+    async def play(request: ChatRequest) -> ChatResult:
+        action = actions.pop(0) if actions else chooser() if chooser else default
         await asyncio.sleep(0)
-        return respond(action, messages)
+        return respond(action, request.messages)
 
-    async def close(self) -> None:
-        return None
+    return HandlerBackend(play)
 
 
 class SpyLimiter(AIMDLimiter):
@@ -164,7 +150,7 @@ class SpyLimiter(AIMDLimiter):
 
 
 def make_gateway(
-    backend: ScriptedBackend,
+    backend: ChatBackend,
     *,
     time: FakeClock | None = None,
     limiter: AIMDLimiter | None = None,
@@ -224,7 +210,7 @@ def assert_exact_cover(batch: Batch, outcome: BatchOutcome) -> None:
 
 
 async def test_success_is_one_call_with_fragments_covering_the_batch() -> None:
-    backend = ScriptedBackend()
+    backend = scripted()
     metrics = Metrics()
     gateway = make_gateway(backend, metrics=metrics)
     batch = make_batch(12)
@@ -232,7 +218,7 @@ async def test_success_is_one_call_with_fragments_covering_the_batch() -> None:
     assert outcome.calls == 1 and outcome.reviews == []
     assert {f.service for f in outcome.fragments} == {"hdfs", "yarn"}
     assert_exact_cover(batch, outcome)
-    assert backend.calls[0]["max_tokens"] >= 256
+    assert backend.requests[0].max_tokens >= 256
     assert sample(metrics, "retro_model_requests_total", lane="fast", status="ok") == 1
     assert sample(metrics, "retro_fragments_total", lane="fast") == 2
     assert sample(metrics, "retro_model_tokens_total", lane="fast", kind="prompt") == 1234
@@ -242,7 +228,7 @@ async def test_success_is_one_call_with_fragments_covering_the_batch() -> None:
 
 async def test_reported_prompt_tokens_feed_the_calibration() -> None:
     calibration = TokenCalibration()
-    gateway = make_gateway(ScriptedBackend(), calibration=calibration)
+    gateway = make_gateway(scripted(), calibration=calibration)
     batch = make_batch(12)
     await gateway.analyze(batch)
     expected = min(2.0, max(0.5, 1234 / batch.estimated_input_tokens))
@@ -255,7 +241,7 @@ async def test_reported_prompt_tokens_feed_the_calibration() -> None:
 async def test_429_then_success_retries_once_and_halves_the_limit() -> None:
     t = FakeClock()
     limiter = SpyLimiter(start=4, maximum=8, increase=0, pause_seconds=0.0)
-    backend = ScriptedBackend(["429", "ok"])
+    backend = scripted(["429", "ok"])
     metrics = Metrics()
     gateway = make_gateway(backend, time=t, limiter=limiter, metrics=metrics)
     batch = make_batch(12)
@@ -277,7 +263,7 @@ async def test_429_then_success_retries_once_and_halves_the_limit() -> None:
 
 async def test_429_without_retry_after_backs_off_with_jitter() -> None:
     t = FakeClock()
-    gateway = make_gateway(ScriptedBackend(["429-bare", "ok"]), time=t)
+    gateway = make_gateway(scripted(["429-bare", "ok"]), time=t)
     outcome = await gateway.analyze(make_batch(6))
     assert outcome.calls == 2
     assert len(t.slept) == 1 and 0.5 <= t.slept[0] <= 1.0
@@ -285,12 +271,12 @@ async def test_429_without_retry_after_backs_off_with_jitter() -> None:
 
 async def test_5xx_three_times_goes_to_review_after_three_attempts() -> None:
     t = FakeClock()
-    backend = ScriptedBackend(default="500")
+    backend = scripted(default="500")
     metrics = Metrics()
     gateway = make_gateway(backend, time=t, metrics=metrics)
     batch = make_batch(12)
     outcome = await gateway.analyze(batch)
-    assert outcome.calls == 3 == len(backend.calls)
+    assert outcome.calls == 3 == len(backend.requests)
     assert outcome.fragments == []
     assert [r.reason for r in outcome.reviews] == ["model_unavailable"]
     assert_exact_cover(batch, outcome)
@@ -302,21 +288,19 @@ async def test_5xx_three_times_goes_to_review_after_three_attempts() -> None:
 
 async def test_a_timeout_is_retried_and_counted_as_timeout() -> None:
     metrics = Metrics()
-    gateway = make_gateway(ScriptedBackend(["timeout", "ok"]), metrics=metrics)
+    gateway = make_gateway(scripted(["timeout", "ok"]), metrics=metrics)
     outcome = await gateway.analyze(make_batch(6))
     assert outcome.calls == 2 and not outcome.reviews
     assert sample(metrics, "retro_model_requests_total", lane="fast", status="timeout") == 1
 
 
 async def test_a_backend_that_hangs_is_cut_off_by_the_gateway_timeout() -> None:
-    class Hanging(ScriptedBackend):
-        async def chat(self, **kwargs: Any) -> ChatResult:
-            self.calls.append(kwargs)
-            if len(self.calls) == 1:
-                await asyncio.Event().wait()
-            return await super().chat(**kwargs)
+    async def hang_once(request: ChatRequest) -> ChatResult:
+        if len(backend.requests) == 1:
+            await asyncio.Event().wait()
+        return respond("ok", request.messages)
 
-    backend = Hanging()
+    backend = HandlerBackend(hang_once)
     gateway = make_gateway(backend)
     gateway.caller.timeout_seconds = 0.05
     outcome = await gateway.analyze(make_batch(6))
@@ -324,7 +308,7 @@ async def test_a_backend_that_hangs_is_cut_off_by_the_gateway_timeout() -> None:
 
 
 async def test_an_empty_retry_budget_sends_to_review_without_more_calls() -> None:
-    backend = ScriptedBackend(default="500")
+    backend = scripted(default="500")
     metrics = Metrics()
     budget = RetryBudget(ratio=0.0, minimum=1)
     gateway = make_gateway(backend, budget=budget, metrics=metrics)
@@ -335,20 +319,20 @@ async def test_an_empty_retry_budget_sends_to_review_without_more_calls() -> Non
     second = await gateway.analyze(make_batch(6, first_offset=100))
     assert second.calls == 1  # no retry at all now
     assert [r.reason for r in second.reviews] == ["retry_budget_exhausted"]
-    assert len(backend.calls) == 3
+    assert len(backend.requests) == 3
     assert sample(metrics, "retro_model_retry_budget_exhausted_total", lane="fast") == 2
 
 
 async def test_fresh_requests_earn_the_retries_they_may_spend() -> None:
     budget = RetryBudget(ratio=1.0, minimum=0, capacity=5)
-    backend = ScriptedBackend(["500", "ok"])
+    backend = scripted(["500", "ok"])
     outcome = await make_gateway(backend, budget=budget).analyze(make_batch(6))
     assert outcome.calls == 2 and not outcome.reviews  # the fresh request paid for its retry
     assert budget.balance == 0
 
 
 async def test_a_permanent_rejection_goes_to_review_without_retry() -> None:
-    backend = ScriptedBackend(["rejected"])
+    backend = scripted(["rejected"])
     outcome = await make_gateway(backend).analyze(make_batch(6))
     assert outcome.calls == 1
     assert [r.reason for r in outcome.reviews] == ["model_rejected"]
@@ -358,7 +342,7 @@ async def test_a_permanent_rejection_goes_to_review_without_retry() -> None:
 
 
 async def test_finish_reason_length_splits_into_two_calls_covering_everything() -> None:
-    backend = ScriptedBackend(["length"])
+    backend = scripted(["length"])
     metrics = Metrics()
     gateway = make_gateway(backend, metrics=metrics)
     batch = make_batch(12)
@@ -366,7 +350,7 @@ async def test_finish_reason_length_splits_into_two_calls_covering_everything() 
     assert outcome.calls == 3
     assert outcome.reviews == []
     assert_exact_cover(batch, outcome)
-    halves = [extract_payload(c["messages"]) for c in backend.calls[1:]]
+    halves = [extract_payload(c.messages) for c in backend.requests[1:]]
     assert sum(g["count"] for h in halves for g in h["groups"]) == 12
     assert all(sum(g["count"] for g in h["groups"]) == 6 for h in halves)
     assert sample(metrics, "retro_batch_splits_total", lane="fast", reason="truncated") == 1
@@ -374,7 +358,7 @@ async def test_finish_reason_length_splits_into_two_calls_covering_everything() 
 
 
 async def test_missing_refs_split_the_batch() -> None:
-    backend = ScriptedBackend(["missing"])
+    backend = scripted(["missing"])
     metrics = Metrics()
     gateway = make_gateway(backend, metrics=metrics)
     batch = make_batch(12)
@@ -385,7 +369,7 @@ async def test_missing_refs_split_the_batch() -> None:
 
 
 async def test_context_too_long_splits_recursively_down_to_single_records() -> None:
-    backend = ScriptedBackend(default="context")
+    backend = scripted(default="context")
     gateway = make_gateway(backend)
     batch = make_batch(4)
     outcome = await gateway.analyze(batch)
@@ -397,7 +381,7 @@ async def test_context_too_long_splits_recursively_down_to_single_records() -> N
 
 
 async def test_a_single_record_cut_at_max_tokens_goes_to_review_as_truncated() -> None:
-    backend = ScriptedBackend(["length"])
+    backend = scripted(["length"])
     outcome = await make_gateway(backend).analyze(make_batch(1))
     assert outcome.calls == 1
     assert [r.reason for r in outcome.reviews] == ["truncated"]
@@ -405,7 +389,7 @@ async def test_a_single_record_cut_at_max_tokens_goes_to_review_as_truncated() -
 
 
 async def test_a_prompt_over_the_context_is_split_before_any_call() -> None:
-    backend = ScriptedBackend()
+    backend = scripted()
     gateway = make_gateway(backend)
     gateway.context_window = 10  # nothing fits
     batch = make_batch(2)
@@ -416,7 +400,7 @@ async def test_a_prompt_over_the_context_is_split_before_any_call() -> None:
 
 
 async def test_a_tpm_bucket_too_small_for_one_batch_is_a_config_error() -> None:
-    gateway = make_gateway(ScriptedBackend(), tpm_capacity=50)
+    gateway = make_gateway(scripted(), tpm_capacity=50)
     with pytest.raises(ConfigError, match="RETRO_MODEL__TPM"):
         await gateway.analyze(make_batch(6))
 
@@ -425,21 +409,21 @@ async def test_a_tpm_bucket_too_small_for_one_batch_is_a_config_error() -> None:
 
 
 async def test_malformed_output_gets_one_repair_then_succeeds() -> None:
-    backend = ScriptedBackend(["malformed", "ok"])
+    backend = scripted(["malformed", "ok"])
     metrics = Metrics()
     batch = make_batch(12)
     outcome = await make_gateway(backend, metrics=metrics).analyze(batch)
     assert outcome.calls == 2 and outcome.reviews == []
     assert_exact_cover(batch, outcome)
-    repair = backend.calls[1]["messages"]
-    assert repair[:2] == backend.calls[0]["messages"]
+    repair = backend.requests[1].messages
+    assert repair[:2] == backend.requests[0].messages
     assert repair[2]["role"] == "assistant" and "Here is what I found" in repair[2]["content"]
     assert repair[3]["role"] == "user"
     assert sample(metrics, "retro_model_retries_total", lane="fast", reason="malformed_output") == 1
 
 
 async def test_malformed_twice_goes_to_review() -> None:
-    backend = ScriptedBackend(["malformed", "malformed", "ok"])
+    backend = scripted(["malformed", "malformed", "ok"])
     batch = make_batch(12)
     outcome = await make_gateway(backend).analyze(batch)
     assert outcome.calls == 2
@@ -449,7 +433,7 @@ async def test_malformed_twice_goes_to_review() -> None:
 
 
 async def test_an_answer_breaking_the_contract_goes_to_review_with_its_reason() -> None:
-    backend = ScriptedBackend(["unknown_ref"])
+    backend = scripted(["unknown_ref"])
     batch = make_batch(12)
     outcome = await make_gateway(backend).analyze(batch)
     assert outcome.calls == 1
@@ -461,17 +445,17 @@ async def test_an_answer_breaking_the_contract_goes_to_review_with_its_reason() 
 
 
 async def test_a_cache_hit_makes_no_call_and_covers_the_new_records() -> None:
-    backend = ScriptedBackend()
+    backend = scripted()
     metrics = Metrics()
     cache = MemoryCache(ttl_seconds=60, max_size=10)
     gateway = make_gateway(backend, cache=cache, metrics=metrics)
     first = make_batch(12)
     await gateway.analyze(first)
-    assert len(backend.calls) == 1
+    assert len(backend.requests) == 1
     # the same content at other offsets: same key, new coverage
     again = make_batch(12, first_offset=500)
     outcome = await gateway.analyze(again)
-    assert len(backend.calls) == 1
+    assert len(backend.requests) == 1
     assert outcome.calls == 0 and outcome.cache_hits == 1
     assert_exact_cover(again, outcome)
     assert Coverage.from_json(outcome.fragments[0].covered).intersection(first.coverage) == (
@@ -482,7 +466,7 @@ async def test_a_cache_hit_makes_no_call_and_covers_the_new_records() -> None:
 
 
 async def test_a_cached_answer_that_does_not_validate_is_a_miss() -> None:
-    backend = ScriptedBackend()
+    backend = scripted()
     cache = MemoryCache(ttl_seconds=60, max_size=10)
     gateway = make_gateway(backend, cache=cache)
     batch = make_batch(12)
@@ -496,7 +480,7 @@ async def test_a_cached_answer_that_does_not_validate_is_a_miss() -> None:
 
 async def test_failed_batches_are_not_cached() -> None:
     cache = MemoryCache(ttl_seconds=60, max_size=10)
-    gateway = make_gateway(ScriptedBackend(["unknown_ref"]), cache=cache)
+    gateway = make_gateway(scripted(["unknown_ref"]), cache=cache)
     await gateway.analyze(make_batch(6))
     assert len(cache) == 0
 
@@ -525,7 +509,7 @@ async def test_every_record_ends_in_exactly_one_fragment_or_review() -> None:
     fragments = splits = 0
     for seed in range(60):
         rng = random.Random(seed)
-        backend = ScriptedBackend(chooser=lambda rng=rng: rng.choice(FAULTS))
+        backend = scripted(chooser=lambda rng=rng: rng.choice(FAULTS))
         budget = RetryBudget(ratio=0.2, minimum=rng.choice([0, 2, 10]))
         cache = MemoryCache(ttl_seconds=60, max_size=100) if seed % 2 else None
         metrics = Metrics()
@@ -546,7 +530,7 @@ async def test_every_record_ends_in_exactly_one_fragment_or_review() -> None:
             assert outcome.calls <= 6 * (2 * batch.record_count - 1)
             reasons.update(r.reason for r in outcome.reviews)
             fragments += len(outcome.fragments)
-        assert sum(o.calls for o in outcomes) == len(backend.calls)
+        assert sum(o.calls for o in outcomes) == len(backend.requests)
         assert gateway.limiter.in_flight == 0
         splits += sum(
             sample(metrics, "retro_batch_splits_total", lane="fast", reason=why)
@@ -573,7 +557,7 @@ async def test_the_embedded_rules_backend_runs_the_whole_path_offline() -> None:
     )
     calibration = TokenCalibration()
     gateway = make_gateway(
-        RulesBackend(counter=counter),  # type: ignore[arg-type]
+        RulesBackend(counter=counter),
         cache=MemoryCache(ttl_seconds=60, max_size=10),
         calibration=calibration,
     )
@@ -600,21 +584,15 @@ def rollup_prompt(count: int = 28) -> list[dict[str, Any]]:
     return rollup_messages(payload, prompt_version="v1")
 
 
-class SummaryBackend:
-    """Plays a script of roll-up outcomes; the summary names the event and count it read."""
+def summaries(script: Sequence[str] = (), *, default: str = "ok") -> HandlerBackend:
+    """A provider playing a script of roll-up outcomes; the summary names the event and
+    count it read."""
+    actions = list(script)
 
-    def __init__(self, script: Sequence[str] = (), *, default: str = "ok") -> None:
-        self.script = list(script)
-        self.default = default
-        self.calls: list[dict[str, Any]] = []
-
-    async def chat(
-        self, *, model: str, messages: list[dict[str, Any]], max_tokens: int, timeout: float
-    ) -> ChatResult:
-        action = self.script.pop(0) if self.script else self.default
-        self.calls.append({"action": action, "messages": messages, "max_tokens": max_tokens})
+    async def play(request: ChatRequest) -> ChatResult:
+        action = actions.pop(0) if actions else default
         await asyncio.sleep(0)
-        incident = extract_payload(messages)["incident"]
+        incident = extract_payload(request.messages)["incident"]
         summary = json.dumps({"summary": f"{incident['event']}: {incident['count']} records."})
         if action == "ok":
             return ChatResult(summary, "stop", 300, 20)
@@ -632,19 +610,18 @@ class SummaryBackend:
             raise PermanentModelError("400 bad request", reason="model_rejected")
         raise AssertionError(f"unknown action {action}")
 
-    async def close(self) -> None:
-        return None
+    return HandlerBackend(play)
 
 
 async def test_summarize_is_one_call_within_the_limits() -> None:
-    backend = SummaryBackend()
+    backend = summaries()
     metrics = Metrics()
     limiter = SpyLimiter(start=4, maximum=8, pause_seconds=0.0)
-    gateway = make_gateway(backend, limiter=limiter, metrics=metrics)  # type: ignore[arg-type]
+    gateway = make_gateway(backend, limiter=limiter, metrics=metrics)
     tpm_before = gateway.tpm.available
     summary, reason = await gateway.summarize(rollup_prompt(), max_tokens=300)
     assert (summary, reason) == ("Disk full: 28 records.", None)
-    assert len(backend.calls) == 1 and backend.calls[0]["max_tokens"] == 300
+    assert len(backend.requests) == 1 and backend.requests[0].max_tokens == 300
     assert limiter.priorities == [0]
     assert gateway.rpm.available < 600
     assert tpm_before - gateway.tpm.available >= 300  # prompt estimate + reserved answer
@@ -656,12 +633,12 @@ async def test_summarize_is_one_call_within_the_limits() -> None:
 async def test_summarize_retries_a_429_after_its_retry_after() -> None:
     t = FakeClock()
     limiter = SpyLimiter(start=4, maximum=8, increase=0, pause_seconds=0.0)
-    backend = SummaryBackend(["429", "fenced"])
+    backend = summaries(["429", "fenced"])
     metrics = Metrics()
-    gateway = make_gateway(backend, time=t, limiter=limiter, metrics=metrics)  # type: ignore[arg-type]
+    gateway = make_gateway(backend, time=t, limiter=limiter, metrics=metrics)
     summary, reason = await gateway.summarize(rollup_prompt())
     assert (summary, reason) == ("Disk full: 28 records.", None)
-    assert len(backend.calls) == 2
+    assert len(backend.requests) == 2
     assert limiter.priorities == [0, 1] and limiter.limit == 2
     assert t.slept and t.slept[0] >= 2.0  # Retry-After honoured
     assert sample(metrics, "retro_model_retries_total", lane="fast", reason="rate_limited") == 1
@@ -669,48 +646,48 @@ async def test_summarize_retries_a_429_after_its_retry_after() -> None:
 
 async def test_summarize_never_raises_for_model_errors() -> None:
     t = FakeClock()
-    backend = SummaryBackend(default="500")
-    gateway = make_gateway(backend, time=t)  # type: ignore[arg-type]
+    backend = summaries(default="500")
+    gateway = make_gateway(backend, time=t)
     assert await gateway.summarize(rollup_prompt()) == (None, "model_unavailable")
-    assert len(backend.calls) == 3
-    rejected = make_gateway(SummaryBackend(["rejected"]))  # type: ignore[arg-type]
+    assert len(backend.requests) == 3
+    rejected = make_gateway(summaries(["rejected"]))
     assert await rejected.summarize(rollup_prompt()) == (None, "model_rejected")
-    cut = make_gateway(SummaryBackend(["length"]))  # type: ignore[arg-type]
+    cut = make_gateway(summaries(["length"]))
     assert await cut.summarize(rollup_prompt()) == (None, "truncated")
-    empty = make_gateway(SummaryBackend(default="500"), budget=RetryBudget(minimum=0, ratio=0))  # type: ignore[arg-type]
+    empty = make_gateway(summaries(default="500"), budget=RetryBudget(minimum=0, ratio=0))
     assert await empty.summarize(rollup_prompt()) == (None, "retry_budget_exhausted")
 
 
 async def test_summarize_repairs_a_malformed_answer_once() -> None:
-    backend = SummaryBackend(["malformed", "ok"])
+    backend = summaries(["malformed", "ok"])
     metrics = Metrics()
-    gateway = make_gateway(backend, metrics=metrics)  # type: ignore[arg-type]
+    gateway = make_gateway(backend, metrics=metrics)
     assert await gateway.summarize(rollup_prompt()) == ("Disk full: 28 records.", None)
-    repair = backend.calls[1]["messages"]
+    repair = backend.requests[1].messages
     assert [m["role"] for m in repair] == ["system", "user", "assistant", "user"]
     assert repair[2]["content"] == "The disk is full, I think."
     assert '"summary"' in repair[3]["content"]
     assert sample(metrics, "retro_model_retries_total", lane="fast", reason="malformed_output") == 1
 
-    twice = SummaryBackend(default="malformed")
-    gateway = make_gateway(twice)  # type: ignore[arg-type]
+    twice = summaries(default="malformed")
+    gateway = make_gateway(twice)
     assert await gateway.summarize(rollup_prompt()) == (None, "malformed_output")
-    assert len(twice.calls) == 2
+    assert len(twice.requests) == 2
 
 
 async def test_summarize_cache_hit_makes_no_call() -> None:
-    backend = SummaryBackend()
+    backend = summaries()
     metrics = Metrics()
     cache = MemoryCache(ttl_seconds=60, max_size=10)
-    gateway = make_gateway(backend, cache=cache, metrics=metrics)  # type: ignore[arg-type]
+    gateway = make_gateway(backend, cache=cache, metrics=metrics)
     first = await gateway.summarize(rollup_prompt())
     assert await gateway.summarize(rollup_prompt()) == first == ("Disk full: 28 records.", None)
-    assert len(backend.calls) == 1
+    assert len(backend.requests) == 1
     assert sample(metrics, "retro_model_cache_total", lane="fast", result="hit") == 1
     # the incident grew: another prompt, another key, a new call
     assert await gateway.summarize(rollup_prompt(count=30)) == ("Disk full: 30 records.", None)
-    assert len(backend.calls) == 2
+    assert len(backend.requests) == 2
     # a failed summary is not cached
-    failing = make_gateway(SummaryBackend(["malformed", "malformed", "ok"]), cache=cache)  # type: ignore[arg-type]
+    failing = make_gateway(summaries(["malformed", "malformed", "ok"]), cache=cache)
     assert await failing.summarize(rollup_prompt(count=31)) == (None, "malformed_output")
     assert await failing.summarize(rollup_prompt(count=31)) == ("Disk full: 31 records.", None)

@@ -5,9 +5,10 @@ from __future__ import annotations
 import pytest
 
 from streams.errors import PermanentModelError, RateLimited, TransientModelError
-from streams.gateway.backends import ChatResult
 from streams.gateway.probe import backend_probe
 from streams.gateway.reasons import TRANSIENT_REASONS, is_transient, kind_of
+
+from helpers import answers
 
 
 def test_reasons_from_exhausted_retries_are_transient_and_bad_answers_are_not() -> None:
@@ -21,23 +22,6 @@ def test_reasons_from_exhausted_retries_are_transient_and_bad_answers_are_not() 
     assert "quota_exhausted" not in TRANSIENT_REASONS  # a person must act first
 
 
-class Backend:
-    def __init__(self, error: Exception | None) -> None:
-        self.error = error
-        self.requests: list[int] = []
-
-    async def chat(self, *, model: str, messages: list, max_tokens: int,
-                   timeout: float) -> ChatResult:
-        self.requests.append(max_tokens)
-        if self.error is not None:
-            raise self.error
-        return ChatResult(content="pong", finish_reason="stop", prompt_tokens=5,
-                          completion_tokens=1)
-
-    async def close(self) -> None:
-        return None
-
-
 @pytest.mark.parametrize(("error", "healthy"), [
     (None, True),
     (PermanentModelError("400 for the tiny prompt", reason="model_rejected"), True),
@@ -47,7 +31,7 @@ class Backend:
 ])
 async def test_the_probe_is_one_small_request_healthy_when_the_provider_answers(
         error: Exception | None, healthy: bool) -> None:
-    backend = Backend(error)
+    backend = answers(error) if error is not None else answers()
     probe = backend_probe(backend, model="m", timeout_seconds=5.0)
     assert await probe() is healthy
-    assert backend.requests == [1]
+    assert [r.max_tokens for r in backend.requests] == [1]

@@ -21,7 +21,9 @@ from streams.dev.fakellm.provider import _duration
 from streams.errors import RateLimited
 from streams.gateway.aimd import AIMDLimiter
 from streams.gateway.backends import (
+    ChatRequest,
     ChatResult,
+    HandlerBackend,
     OpenAIBackend,
     parse_ratelimit,
     parse_ratelimit_reset,
@@ -32,7 +34,7 @@ from streams.gateway.caller import ModelCaller
 from streams.gateway.retry import RetryBudget
 from streams.gateway.telemetry import LaneMetrics
 
-from helpers import FakeClock
+from helpers import FakeClock, answers
 
 T = TypeVar("T")
 
@@ -195,24 +197,6 @@ async def _no_sleep(seconds: float) -> None:
 # --- the caller ----------------------------------------------------------------------
 
 
-class Scripted:
-    """Answers from a list: a ChatResult or an exception to raise."""
-
-    def __init__(self, *answers: ChatResult | Exception) -> None:
-        self.answers = deque(answers)
-        self.calls = 0
-
-    async def chat(self, **_: Any) -> ChatResult:
-        self.calls += 1
-        answer = self.answers.popleft()
-        if isinstance(answer, Exception):
-            raise answer
-        return answer
-
-    async def close(self) -> None:
-        return None
-
-
 def caller(backend: Any, t: Any, *, rpm: float = 600, follow: bool = True,
            limiter: AIMDLimiter | None = None, attempts: int = 1) -> ModelCaller:
     return ModelCaller(
@@ -238,7 +222,7 @@ MESSAGES = [{"role": "user", "content": "hi"}]
 
 async def test_an_answer_caps_the_next_calls_until_its_reset() -> None:
     t = FakeClock()
-    c = caller(Scripted(answer(1, 12.0, tokens=50_000), answer(0, 12.0), answer(5, 1.0)), t)
+    c = caller(answers(answer(1, 12.0, tokens=50_000), answer(0, 12.0), answer(5, 1.0)), t)
     for _ in range(3):
         result, _calls = await c.request(MESSAGES, prompt_tokens=10, max_tokens=10, observe=None)
         assert isinstance(result, ChatResult)
@@ -252,7 +236,7 @@ async def test_a_429s_counts_bind_until_the_wait_it_asks_for() -> None:
     t = FakeClock()
     limited = RateLimited("429", retry_after=4.0, limit="requests",
                           ratelimit={"remaining-requests": 0, "remaining-tokens": 900})
-    c = caller(Scripted(limited, answer(10)), t, attempts=2)
+    c = caller(answers(limited, answer(10)), t, attempts=2)
     result, calls = await c.request(MESSAGES, prompt_tokens=10, max_tokens=10, observe=None)
     assert isinstance(result, ChatResult) and calls == 2
     # the retry went when the 429 said (and a token refilled), not a minute later
@@ -261,7 +245,7 @@ async def test_a_429s_counts_bind_until_the_wait_it_asks_for() -> None:
 
 async def test_switched_off_the_counts_are_ignored() -> None:
     t = FakeClock()
-    c = caller(Scripted(answer(0, 30.0), answer(0, 30.0)), t, follow=False)
+    c = caller(answers(answer(0, 30.0), answer(0, 30.0)), t, follow=False)
     for _ in range(2):
         await c.request(MESSAGES, prompt_tokens=10, max_tokens=10, observe=None)
     assert t.slept == [] and c.rpm.headroom == float("inf")
@@ -323,7 +307,7 @@ class SlidingWindowProvider:
         return ({"limit-requests": self.rpm, "remaining-requests": self.rpm - used},
                 {"requests": reset})
 
-    async def chat(self, **_: Any) -> ChatResult:
+    async def answer(self, request: ChatRequest) -> ChatResult:
         await self.clock.sleep(self.network)
         self.requests += 1
         if self._used() >= self.rpm:
@@ -338,15 +322,12 @@ class SlidingWindowProvider:
         await self.clock.sleep(self.network)
         return ChatResult("{}", "stop", 10, 5, ratelimit=ratelimit, ratelimit_reset=reset)
 
-    async def close(self) -> None:
-        return None
-
 
 async def _replay(*, follow: bool, network: float) -> tuple[SlidingWindowProvider, float, int]:
     """68 calls at up to 20 at once against 60 rpm, the LiteLLM test's shape."""
     clock = VirtualTime()
     provider = SlidingWindowProvider(clock, 60, network=network, service=0.5)
-    c = caller(provider, clock, rpm=60, follow=follow, attempts=3,
+    c = caller(HandlerBackend(provider.answer), clock, rpm=60, follow=follow, attempts=3,
                limiter=AIMDLimiter(start=5, maximum=20, pause_seconds=0, clock=clock))
 
     async def one() -> bool:

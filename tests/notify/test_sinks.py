@@ -12,31 +12,25 @@ from aiohttp import web
 
 from streams.errors import ConfigError
 from streams.metrics import Metrics
-from streams.notify.sinks import HttpTransport, Reply, Sink, configured_urls
+from streams.notify.sinks import HandlerTransport, HttpTransport, Reply, Sink, configured_urls
 from streams.settings import Settings
-from tests.helpers import FakeClock, serve_post
+from tests.helpers import FakeClock, playing, serve_post
 
 
-class Handler:
+def replies(*answers: int | Reply | Exception) -> HandlerTransport:
     """A transport answering each post with the next of ``answers`` (a status, a Reply
-    or an exception), recording what was posted where."""
+    or an exception), the last again once they run out."""
+    play = playing(*answers)
 
-    def __init__(self, *answers: int | Reply | Exception) -> None:
-        self.answers = list(answers)
-        self.posts: list[tuple[str, Any]] = []
+    def answer(url: str, payload: Any) -> Reply:
+        reply = play()
+        return reply if isinstance(reply, Reply) else Reply(reply)
 
-    async def post(self, url: str, payload: Any, *, timeout: float) -> Reply:
-        self.posts.append((url, payload))
-        answer = self.answers.pop(0) if len(self.answers) > 1 else self.answers[0]
-        if isinstance(answer, Exception):
-            raise answer
-        return answer if isinstance(answer, Reply) else Reply(answer)
-
-    async def close(self) -> None:
-        pass
+    return HandlerTransport(answer)
 
 
-def sink(transport: Handler, clock: FakeClock, *, urls: tuple[str, ...] = ("http://w/1",),
+def sink(transport: HandlerTransport, clock: FakeClock, *,
+         urls: tuple[str, ...] = ("http://w/1",),
          attempts: int = 4) -> tuple[Sink, Callable[[str], float]]:
     metrics = Metrics()
     s = Sink("webhook", list(urls), metrics, transport=transport, attempts=attempts,
@@ -51,7 +45,7 @@ def sink(transport: Handler, clock: FakeClock, *, urls: tuple[str, ...] = ("http
 
 
 async def test_server_errors_are_retried_with_exponential_backoff() -> None:
-    clock, transport = FakeClock(), Handler(503, 502, 200)
+    clock, transport = FakeClock(), replies(503, 502, 200)
     s, count = sink(transport, clock)
     assert await s.send({"text": "hi"}) == "sent"
     assert clock.slept == [1.0, 2.0]  # 1 s, then 2 s (jitter 0.5 keeps the factor at 1)
@@ -60,13 +54,13 @@ async def test_server_errors_are_retried_with_exponential_backoff() -> None:
 
 async def test_a_retry_after_is_waited_and_429_is_retried() -> None:
     clock = FakeClock()
-    s, _ = sink(Handler(Reply(429, {"Retry-After": "7"}), 200), clock)
+    s, _ = sink(replies(Reply(429, {"Retry-After": "7"}), 200), clock)
     assert await s.send({}) == "sent"
     assert clock.slept == [7.0]
 
 
 async def test_a_refusal_is_not_retried() -> None:
-    clock, transport = FakeClock(), Handler(400)
+    clock, transport = FakeClock(), replies(400)
     s, count = sink(transport, clock)
     assert await s.send({}) == "rejected"
     assert len(transport.posts) == 1 and clock.slept == []
@@ -74,7 +68,7 @@ async def test_a_refusal_is_not_retried() -> None:
 
 
 async def test_connection_errors_give_up_after_the_attempts_and_count_it() -> None:
-    clock, transport = FakeClock(), Handler(aiohttp.ClientConnectionError("refused"))
+    clock, transport = FakeClock(), replies(aiohttp.ClientConnectionError("refused"))
     s, count = sink(transport, clock, attempts=3)
     assert await s.send({}) == "failed"
     assert len(transport.posts) == 3 and clock.slept == [1.0, 2.0]
@@ -83,14 +77,14 @@ async def test_connection_errors_give_up_after_the_attempts_and_count_it() -> No
 
 async def test_a_stop_between_attempts_ends_the_send() -> None:
     clock = FakeClock()
-    s, _ = sink(Handler(503), clock)
+    s, _ = sink(replies(503), clock)
     calls = iter([False, True])
     assert await s.send({}, stop=lambda: next(calls)) == "stopped"
 
 
 async def test_one_alertmanager_replica_taking_it_is_enough() -> None:
     clock = FakeClock()
-    transport = Handler(aiohttp.ClientConnectionError("down"), aiohttp.ClientConnectionError(
+    transport = replies(aiohttp.ClientConnectionError("down"), aiohttp.ClientConnectionError(
         "down"), 200)
     s, _ = sink(transport, clock, urls=("http://a", "http://b"), attempts=2)
     assert await s.send([]) == "sent"

@@ -12,7 +12,7 @@ import aiohttp
 
 from streams.metrics import Metrics
 from streams.notify.ledger import Notices
-from streams.notify.sinks import MAX_WAIT, Reply, Sink
+from streams.notify.sinks import MAX_WAIT, HandlerTransport, Reply, Sink
 from streams.notify.step import NotifyStep
 from streams.report.state.model import Report
 from streams.runtime.memory import MemoryRun, MemorySink, Part
@@ -47,24 +47,22 @@ class Ledgers:
         return [(rid, value, 0) for rid, value in self.stored.items() if 0 in partitions]
 
 
-class Receiver:
+class Receiver(HandlerTransport):
     """What a sink's endpoint received; ``gate`` holds answers back while cleared."""
 
     def __init__(self, status: int | Exception = 200) -> None:
+        super().__init__(self.answer)
         self.status = status
-        self.got: list[Any] = []
+        self.got: list[Any] = []  # the payloads it took
         self.gate = asyncio.Event()
         self.gate.set()
 
-    async def post(self, url: str, payload: Any, *, timeout: float) -> Reply:
+    async def answer(self, url: str, payload: Any) -> Reply:
         await self.gate.wait()
         if isinstance(self.status, Exception):
             raise self.status
         self.got.append(payload)
         return Reply(self.status)
-
-    async def close(self) -> None:
-        pass
 
 
 def make_step(reports: Reports, hook: Receiver, am: Receiver, *, stored: Ledgers | None = None,
