@@ -26,7 +26,7 @@ from streams.errors import (
     RetroError,
     UsageError,
 )
-from streams.kafka.log_guard import limit_repeats
+from streams.kafka.log_guard import LOG_FORMAT, limit_repeats
 from streams.settings import Settings, load_settings
 
 logger = logging.getLogger("streams")
@@ -602,7 +602,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         settings = build_settings(args)
         logging.basicConfig(level=settings.log_level.upper(), stream=sys.stderr,
-                            format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+                            format=LOG_FORMAT)
         # client chatter (subscriptions, coordinator lookups) is not for a terminal
         for noisy in ("aiokafka", "aiohttp.access"):
             logging.getLogger(noisy).setLevel(
