@@ -152,3 +152,29 @@ def test_the_checker_sees_an_import_up_the_report_floors() -> None:
     graph = {"streams.report.state.merge": {"streams.report.views.view"}}
     with pytest.raises(AssertionError, match=r"state\.merge -> streams\.report\.views\.view"):
         test_report_imports_point_down_its_floors(graph)
+
+
+# the rooms that may hold a Kafka client: kafka/ (connections, readers, lag, topics), the
+# stage runtime's loop, `retro produce`, the development tools and the command line
+KAFKA_CLIENT_ROOMS = {"kafka", "runtime", "ingest", "dev", "cli"}
+
+
+def _kafka_client_importers() -> list[str]:
+    found: set[str] = set()
+    for path in sorted(PACKAGE.rglob("*.py")):
+        module = ".".join(path.relative_to(PACKAGE.parent).with_suffix("").parts)
+        if _room(module) in KAFKA_CLIENT_ROOMS:
+            continue
+        for node in ast.walk(ast.parse(path.read_text())):
+            names = ([a.name for a in node.names] if isinstance(node, ast.Import) else
+                     [node.module or ""] if isinstance(node, ast.ImportFrom) else [])
+            if any(n == "aiokafka" or n.startswith("aiokafka.") for n in names):
+                found.add(module)
+    return sorted(found)
+
+
+def test_kafka_is_read_in_kafka_and_nowhere_above_it() -> None:
+    """The stages, the report (its store, audit, dead letters, reviews, re-drive), the
+    notifier and the worker's wiring read Kafka through streams/kafka/readers.py; none
+    of them holds a consumer of its own."""
+    assert _kafka_client_importers() == []
