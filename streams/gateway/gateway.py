@@ -21,8 +21,6 @@ from typing import Any
 
 from streams.batch.answers import parse_answer, review_for, validate_answer
 from streams.batch.prompt import (
-    MESSAGE_FRAMING_TOKENS,
-    REPLY_PRIMING_TOKENS,
     Detail,
     build_messages,
     cache_key,
@@ -44,7 +42,12 @@ from streams.gateway.buckets import TokenBucket
 from streams.gateway.cache import AnswerCache
 from streams.gateway.caller import CallFailure, ModelCaller
 from streams.gateway.retry import RetryBudget
-from streams.gateway.rollup_prompt import parse_rollup, rollup_cache_key, rollup_repair_messages
+from streams.gateway.rollup_prompt import (
+    estimate_tokens,
+    parse_rollup,
+    rollup_cache_key,
+    rollup_repair_messages,
+)
 from streams.records import BatchOutcome, Fragment, Lane
 
 logger = logging.getLogger(__name__)
@@ -135,7 +138,7 @@ class Gateway:
             cached = await self._summary_from_cache(key)
             if cached is not None:
                 return cached, None
-        estimated = prompt_tokens if prompt_tokens is not None else _estimate_tokens(messages)
+        estimated = prompt_tokens if prompt_tokens is not None else estimate_tokens(messages)
         repaired = False
         while True:
             result, _calls = await self.caller.request(
@@ -328,12 +331,6 @@ class Gateway:
             review.detail,
         )
         self.telemetry.review(review.reason)
-
-
-def _estimate_tokens(messages: list[dict[str, Any]]) -> int:
-    """An over-estimate without a tokenizer: ~3 characters per token plus chat framing."""
-    chars = sum(len(str(m.get("content") or "")) for m in messages)
-    return -(-chars // 3) + MESSAGE_FRAMING_TOKENS * len(messages) + REPLY_PRIMING_TOKENS
 
 
 def _where(covered: dict[str, list[list[int]]]) -> str:

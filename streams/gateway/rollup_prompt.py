@@ -1,6 +1,11 @@
 """The roll-up prompt: what the model is asked to summarise one incident, and how its
 answer is read. Used by ``Gateway.summarize``; the report stage builds the payload
 (``streams.report.analysis.rollup``).
+
+A roll-up prompt stays within ``ROLLUP_INPUT_TOKENS`` as ``estimate_tokens`` counts it
+(about 3 characters a token, an over-estimate): the payload builder clips every text it
+sends and sheds examples, then the least frequent templates, until it fits, so the
+prompt and its answer fit the default 8,192-token context with room to spare.
 """
 
 from __future__ import annotations
@@ -10,11 +15,17 @@ import json
 from typing import Any
 
 from streams.batch.answers import parse_answer
-from streams.batch.prompt import embed_payload, repair_messages
+from streams.batch.prompt import (
+    MESSAGE_FRAMING_TOKENS,
+    REPLY_PRIMING_TOKENS,
+    embed_payload,
+    repair_messages,
+)
 from streams.errors import MalformedOutput
 
 ROLLUP_KIND = "rollup"
 MAX_SUMMARY_CHARS = 1200
+ROLLUP_INPUT_TOKENS = 4000  # a roll-up prompt's budget, as estimate_tokens counts it
 
 # --- prompt text --------------------------------------------------------------
 # Changing any text below changes model behaviour: bump ModelSettings.prompt_version
@@ -30,9 +41,11 @@ _SYSTEM = (
     "on-call engineer. The incident arrives as JSON: what happened (event), the most "
     "likely cause, severity, affected services, how many log records and when, how they "
     "spread over minutes, the most frequent log templates with a few redacted examples, "
-    "suggested actions, and the post-mortem's judgement from the counts (judgement: "
+    "suggested actions, the post-mortem's judgement from the counts (judgement: "
     "pattern, the test behind it, calibrated severity, the anomaly's span, role, and the "
-    "suspected origin of the failure).\n"
+    "suspected origin of the failure), and the verdict of the stream's own baseline "
+    "(templates[].baseline per service, and baseline: the incidents of the day those "
+    "lines are part of).\n"
     "Answer with ONE JSON object and nothing else, exactly in this format:\n"
     + _ANSWER_FORMAT
     + "\nRules:\n"
@@ -49,6 +62,19 @@ _SYSTEM = (
     "- Say whether it is new or bursting (date it by the anomaly's span) or chronic "
     "background: pattern chronic or sporadic means the errors were there through the "
     "window, so never call them the incident's trigger or cause.\n"
+    "- A template's baseline is what the stream's own past says of that line in a "
+    "service, and outranks judgement.pattern: new (a failing line never seen before) or "
+    "departed (kind burst: far above its usual rate; thin: a usual line that thinned out "
+    "while the line before it went on, as an early return or a swallowed exception does) "
+    "with observed against expected records a minute at its strongest minute; chronic "
+    "means background present all along, never the trigger, cause or origin; usual is "
+    "within its rates; unknown had no baseline. baseline.services of kind quiet: that "
+    "service's whole volume fell.\n"
+    "- baseline.incidents (a verdict's incidents are indices into it) say where the "
+    "departures began: name that origin service and when it started and ended; with role "
+    "caller or affected these lines are its impact and the next step is at the origin; "
+    "name its trigger change when given. Lines that are only chronic or usual did not "
+    "start an incident.\n"
     "- State severity as judgement.severity when given: high or critical only for errors "
     "in several services at once or a symptom users see; one service's sporadic errors "
     "are low or medium.\n"
@@ -78,6 +104,17 @@ def rollup_messages(payload: dict[str, Any], *, prompt_version: str) -> list[dic
         {"role": "system", "content": _SYSTEM},
         {"role": "user", "content": embed_payload(_TASK, payload)},
     ]
+
+
+def estimate_tokens(messages: list[dict[str, Any]]) -> int:
+    """An over-estimate without a tokenizer: ~3 characters per token plus chat framing."""
+    chars = sum(len(str(m.get("content") or "")) for m in messages)
+    return -(-chars // 3) + MESSAGE_FRAMING_TOKENS * len(messages) + REPLY_PRIMING_TOKENS
+
+
+def rollup_prompt_tokens(payload: dict[str, Any]) -> int:
+    """What the roll-up prompt of ``payload`` costs, as ``estimate_tokens`` counts it."""
+    return estimate_tokens(rollup_messages(payload, prompt_version=""))
 
 
 def rollup_repair_messages(

@@ -187,8 +187,9 @@ def test_the_prompt_asks_for_role_pattern_and_calibrated_severity() -> None:
 
 
 def test_the_prompt_version_moved_past_the_text_before_role_and_pattern() -> None:
-    # cache keys and fragment ids carry it: answers of the v2 text are not reused
-    assert ModelSettings().prompt_version == "v3"
+    # cache keys and fragment ids carry it: answers of the v2 text are not reused (v4 gave
+    # roll-ups the baseline's verdicts, tests/report/analysis/test_verdicts.py)
+    assert ModelSettings().prompt_version not in ("v1", "v2")
 
 
 @pytest.mark.parametrize(

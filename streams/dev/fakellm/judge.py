@@ -12,7 +12,9 @@ model that follows them, on top of the offline analyzer (``streams.gateway.rules
 * severity is calibrated: high or critical stays only for errors in several services
   that overlap in time, or a symptom users see; else it is medium;
 * a roll-up answer says origin or impact, and new/burst or chronic, from the payload's
-  ``judgement`` (else from a stated cause), with the calibrated severity.
+  ``judgement`` (else from a stated cause), with the calibrated severity; where the
+  baseline's verdicts judge its lines (new, departed, chronic) or name the day incident
+  they are part of, those are said instead, as the prompt ranks them above the judgement.
 
 Pure and deterministic like the analyzer: same payload, same answer.
 """
@@ -27,7 +29,7 @@ from typing import Any
 from streams.batch.callees import named_services, same_service
 from streams.batch.prompt import Pattern, Role, state_cause, stated_cause
 from streams.gateway.rules.analyzer import SEVERITIES, analyze
-from streams.gateway.rules.rollup import summarize_incident
+from streams.gateway.rules.rollup import read_baseline, summarize_incident
 
 MIN_SPAN_MINUTES = 10.0  # a shorter input has no rate to compare with: pattern unknown
 MIN_PATTERN_RECORDS = 3  # fewer records say nothing about a pattern
@@ -171,6 +173,9 @@ def summarize(payload: dict[str, Any]) -> dict[str, str]:
     if isinstance(judgement.get("severity"), str):
         incident["severity"] = judgement["severity"]
     summary = summarize_incident({**payload, "incident": incident})["summary"]
+    baseline = read_baseline(incident)
+    if baseline.judged or baseline.origin:  # the summary says them from the baseline
+        return {"summary": summary}
     said = _role_clause(incident, judgement, stated)
     pattern = _pattern_clause(judgement, stated)
     extra = "; ".join(x for x in (said, pattern) if x)

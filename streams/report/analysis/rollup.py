@@ -16,6 +16,14 @@ spread over minutes) and what the post-mortem judged from them (``judgement``: n
 bursting vs chronic background, the suspected origin of its episode and whether this
 incident is that origin or its callers' impact, the calibrated severity), so the model
 writes the summary on the same footing as the post-mortem instead of guessing.
+
+Each template carries the verdict of the stream's own baseline in each of its services
+(``baseline``: new, departed as a burst or a thinning line with observed against expected
+records, chronic, usual), and the incident's ``baseline`` the day incidents those
+departures are part of, with their origin service, callers, start and end
+(``streams.report.analysis.verdicts`` says why the roll-up, not the batch prompt, carries
+them). Every text is clipped and the payload sheds examples, then templates, until its
+prompt fits ``ROLLUP_INPUT_TOKENS``.
 """
 
 from __future__ import annotations
@@ -27,8 +35,14 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field
 
 from streams.batch.callees import same_service
-from streams.gateway.rollup_prompt import MAX_SUMMARY_CHARS, ROLLUP_KIND
+from streams.gateway.rollup_prompt import (
+    MAX_SUMMARY_CHARS,
+    ROLLUP_INPUT_TOKENS,
+    ROLLUP_KIND,
+    rollup_prompt_tokens,
+)
 from streams.report.analysis.postmortem import PostMortem, derive
+from streams.report.analysis.verdicts import Baseline
 from streams.report.state.keys import format_time
 from streams.report.state.minutes import minute_counts
 from streams.report.state.model import Incident, Report
@@ -39,6 +53,11 @@ MAX_TEMPLATES = 5  # evidence templates in a payload, the most frequent first
 MAX_TEMPLATE_EXAMPLES = 3
 MAX_PAYLOAD_EXAMPLE_CHARS = 500  # per example: keeps a roll-up prompt at a few thousand tokens
 MAX_SUGGESTIONS = 5
+MAX_EVENT_CHARS = 200
+MAX_CAUSE_CHARS = 600
+MAX_TEMPLATE_CHARS = 300
+MAX_SUGGESTION_CHARS = 300
+MAX_WHY_CHARS = 300
 
 # --- what needs a roll-up ---------------------------------------------------------
 
@@ -65,33 +84,39 @@ def rollup_payload(
     evidence = sorted(incident.evidence, key=lambda e: (-e.count, e.template))[:MAX_TEMPLATES]
     suggestions: list[str] = []
     judgement: dict[str, Any] | None = None
+    verdicts: list[list[dict[str, Any]]] = [[] for _ in evidence]
+    baseline: dict[str, Any] | None = None
     if report is not None:
         linked = [s for s in report.suggestions if incident.key in s.incidents]
-        suggestions = [s.text for s in linked[:MAX_SUGGESTIONS]]
+        suggestions = [_cut(s.text, MAX_SUGGESTION_CHARS) for s in linked[:MAX_SUGGESTIONS]]
         pm = postmortem if postmortem is not None else _derived(report)
-        judgement = judge_incident(incident, pm) if pm is not None else None
+        if pm is not None:
+            judgement = judge_incident(incident, pm)
+            verdicts, baseline = _verdicts(report, pm, incident, [ev.template for ev in evidence])
+    templates: list[dict[str, Any]] = []
+    for ev, said in zip(evidence, verdicts, strict=True):
+        entry: dict[str, Any] = {
+            "template": _cut(ev.template, MAX_TEMPLATE_CHARS),
+            "count": ev.count,
+            "examples": [ex[:MAX_PAYLOAD_EXAMPLE_CHARS]
+                         for ex in ev.examples[:MAX_TEMPLATE_EXAMPLES]],
+        }
+        if said:
+            entry["baseline"] = said
+        templates.append(entry)
     payload: dict[str, Any] = {
         "kind": ROLLUP_KIND,
         "report": report_id,
         "incident": {
             "key": incident.key,
-            "event": incident.event,
-            "cause": incident.cause,
+            "event": _cut(incident.event, MAX_EVENT_CHARS),
+            "cause": _cut(incident.cause, MAX_CAUSE_CHARS),
             "severity": incident.severity,
             "services": list(incident.services),
             "count": incident.count,
             "first_seen": incident.first_seen,
             "last_seen": incident.last_seen,
-            "templates": [
-                {
-                    "template": ev.template,
-                    "count": ev.count,
-                    "examples": [
-                        ex[:MAX_PAYLOAD_EXAMPLE_CHARS] for ex in ev.examples[:MAX_TEMPLATE_EXAMPLES]
-                    ],
-                }
-                for ev in evidence
-            ],
+            "templates": templates,
             "suggestions": suggestions,
         },
     }
@@ -100,7 +125,29 @@ def rollup_payload(
         payload["incident"]["minutes"] = minutes
     if judgement is not None:
         payload["incident"]["judgement"] = judgement
+    if baseline is not None:
+        payload["incident"]["baseline"] = baseline
+    _fit(payload)
     return payload
+
+
+def _fit(payload: dict[str, Any]) -> None:
+    """Shed examples (the least frequent template's first), then the least frequent
+    templates, until the prompt fits ``ROLLUP_INPUT_TOKENS``; the most frequent template
+    and every verdict of the templates kept stay."""
+    templates = payload["incident"]["templates"]
+    while rollup_prompt_tokens(payload) > ROLLUP_INPUT_TOKENS:
+        shown = [t for t in reversed(templates) if t["examples"]]
+        if shown:
+            max(shown, key=lambda t: len(t["examples"]))["examples"].pop()
+        elif len(templates) > 1:
+            templates.pop()
+        else:
+            return
+
+
+def _cut(text: str, limit: int) -> str:
+    return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
 # --- what the counts and the post-mortem say ------------------------------------------
@@ -150,7 +197,7 @@ def judge_incident(incident: Incident, pm: PostMortem) -> dict[str, Any] | None:
     out["suspected_origin"] = {
         "service": origin.service,
         "first_anomaly": origin.first_seen,
-        "why": origin.reason,
+        "why": _cut(origin.reason, MAX_WHY_CHARS),
         "callers": [c for c in origin.callers if not same_service(c, origin.service)][:5],
         "logged_own_failure": origin.logged,
     }
@@ -177,6 +224,24 @@ def _derived(report: Report) -> PostMortem | None:
         pm = None
     _LAST[:] = [(report, stamp, pm)]
     return pm
+
+
+# the baseline of the last post-mortem read: every incident of one pass reads the same
+_BASELINE: list[tuple[PostMortem, Baseline]] = []
+
+
+def _verdicts(report: Report, pm: PostMortem, incident: Incident, templates: list[str]
+              ) -> tuple[list[list[dict[str, Any]]], dict[str, Any] | None]:
+    """The baseline's verdicts on ``templates`` and the incident's ``baseline`` block; none
+    if reading them fails, so a bug there costs the verdicts, never the summary."""
+    try:
+        if not (_BASELINE and _BASELINE[0][0] is pm):
+            _BASELINE[:] = [(pm, Baseline.of(report.series, pm.findings, pm.incidents))]
+        return _BASELINE[0][1].read(incident, templates)
+    except Exception:
+        logger.exception("baseline verdicts of report %s failed; roll-up without them",
+                         report.id)
+        return [[] for _ in templates], None
 
 
 # --- the message to the compactor -------------------------------------------------
