@@ -4,9 +4,10 @@ The report keeps every template's records per minute, per service (``Report.seri
 Walking its minutes in time order, each minute is judged against the minutes before
 it (at most ``BASELINE_HOURS`` back), and then joins them. The statistics, stated:
 
-* **Expected count.** A template's share of all records in its baseline minutes times
-  this minute's records: a partial minute (a file's first or last) or a load change
-  moves every template alike, so neither is a departure.
+* **Expected count.** A template's share of the stream's routine records (below WARN)
+  in its baseline minutes times this minute's routine records: a partial minute (a
+  file's first or last) or a load change moves every template alike, so neither is a
+  departure, and a surge of errors somewhere does not raise everyone's expectation.
 * **new**: a line at WARN or above that its service never wrote in the baseline, at
   least ``MIN_NEW`` times in the minute.
 * **burst**: a line at WARN or above, at least ``MIN_BURST`` records and
@@ -190,9 +191,12 @@ def find_departures(series: Mapping[str, Mapping[str, Series]]) -> Findings:
         for service, templates in folded.items() for template, s in templates.items()
     ]
     totals: dict[str, int] = {}
+    routine: dict[str, int] = {}
     for line in lines:
         for minute, n in line.minutes.items():
             totals[minute] = totals.get(minute, 0) + n
+            if not line.failing:
+                routine[minute] = routine.get(minute, 0) + n
     by_service: dict[str, list[_Line]] = {}
     for line in lines:
         by_service.setdefault(line.service, []).append(line)
@@ -204,7 +208,7 @@ def find_departures(series: Mapping[str, Mapping[str, Series]]) -> Findings:
     chronic: set[tuple[str, str]] = set()
     for i, minute in enumerate(findings.minutes):
         when = parse_minute(minute)
-        total = totals[minute]
+        total = routine.get(minute) or totals[minute]
         for line in lines:
             line.forget_before(when - horizon)
         if i % 10 == 0:

@@ -101,9 +101,9 @@ class DayIncident:
 def find_incidents(findings: Findings, changes: Sequence[Change] = ()) -> list[DayIncident]:
     """The incidents of ``findings``, most severe first (then the newest)."""
     runs: dict[str, list[list[Departure]]] = {}
-    silent = {(d.service, d.minute) for d in findings.departures if d.kind in SILENT}
+    near = _Near(findings)
     for dep in sorted(findings.departures, key=lambda d: (d.minute, d.service, d.template)):
-        target = _target(dep, findings.calls.get(dep.service, set()), silent)
+        target = near.target(dep)
         own = runs.setdefault(target, [])
         if own and _minutes_between(own[-1][-1].minute, dep.minute) <= GAP_MINUTES:
             own[-1].append(dep)
@@ -119,17 +119,39 @@ def find_incidents(findings: Findings, changes: Sequence[Change] = ()) -> list[D
 SILENT = ("thin", "quiet")
 
 
-def _target(dep: Departure, calls: set[str], silent: set[tuple[str, str]]) -> str:
-    """The service a departure speaks of: a callee its failure names, a callee that went
-    silent with it, else its own service."""
-    if dep.failing and dep.named:
-        return dep.named[0]
-    if dep.kind in SILENT:
-        near = {(c, m) for c in calls for m in _around(dep.minute)}
-        held = sorted(c for c, _ in near & silent)
-        if held:
-            return held[0]
-    return dep.service
+class _Near:
+    """What else departed within a minute of a departure: whose departure it is."""
+
+    def __init__(self, findings: Findings) -> None:
+        self.calls = findings.calls
+        self.departed: set[tuple[str, str]] = set()  # (service, minute) with own departures
+        self.silent: set[tuple[str, str]] = set()
+        self.naming: dict[tuple[str, str], set[str]] = {}  # failing lines' callees
+        for d in findings.departures:
+            self.departed.add((d.service, d.minute))
+            if d.kind in SILENT:
+                self.silent.add((d.service, d.minute))
+            if d.failing and d.named:
+                self.naming.setdefault((d.service, d.minute), set()).update(d.named)
+
+    def target(self, dep: Departure) -> str:
+        """A callee its failure names (one that departed itself first, if any); a callee
+        its service's other failures name in the same minutes (a caller's generic "500
+        Internal Server Error" beside its "timed out calling X"); a callee that went
+        silent with it; else its own service."""
+        around = _around(dep.minute)
+        if dep.failing:
+            named = dep.named or tuple(sorted(
+                {c for m in around for c in self.naming.get((dep.service, m), ())}))
+            if named:
+                moved = [c for c in named if any((c, m) in self.departed for m in around)]
+                return (moved or list(named))[0]
+        if dep.kind in SILENT:
+            held = sorted(c for c in self.calls.get(dep.service, ())
+                          if any((c, m) in self.silent for m in around))
+            if held:
+                return held[0]
+        return dep.service
 
 
 def _around(minute: str) -> list[str]:
@@ -148,9 +170,10 @@ def _incident(origin: str, run: list[Departure], changes: Sequence[Change]) -> D
             weight += dep.surprise
         else:
             weight += SILENT_WEIGHT * dep.surprise
-    # it began where its origin first departed; callers may have suffered a little before
-    # (a quiet minute of theirs is near, not proof), or all alone when it logged nothing
-    own = [d.minute for d in run if d.service == origin]
+    # it began at its origin's first own failure: a caller's quiet minute just before is
+    # near, not proof; without a failure of its own (slow, crashed silently), at the
+    # first departure that spoke of it
+    own = [d.minute for d in run if d.service == origin and d.failing]
     start, last = (own or [run[0].minute])[0], run[-1].minute
     ranked = sorted(run, key=lambda d: (d.service != origin, not d.failing, -d.surprise,
                                         d.minute, d.template))

@@ -121,3 +121,31 @@ def test_incidents_apart_in_time_stay_apart() -> None:
     incidents = find_incidents(find_departures(series))
     assert sorted(i.started for i in incidents) == [
         "2026-11-29T10:10:00Z", "2026-11-29T10:40:00Z"]
+
+
+def test_a_callers_generic_error_beside_its_named_timeouts_points_at_the_callee() -> None:
+    series = background()
+    late = {m: 8 for m in HOUR[40:44]}
+    series["api"]["Read timed out calling <*>"] = Series(level="ERROR", minutes=late,
+                                                        named={"db": 32})
+    series["api"]["Request <UUID> failed: 500 Internal Server Error"] = Series(
+        level="ERROR", minutes=late)
+    (incident,) = find_incidents(find_departures(series))
+    assert (incident.origin, incident.callers) == ("db", ["api"])
+    # db logged no failure of its own: it began when its callers first spoke of it
+    assert incident.started == "2026-11-29T10:40:00Z"
+
+
+def test_a_caller_that_goes_quiet_with_its_callee_is_its_impact() -> None:
+    series = background()
+    # the rest of the system goes on: a whole stream falling at once is a partial minute
+    series["web"] = {"page served": Series(level="INFO", minutes=steady(100))}
+    series["api"]["GET /orders done"] = Series(
+        level="INFO", minutes={**steady(40), **{m: 2 for m in HOUR[45:48]}})
+    series["db"]["query ok"] = Series(
+        level="INFO", minutes={**steady(30), **{m: 1 for m in HOUR[45:48]}})
+    # api's lines named db once (a chronic retry): that is how the logs show who calls whom
+    series["api"]["retry against db"] = Series(level="WARN", minutes=steady(1),
+                                               named={"db": 60})
+    incidents = find_incidents(find_departures(series))
+    assert [(i.origin, i.callers) for i in incidents] == [("db", ["api"])]
