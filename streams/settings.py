@@ -367,6 +367,9 @@ class NotifySettings(BaseModel):
     # an incident is ended once the logs have shown its end this long: a report composed
     # of shares at different positions can look ended for a moment while one catches up
     end_after_seconds: float = Field(60.0, ge=0.0)
+    # an incident has ended once the report's records go on this long past its last
+    # departure from the baseline (then end_after_seconds applies as well)
+    resolve_after_minutes: float = Field(5.0, ge=0.0)
     timeout_seconds: Seconds = 10.0  # per HTTP request
     max_attempts: PositiveInt = 5  # per send, with backoff; then it waits for the next round
     backoff_base_seconds: float = Field(1.0, ge=0.0)  # 1, 2, 4, 8 s with jitter

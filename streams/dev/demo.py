@@ -32,7 +32,7 @@ from streams.kafka.connect import check_reachable
 from streams.kafka.readers import read_topic
 from streams.kafka.topics import ensure_topics
 from streams.notify.incidents import alerts_for
-from streams.notify.ledger import Notices
+from streams.notify.ledger import Notices, recognised
 from streams.notify.sinks import configured_urls
 from streams.notify.step import latest_windows, window_over
 from streams.report.analysis.rollup import needs_rollup
@@ -286,7 +286,9 @@ async def _notified(settings: Settings, sinks: list[str], *, wait_seconds: float
              if w >= SEVERITY_WEIGHT[settings.notify.min_severity]}
     now = datetime.now(UTC)
     wanted = [a for rid in ids
-              for a in alerts_for(reports[rid], closed=window_over(reports[rid], latest, now))
+              for a in alerts_for(
+                  reports[rid], closed=window_over(reports[rid], latest, now),
+                  resolve_after_minutes=settings.notify.resolve_after_minutes)
               if a.severity in worth and not a.closed]
     deadline = time.monotonic() + wait_seconds
     while True:
@@ -296,8 +298,8 @@ async def _notified(settings: Settings, sinks: list[str], *, wait_seconds: float
                 latest_ledgers[key.decode()] = Notices.from_bytes(value)
         entries = [e for n in latest_ledgers.values() for e in n.entries]
         owed = sum(e.owed(s) for e in entries for s in sinks)
-        told = all(any(set(e.keys) & set(a.keys) and e.open != a.ended for e in entries)
-                   for a in wanted)
+        told = all(any(e.open != a.ended for e in own)
+                   for a, own in zip(wanted, recognised(entries, wanted), strict=True))
         if (told and not owed) or time.monotonic() >= deadline:
             break
         await asyncio.sleep(1.0)

@@ -1,11 +1,16 @@
-"""What a report says the on-call should know: its incidents, as the post-mortem sees them.
+"""What a report says the on-call should know: its incidents, one alert each.
 
-An incident here is a post-mortem episode (``streams.report.analysis.postmortem``) of medium or
-worse: causes that overlap in time, judged against their own baseline, with their
-suspected origin. Routine traffic, chronic noise and change events are not incidents,
-so they never page anyone. Everything an alert says is built from the episode's titles,
-services, times and counts, redacted once more on the way out: never from a log line
-(the evidence examples stay in the report).
+An incident here is one of the report's incidents of the day
+(``streams.report.analysis.incidents.DayIncident``, the post-mortem's ``incidents``): a
+run of departures from the stream's own baseline, with the service where it began
+(its origin), the callers whose failures named it, when it started and the evidence.
+Chronic noise, routine traffic and change events are no departure, so they page
+nobody. An incident has **ended** once the report's records go on
+``resolve_after_minutes`` past its last departure, or its report's window is over.
+
+Everything an alert says is built from the incident's services, times, counts and
+line templates (the mined form of a line, its values masked), redacted once more on
+the way out and cut short: never from a log line (the examples stay in the report).
 """
 
 from __future__ import annotations
@@ -14,14 +19,17 @@ from dataclasses import dataclass
 
 from streams.records import Severity
 from streams.redact import Redactor
-from streams.report.analysis.causes import Cause
-from streams.report.analysis.postmortem import EPISODE_GAP_S, Episode, derive, origin_title
+from streams.report.analysis.departures import Departure
+from streams.report.analysis.incidents import DayIncident
+from streams.report.analysis.postmortem import derive
 from streams.report.state.keys import parse_time
-from streams.report.state.model import SEVERITY_WEIGHT, Report
+from streams.report.state.model import Report
 from streams.report.state.wording import clip, name_list
 
 MAX_TEXT = 300  # characters of a title or summary sent out
-FAILING = SEVERITY_WEIGHT["medium"]  # a cause this severe identifies its episode
+MAX_EVIDENCE = 3  # evidence lines an alert carries
+MAX_TEMPLATE = 100  # characters of a line template in a piece of evidence
+RESOLVE_AFTER_MINUTES = 5.0  # RETRO_NOTIFY__RESOLVE_AFTER_MINUTES by default
 
 
 @dataclass(frozen=True, slots=True)
@@ -29,72 +37,66 @@ class Alert:
     """One incident of one report version, as it would be notified."""
 
     report_id: str
-    keys: tuple[str, ...]  # report incident keys of its failing causes, root cause first
-    service: str  # the suspected origin, else the service of its main cause
-    severity: Severity  # its worst cause
+    service: str  # the incident's origin
+    severity: Severity
+    started: str  # the minute of its first departure (ISO-8601 UTC)
+    last_seen: str  # the end of the minute of its last departure
     title: str
-    summary: str  # one sentence
-    origin: str | None  # "<service>, first anomaly at <time>" when the post-mortem names one
-    first_seen: str | None
-    last_seen: str | None
-    ended: bool  # the logs show it ended, or its report's window is over
+    summary: str  # one sentence: origin, start, callers, trigger
+    callers: tuple[str, ...] = ()  # services whose failures named the origin
+    services: tuple[str, ...] = ()  # every service that departed in it
+    evidence: tuple[str, ...] = ()  # the strongest departures, worded, redacted
+    ended: bool = False  # the report's records went on past it, or its window is over
     closed: bool = False  # its window is over: a later one began and this one stopped growing
 
+    def overlaps(self, first_seen: str, last_seen: str) -> bool:
+        """Whether it shares a minute with the span ``first_seen``..``last_seen``."""
+        return self.started < last_seen and first_seen < self.last_seen
 
-def alerts_for(report: Report, *, redactor: Redactor | None = None,
-               closed: bool = False) -> list[Alert]:
-    """The incidents of ``report``, most significant first. ``closed``: its window is
-    over, so whatever was ongoing here goes on (if at all) in the next one."""
-    pm = derive(report)
+
+def alerts_for(report: Report, *, redactor: Redactor | None = None, closed: bool = False,
+               resolve_after_minutes: float = RESOLVE_AFTER_MINUTES) -> list[Alert]:
+    """The incidents of ``report``, most severe first. ``closed``: its window is over,
+    so whatever was ongoing here goes on (if at all) in the next one."""
     redactor = redactor or Redactor()
-    out = []
-    for ep in pm.episodes:
-        failing = [c for c in ep.causes if SEVERITY_WEIGHT.get(c.severity, 1) >= FAILING]
-        if not failing:
-            continue
-        keys = tuple(dict.fromkeys(k for c in failing for k in c.keys))
-        worst = max(failing, key=lambda c: SEVERITY_WEIGHT.get(c.severity, 1))
-        top = ep.top
-        service = ep.origin.service if ep.origin is not None else _lead_service(top, ep)
-        origin = None
-        if ep.origin is not None:
-            origin = f"{ep.origin.service}, first anomaly at {ep.origin.first_seen or 'unknown'}"
-        out.append(Alert(
-            report_id=report.id, keys=keys, service=service,
-            severity=worst.severity,  # type: ignore[arg-type]
-            title=_safe(origin_title(ep, ep.origin) if ep.origin is not None
-                        else f"{top.title} in {name_list(top.services, 2)}", redactor),
-            summary=_safe(_sentence(ep, top), redactor),
-            origin=_safe(origin, redactor) if origin else None,
-            first_seen=ep.first_seen, last_seen=ep.last_seen,
-            ended=closed or _ended(ep, report.last_seen), closed=closed))
-    return out
+    return [_alert(report, inc, redactor, closed=closed,
+                   resolved=_resolved(inc, report.last_seen, resolve_after_minutes))
+            for inc in derive(report).incidents]
 
 
-def _lead_service(top: Cause, ep: Episode) -> str:
-    services = top.services or ep.services
-    return services[0] if services else "unknown"
+def _alert(report: Report, inc: DayIncident, redactor: Redactor, *, closed: bool,
+           resolved: bool) -> Alert:
+    return Alert(
+        report_id=report.id, service=inc.origin, severity=inc.severity,
+        started=inc.started, last_seen=inc.ended,
+        title=_safe(inc.title, redactor), summary=_safe(_sentence(inc), redactor),
+        callers=tuple(inc.callers), services=tuple(inc.services),
+        evidence=tuple(_safe(_evidence(d), redactor) for d in inc.evidence[:MAX_EVIDENCE]),
+        ended=closed or resolved, closed=closed)
 
 
-def _sentence(ep: Episode, top: Cause) -> str:
-    """The episode in numbers, as the post-mortem's first summary sentence puts it (a
-    roll-up speaks of one cause only, so the episode's own words are used)."""
-    errors = sum(c.count for c in ep.causes if SEVERITY_WEIGHT.get(c.severity, 1) >= FAILING)
-    services = ep.services
-    return (f"From {ep.first_seen or 'an unknown time'} to {ep.last_seen or 'now'}, "
-            f"{len(services)} service(s) failed ({name_list(services, 3)}): {top.title} "
-            f"({top.severity}), with {errors:,} error records in {len(ep.causes)} related "
-            f"cause(s).")
+def _sentence(inc: DayIncident) -> str:
+    callers = (f"; {name_list(inc.callers, 3)} failed calling it" if inc.callers
+               else "; no caller reported it")
+    trigger = (f"; likely trigger: a change in {inc.trigger.service} at {inc.trigger.time} "
+               f"({clip(inc.trigger.text, 80)})" if inc.trigger is not None else "")
+    return (f"{inc.origin} departed from its baseline from {inc.started} to {inc.ended} "
+            f"({inc.departures} departure(s) in {name_list(inc.services, 3)}){callers}"
+            f"{trigger}.")
 
 
-def _ended(ep: Episode, report_last_seen: str | None) -> bool:
-    """The post-mortem's rule: the report's records go on past the episode's last
-    error by more than the gap that would still join a cause to it."""
-    last, end = parse_time(ep.last_seen), parse_time(report_last_seen)
-    return last is not None and end is not None and (end - last).total_seconds() > EPISODE_GAP_S
+def _evidence(dep: Departure) -> str:
+    return f"{dep.service}: {clip(dep.template, MAX_TEMPLATE)} ({dep.describe()})"
+
+
+def _resolved(inc: DayIncident, report_last_seen: str | None, after_minutes: float) -> bool:
+    """The report's records go on ``after_minutes`` past the incident's last departure."""
+    end, last = parse_time(inc.ended), parse_time(report_last_seen)
+    return end is not None and last is not None and (
+        (last - end).total_seconds() >= after_minutes * 60)
 
 
 def _safe(text: str, redactor: Redactor) -> str:
-    """One line, redacted and cut: a title can carry a template of a log line."""
+    """One line, redacted and cut: a title or template can carry a piece of a log line."""
     redacted, _ = redactor.redact(" ".join(text.split()))
     return clip(redacted, MAX_TEXT)

@@ -1,12 +1,13 @@
 """What is sent: Alertmanager alerts (API v2) and Slack-compatible chat messages.
 
 Alertmanager identifies an alert by its label set, so the labels are the ledger's
-stable ones: ``alertname="RetroIncident"``, the report, the incident id, the service it
-opened with and a severity. An escalation is a new severity and so a new label set, as
-Prometheus rules with tiered severities have it: the lower one is ended at the
-escalation, the higher one is active. An open incident is posted with ``endsAt`` a few
-refreshes ahead, an ended one with ``endsAt`` at its end; posting either again is a
-no-op for Alertmanager.
+stable ones, few and of low cardinality: ``alertname="RetroIncident"``, the report, the
+incident id, the service it began in (its origin when it opened) and a severity;
+callers, times, titles and evidence are annotations. An escalation to a higher
+severity is a new label set, as Prometheus rules with tiered severities have it: the
+lower one is ended at the escalation, the higher one is active. An open incident is
+posted with ``endsAt`` a few refreshes ahead, an ended one with ``endsAt`` at its end;
+posting either again is a no-op for Alertmanager.
 """
 
 from __future__ import annotations
@@ -55,10 +56,10 @@ def alertmanager_alerts(entry: Entry, *, link: str, now: datetime,
             ends = last.at
         starts = _earliest(first.first_seen, first.at, ends)
         annotations = {"summary": last.summary, "title": last.title,
+                       "origin": last.origin or entry.service,
+                       "callers": ", ".join(last.callers),
                        "first_seen": last.first_seen or "", "last_seen": last.last_seen or "",
-                       "report_url": link}
-        if last.origin:
-            annotations["origin"] = last.origin
+                       "evidence": "\n".join(last.evidence), "report_url": link}
         out.append({"labels": labels(entry, severity), "annotations": annotations,
                     "startsAt": starts, "endsAt": ends, "generatorURL": link})
     return out
@@ -78,28 +79,37 @@ def _earliest(*times: str | None) -> str:
 
 def webhook_message(entry: Entry, n: int, *, link: str) -> dict[str, Any]:
     """The chat message of the incident's ``n``-th change, as Slack's incoming webhooks
-    take it (``text`` with ``<url|label>`` links; Mattermost reads the same)."""
+    take it (``text`` with ``<url|label>`` links; Mattermost reads the same): what
+    changed, its origin, callers and start, and the evidence."""
     change = entry.changes[n]
-    before = entry.changes[n - 1].severity if n else None
+    before = entry.changes[n - 1] if n else None
     lines = [f"[retro] Incident {_verb(change, before)}: {_esc(change.title)}",
              _esc(change.summary)]
-    if change.origin and change.kind != "ended":
-        lines.append(f"Suspected origin: {_esc(change.origin)}.")
+    if change.kind != "ended":
+        callers = ", ".join(change.callers) or "none reported"
+        lines.append(f"Origin: {_esc(change.origin or entry.service)}, since "
+                     f"{change.first_seen or 'unknown'}. Callers failing: {_esc(callers)}.")
+        lines += [f"- {_esc(e)}" for e in change.evidence]
     lines.append(f"<{link}|Post-mortem {_esc(entry.report_id)}> (incident {_esc(entry.id)}, "
                  f"service {_esc(entry.service)})")
     return {"text": "\n".join(lines)}
 
 
-def _verb(change: Change, before: str | None) -> str:
+def _verb(change: Change, before: Change | None) -> str:
     if change.kind == "opened":
         return f"opened ({change.severity})"
     if change.kind == "escalated":
-        return f"escalated {before} -> {change.severity}"
+        if before is not None and before.severity != change.severity:
+            return f"escalated {before.severity} -> {change.severity}"
+        new = sorted(set(change.callers) - set(before.callers if before else ()))
+        return f"escalated ({change.severity}, more callers failing: {', '.join(new)})"
     if change.why == "gone":
         return "ended (no longer an incident in the logs)"
+    if change.why == "merged":
+        return "ended (merged into another incident)"
     if change.why == "window closed":
         return "ended with its report window (it goes on in the next window, if at all)"
-    return f"ended (last error at {change.last_seen or 'unknown'})"
+    return f"ended (last departure at {change.last_seen or 'unknown'})"
 
 
 def _esc(text: str) -> str:

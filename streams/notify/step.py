@@ -9,15 +9,15 @@ send in hand and records it, so the next owner knows what was said.
 
 A report is composed of shares that other members compact, so the notifier reads the
 composed reports a follower of the reports topic holds (the one the HTTP views use).
-On each new version, and every second meanwhile, it plans: ``alerts_for`` the report,
-``Planner.plan`` against the ledger, and any change decided is written to the ledger
-before it is sent (so a restart sends it, never forgets it). Sends run off that path:
-each sink has a bounded queue and a task of its own, so a slow or failing sink never
-holds the reports, the ledger or the other sink back; a full queue drops the send and
-counts it, and the next round queues it again, as the ledger still owes it. Once a sink
-takes a change its count in the ledger moves on, so a re-read, a restart or a new owner
-does not send it twice; only a crash between a sink's answer and that record repeats
-the one change in flight.
+On each new version, and every second meanwhile, it plans: ``alerts_for`` the report
+(its incidents of the day, one alert each), ``Planner.plan`` against the ledger, and
+any change decided is written to the ledger before it is sent (so a restart sends it,
+never forgets it). Sends run off that path: each sink has a bounded queue and a task
+of its own, so a slow or failing sink never holds the reports, the ledger or the other
+sink back; a full queue drops the send and counts it, and the next round queues it
+again, as the ledger still owes it. Once a sink takes a change its count in the ledger
+moves on, so a re-read, a restart or a new owner does not send it twice; only a crash
+between a sink's answer and that record repeats the one change in flight.
 """
 
 from __future__ import annotations
@@ -256,7 +256,9 @@ class NotifyStep(Step):
         if held is not None and held[0] == revision:
             return held[1]
         try:
-            alerts = alerts_for(report, redactor=self.redactor, closed=closed)
+            alerts = alerts_for(
+                report, redactor=self.redactor, closed=closed,
+                resolve_after_minutes=self.settings.notify.resolve_after_minutes)
         except Exception:  # one unreadable report must not silence the others
             logger.exception("notify: the incidents of report %s could not be derived", rid)
             alerts = []

@@ -1,13 +1,16 @@
-"""Incidents reach a real Alertmanager and a chat webhook, each change once.
+"""Incidents reach a real Alertmanager and a chat webhook: one page per incident, each
+change once.
 
 The workload is a generated fault (``streams.dev.faults``, crash seed 1): a service
 starts throwing at T and its callers fail on it; the offline rules model writes the
-fragments. Its logs are produced in three slices, so the report says what the on-call
-would have seen live: first the failing service's own errors up to T+2 min (its callers'
-logs lag behind: an incident of medium severity), then everything up to T+12 min (the
-callers fail too: high, or critical when a batch holds enough of their errors), then
-its end and 25 quiet minutes. Workers are killed and restarted between slices; what
-reached Alertmanager and the webhook is then counted.
+fragments, and the report's incidents of the day come from its series. Its logs are
+produced in three slices, so the report says what the on-call would have seen live:
+first the failing service's own errors up to T+2 min (its callers' logs lag behind:
+an incident of medium severity), then everything up to T+12 min (the callers fail
+too: the incident escalates; callers' errors that do not name it are incidents of
+their own), then its end and 25 quiet minutes. Workers are
+killed and restarted between slices, and the report's versions split and join its
+runs as the batches come; what reached Alertmanager and the webhook is then counted.
 """
 
 from __future__ import annotations
@@ -94,6 +97,24 @@ def _ledger(p) -> dict[str, Any]:
     return asyncio.run(read())
 
 
+def _one_page_each(ledger: dict[str, Any]) -> None:
+    """Every incident of the ledger opened once and ended once, and none of them paged
+    twice: two entries of one origin never share a minute, unless one ended merged into
+    the other."""
+    entries = ledger["entries"]
+    assert entries, ledger
+    for entry in entries:
+        kinds = [c["kind"] for c in entry["changes"]]
+        assert kinds[0] == "opened" and kinds.count("opened") == 1, entry
+        assert kinds[-1] == "ended" and kinds.count("ended") == 1, entry
+    for a in entries:
+        for b in entries:
+            if a["id"] < b["id"] and a["service"] == b["service"] and "merged" not in (
+                    a["changes"][-1]["why"], b["changes"][-1]["why"]):
+                assert a["last_seen"] <= b["first_seen"] or b["last_seen"] <= a["first_seen"], (
+                    a, b)
+
+
 def _ledger_loaded(p, since: int) -> bool:
     """A worker started after ``since`` log lines has loaded the ledgers it owns."""
     return p.worker_logs().count("notify: loaded the ledgers") > since
@@ -156,17 +177,24 @@ def test_an_incident_is_one_alertmanager_alert_through_a_restart_until_it_ends(
         p.retro("produce", "--quiet", *slices[0])
         worker = p.start_worker()
 
-        [alert] = wait_until(lambda: _active(am), timeout=90, interval=0.5,
+        def followed() -> list[dict[str, Any]]:  # the incident of the failing service
+            return [a for a in _active(am) if case.truth.service in a["labels"]["service"]]
+
+        [alert] = wait_until(followed, timeout=90, interval=0.5,
                              what=f"an active alert\n{p.worker_logs()}")
         link = f"http://127.0.0.1:{p.web_port}/view/{REPORT}"
         labels = alert["labels"]
+        # few labels, of low cardinality: the incident, its origin, its severity
+        assert set(labels) == {"alertname", "report", "incident", "service", "severity"}
         assert {k: labels[k] for k in ("alertname", "report", "severity")} == {
             "alertname": "RetroIncident", "report": REPORT, "severity": "medium"}
-        assert case.truth.service in labels["service"]  # the suspected origin
-        assert labels["incident"] and alert["generatorURL"] == link
-        assert alert["annotations"]["report_url"] == link
-        assert case.truth.service in alert["annotations"]["origin"]
-        assert alert["startsAt"].startswith(case.truth.time.strftime("%Y-%m-%dT%H:%M"))
+        started = case.truth.time.strftime("%Y-%m-%dT%H:%M")
+        assert labels["incident"] == f"{labels['service']}@{started}"
+        assert alert["generatorURL"] == link and alert["annotations"]["report_url"] == link
+        assert alert["annotations"]["origin"] == labels["service"]
+        assert alert["annotations"]["first_seen"].startswith(started)
+        assert alert["annotations"]["evidence"]
+        assert alert["startsAt"].startswith(started)
         assert [r["name"] for r in alert["receivers"]] == ["retro-oncall"]  # the doc's route
         with urllib.request.urlopen(link, timeout=5) as page:  # the link opens the report
             assert page.status == 200 and "Post-mortem" in page.read().decode()
@@ -176,17 +204,16 @@ def test_an_incident_is_one_alertmanager_alert_through_a_restart_until_it_ends(
         p.kill(worker, signal.SIGKILL)
         p.start_worker()
         wait_until(lambda: _ledger_loaded(p, loaded), timeout=60, what="the ledger loaded")
-        wait_until(lambda: _active(am)[0]["updatedAt"] != alert["updatedAt"], timeout=30,
+        wait_until(lambda: followed()[0]["updatedAt"] != alert["updatedAt"], timeout=30,
                    interval=0.5, what="the restarted worker's post")
-        [again] = _active(am)
+        [again] = followed()
         assert again["fingerprint"] == alert["fingerprint"]
 
         p.retro("produce", "--quiet", *slices[1])
 
         def worse() -> list[dict[str, Any]] | None:
             # this incident's alerts once its medium label set has ended and a higher one is
-            # active; under load the batches may also open another incident, which is not
-            # the one followed here
+            # active; the callers' failures may be incidents of their own, not followed here
             mine = [a for a in _active(am) if a["labels"]["incident"] == labels["incident"]]
             return mine if len(mine) == 1 and mine[0]["labels"]["severity"] != "medium" else None
 
@@ -201,10 +228,13 @@ def test_an_incident_is_one_alertmanager_alert_through_a_restart_until_it_ends(
         wait_until(lambda: not _active(am), timeout=60, interval=0.5, what="the end")
         # ended by the worker, not lapsed: open alerts are posted 4 x 30 s ahead
         assert time.monotonic() - began < 100
-        [entry] = [e for e in _ledger(p)["entries"] if e["id"] == labels["incident"]]
+        ledger = _ledger(p)
+        _one_page_each(ledger)
+        [entry] = [e for e in ledger["entries"] if e["id"] == labels["incident"]]
         kinds = [c["kind"] for c in entry["changes"]]
-        assert kinds[0] == "opened" and kinds[-1] == "ended" and "escalated" in kinds
-        assert entry["delivered"]["alertmanager"] == len(kinds)
+        assert "escalated" in kinds and entry["changes"][-1]["why"] == "resolved"
+        for e in ledger["entries"]:
+            assert e["delivered"]["alertmanager"] == len(e["changes"])
 
 
 # ---------------------------------------------------------------- chat webhook
@@ -250,12 +280,16 @@ class Receiver:
         self._loop.call_soon_threadsafe(self._loop.stop)
         self._thread.join(10)
 
-    def said(self) -> list[str]:
-        """Each message as '<verb>' ('opened', 'escalated', 'ended')."""
-        return [m.split(" ")[2] for m in self.messages]
+    def said(self) -> list[tuple[str, str]]:
+        """Each message as (incident id, '<verb>'): 'opened', 'escalated', 'ended'."""
+        return [(m.split("(incident ")[-1].split(",")[0], m.split(" ")[2])
+                for m in self.messages]
+
+    def verbs(self, incident: str) -> list[str]:
+        return [verb for i, verb in self.said() if i == incident]
 
 
-def test_webhook_open_escalate_end_each_once_through_kills_and_rereads(
+def test_webhook_one_page_per_incident_each_change_once_through_kills_and_rereads(
         pipeline_factory, tmp_path: Path, wait_until) -> None:
     case, slices = _slices(tmp_path)
     with Receiver() as hook:
@@ -264,8 +298,10 @@ def test_webhook_open_escalate_end_each_once_through_kills_and_rereads(
         p = pipeline_factory(**_env(RETRO_NOTIFY__WEBHOOK_URL_FILE=str(url_file)))
         p.retro("produce", "--quiet", *slices[0])
         first = p.start_worker()
-        wait_until(lambda: hook.said() == ["opened"], timeout=90, interval=0.3,
-                   what=f"the open message\n{p.worker_logs()}")
+        wait_until(lambda: [v for _, v in hook.said()] == ["opened"], timeout=90,
+                   interval=0.3, what=f"the open message\n{p.worker_logs()}")
+        [(incident, _)] = hook.said()  # the failing service's own errors, alone so far
+        assert case.truth.service in incident, hook.messages  # its origin, at its start
         # killed once the message is recorded as sent; the ledger says so
         wait_until(lambda: _ledger(p).get("entries", [{}])[0].get("delivered"), timeout=30,
                    what="the delivery recorded")
@@ -276,11 +312,16 @@ def test_webhook_open_escalate_end_each_once_through_kills_and_rereads(
         ports = [p.web_port, free_port()]
         workers = [p.start_worker(RETRO_WEB_PORT=str(port), RETRO_STATE_DIR=str(tmp_path / f"w{i}"))
                    for i, port in enumerate(ports)]
-        wait_until(lambda: "escalated" in hook.said(), timeout=90, interval=0.3,
+        wait_until(lambda: "escalated" in hook.verbs(incident), timeout=90, interval=0.3,
                    what=f"the escalation\n{p.worker_logs()}")
         p.retro("produce", "--quiet", *slices[2])
-        wait_until(lambda: "ended" in hook.said(), timeout=90, interval=0.3,
-                   what=f"the end\n{p.worker_logs()}")
+
+        def all_ended() -> bool:
+            said = hook.said()
+            return all((i, "ended") in said for i, verb in said if verb == "opened")
+
+        wait_until(lambda: "ended" in hook.verbs(incident) and all_ended(), timeout=90,
+                   interval=0.3, what=f"the ends\n{p.worker_logs()}")
 
         # everything read again by a fresh worker: reports, ledger, the same versions
         for worker in workers:
@@ -289,22 +330,27 @@ def test_webhook_open_escalate_end_each_once_through_kills_and_rereads(
         p.start_worker()
         wait_until(lambda: _ledger_loaded(p, loaded), timeout=60, what="the ledger re-read")
         time.sleep(5)  # several planning rounds over every report version
-        said = hook.said()
-        assert said[0] == "opened" and said[-1] == "ended", hook.messages
-        assert said.count("opened") == 1 and said.count("ended") == 1, hook.messages
-        # one escalation per severity reached, rising: medium -> high [-> critical]
-        rises = [re.search(r"escalated (\w+) -> (\w+):", m).groups() for m in hook.messages
-                 if " escalated " in m]
-        assert rises and said[1:-1] == ["escalated"] * len(rises), hook.messages
-        assert [a for a, _ in rises] == ["medium", *(b for _, b in rises[:-1])]
+        # one page per incident: each opened once, ended once, nothing said twice
+        for i in {i for i, _ in hook.said()}:
+            verbs = hook.verbs(i)
+            assert verbs[0] == "opened" and verbs[-1] == "ended", hook.messages
+            assert verbs.count("opened") == 1 and verbs.count("ended") == 1, hook.messages
+        _one_page_each(_ledger(p))
+        mine = [m for m in hook.messages if f"(incident {incident}," in m]
+        # the followed incident escalated once per severity reached, rising:
+        # medium -> high [-> critical]
+        rises = [re.search(r"escalated (\w+) -> (\w+):", m).groups() for m in mine
+                 if re.search(r"escalated \w+ -> ", m)]
+        assert rises and [a for a, _ in rises] == ["medium", *(b for _, b in rises[:-1])]
         assert [b for _, b in rises] in (["high"], ["critical"], ["high", "critical"])
         # the re-reading worker sent nothing
         assert _metric(p.web_port, "retro_notifications_total",
                        'sink="webhook",outcome="sent"') == 0
-        opened, ended = hook.messages[0], hook.messages[-1]
-        assert "opened (medium)" in opened and "last error at" in ended
-        incident = re.search(r"\(incident (\S+),", opened)
-        assert incident and all(f"(incident {incident[1]}," in m for m in hook.messages)
+        opened, ended = mine[0], mine[-1]
+        assert "opened (medium)" in opened and "last departure at" in ended
+        origin = re.search(r"^Origin: (\S+), since (\S+)\. Callers failing: ", opened, re.M)
+        assert origin and origin[2].startswith(case.truth.time.strftime("%Y-%m-%dT%H:%M"))
+        assert re.search(r"^- \S+: ", opened, re.M)  # its evidence
         # a link, never a log line: every raw line of the case carries a request id
         ids = {m for f in case.files for m in _UUID.findall(f.read_text())}
         for message in hook.messages:

@@ -1,51 +1,58 @@
-"""A report's incidents as alerts: the post-mortem's episodes, never a log line."""
+"""A report's incidents of the day as alerts: origin, callers, start, evidence, never a
+log line; ended once the report's records go on past them."""
 
 from __future__ import annotations
 
 from streams.notify.incidents import alerts_for
-from streams.records import Evidence, TimeWindow
-from streams.report.state.merge import merge
 from streams.report.state.model import Report
-from tests.helpers import make_fragment, pool_and_disk_report
+from tests.helpers import pool_and_disk_report
+from tests.notify.days import DAY, RID, day_report, minutes
+
+REFUSED = ("db", "connection refused by <*>", minutes(40, 44))
+CALLERS = [("checkout", "payment failed calling db <*>", "db", minutes(41, 44, 8)),
+           ("api", "orders failed: db unreachable <*>", "db", minutes(41, 44, 8))]
 
 
-def test_each_episode_is_an_alert_with_its_origin_severity_and_whether_it_ended() -> None:
-    pool, disk = alerts_for(pool_and_disk_report())
-    assert (pool.report_id, pool.severity, pool.service) == ("2026-11-29/all", "critical", "api")
-    assert pool.title.startswith("Connection pool exhausted")
-    assert pool.origin is not None and pool.origin.startswith("api, first anomaly at")
-    assert pool.summary.endswith(".") and "3 service(s) failed" in pool.summary
-    assert not pool.ended  # the report's last records are its own
-    assert (disk.service, disk.severity, disk.ended) == ("hdfs", "medium", True)
-    assert pool.keys and not set(pool.keys) & set(disk.keys)
+def test_each_incident_is_an_alert_with_its_origin_callers_start_and_evidence() -> None:
+    [alert] = alerts_for(day_report(errors=[REFUSED], callers=CALLERS, until=46))
+    assert (alert.report_id, alert.service, alert.severity) == (RID, "db", "critical")
+    assert (alert.started, alert.last_seen) == ("2026-11-29T10:40:00Z", "2026-11-29T10:45:00Z")
+    assert alert.callers == ("api", "checkout") and alert.services == ("api", "checkout", "db")
+    assert alert.title.startswith("db")
+    assert "db departed from its baseline from 2026-11-29T10:40:00Z" in alert.summary
+    assert "api, checkout failed calling it" in alert.summary
+    assert alert.evidence[0] == "db: connection refused by <*> (new line, 6 in its first minute)"
+    assert len(alert.evidence) == 3 and not alert.ended
+
+
+def test_an_incident_has_ended_once_the_records_go_on_past_it_for_a_while() -> None:
+    def ended(until: int, after: float = 5) -> bool:
+        [alert] = alerts_for(day_report(errors=[REFUSED], until=until),
+                             resolve_after_minutes=after)
+        return alert.ended
+
+    last = DAY.index("2026-11-29T10:44")  # its last departure's minute ends at 10:45
+    assert not ended(last + 5)  # records up to 10:49:59, 4 min 59 s past its end
+    assert ended(last + 6)  # up to 10:50:59
+    assert not ended(last + 10, after=10) and ended(last + 11, after=10)
 
 
 def test_a_closed_window_ends_every_incident() -> None:
-    alerts = alerts_for(pool_and_disk_report(), closed=True)
+    alerts = alerts_for(day_report(errors=[REFUSED], callers=CALLERS, until=46), closed=True)
     assert alerts and all(a.ended and a.closed for a in alerts)
 
 
-def test_routine_and_quiet_reports_have_no_incidents() -> None:
-    quiet = make_fragment("r", {"raw/0": [[0, 99]]}, record_count=100, severity="info",
-                          event="Routine request handling", cause="normal traffic")
-    report, _ = merge(None, quiet, report_id="2026-11-29/all", now="2026-11-29T12:00:00Z")
-    assert alerts_for(report) == []
-    assert alerts_for(Report(id="2026-11-29/all")) == []
+def test_steady_reports_and_reports_without_series_have_no_incidents() -> None:
+    assert alerts_for(day_report()) == []
+    assert alerts_for(Report(id=RID)) == []
+    # causes the model found, with no departure from the baseline behind them, page nobody
+    assert alerts_for(pool_and_disk_report()) == []
 
 
-def test_alerts_carry_titles_and_counts_redacted_never_the_examples() -> None:
-    window = TimeWindow(start="2026-11-29T10:00:00Z", end="2026-11-29T10:05:00Z")
-    report = None
-    for i, svc in enumerate(["api", "checkout"]):
-        frag = make_fragment(
-            f"s{i}", {f"raw/{i}": [[0, 49]]}, record_count=50, service=svc, severity="critical",
-            event="Login failing for password=hunter2 with 503",
-            cause="auth backend answers 503", timestamp=window.start, window=window,
-            evidence=[Evidence(template="login failed <*>", count=50,
-                               examples=["login failed user=alice@example.com 503"])])
-        report, _ = merge(report, frag, report_id="2026-11-29/all", now="2026-11-29T12:00:00Z")
-    assert report is not None
-    [alert] = alerts_for(report)
-    said = " ".join(str(v) for v in (alert.title, alert.summary, alert.origin))
+def test_alerts_carry_templates_redacted_never_the_examples() -> None:
+    secret = ("db", "login failed for password=hunter2 user alice@example.com <*>",
+              minutes(40, 44))
+    [alert] = alerts_for(day_report(errors=[secret], until=46))
+    said = " ".join([alert.title, alert.summary, *alert.evidence])
     assert "hunter2" not in said and "[REDACTED:password]" in said
-    assert "alice@example.com" not in said and "login failed user" not in said
+    assert "alice@example.com" not in said

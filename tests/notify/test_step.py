@@ -18,14 +18,23 @@ from streams.report.state.model import Report
 from streams.runtime.memory import MemoryRun, MemorySink, Part
 from streams.runtime.step import Out
 from streams.settings import Settings
-from tests.helpers import FakeClock, pool_and_disk_report
+from tests.helpers import FakeClock
+from tests.notify.days import RID, day_report, minutes
 
 SETTINGS = Settings(notify={"webhook_url": "http://hook.example/x",
                             "alertmanager_url": "http://am.example:9093",
                             "end_after_seconds": 0, "refresh_seconds": 60})
 TOPIC = SETTINGS.topics.notifications
 P0 = Part(TOPIC, 0)
-RID = "2026-11-29/all"
+REFUSED = "connection refused by <*>"
+
+
+def incident_report() -> Report:
+    """db failing since 10:40 and two callers failing on it: one critical incident."""
+    return day_report(
+        errors=[("db", REFUSED, minutes(40, 44))], until=46,
+        callers=[("checkout", "payment failed calling db <*>", "db", minutes(41, 44, 8)),
+                 ("api", "orders failed: db unreachable <*>", "db", minutes(41, 44, 8))])
 
 
 class Reports:
@@ -113,7 +122,7 @@ async def stop(tasks: list[asyncio.Task[None]]) -> None:
 
 async def test_an_incident_is_recorded_then_sent_once_to_each_sink() -> None:
     hook, am = Receiver(), Receiver()
-    step = make_step(Reports(pool_and_disk_report()), hook, am)
+    step = make_step(Reports(incident_report()), hook, am)
     run, tasks = await running(step)
     await step.plan(run.ctx)
     first = ledgers(run)[0]  # the decision is on the topic before anything is sent
@@ -123,7 +132,7 @@ async def test_an_incident_is_recorded_then_sent_once_to_each_sink() -> None:
     await until(lambda: ledgers(run)[-1].entries[0].delivered == {"webhook": 1,
                                                                   "alertmanager": 1},
                 "the deliveries recorded")
-    assert hook.got[0]["text"].startswith("[retro] Incident opened (critical): Connection pool")
+    assert hook.got[0]["text"].startswith("[retro] Incident opened (critical): db")
     [alert] = am.got[0]
     assert alert["labels"]["severity"] == "critical" and alert["labels"]["report"] == RID
     for _ in range(3):  # the same version read again says nothing new
@@ -138,7 +147,7 @@ async def test_rounds_over_minutes_send_the_webhook_once_and_refresh_alertmanage
     minutes of rounds post the open incident to Alertmanager once a minute (its alerts
     expire otherwise), and the chat hears of it once."""
     hook, am, clock = Receiver(), Receiver(), FakeClock(until=300)
-    step = make_step(Reports(pool_and_disk_report()), hook, am, clock=clock)
+    step = make_step(Reports(incident_report()), hook, am, clock=clock)
     run, tasks = await running(step)
     planning, *senders = step.background(run.ctx)
     for sender in senders:  # already running from running()
@@ -154,7 +163,7 @@ async def test_rounds_over_minutes_send_the_webhook_once_and_refresh_alertmanage
 
 async def test_open_alerts_are_posted_again_every_refresh() -> None:
     hook, am, clock = Receiver(), Receiver(), FakeClock()
-    step = make_step(Reports(pool_and_disk_report()), hook, am, clock=clock)
+    step = make_step(Reports(incident_report()), hook, am, clock=clock)
     run, tasks = await running(step)
     await step.plan(run.ctx)
     await until(lambda: len(am.got) == 1, "the first post")
@@ -174,14 +183,14 @@ async def test_open_alerts_are_posted_again_every_refresh() -> None:
 
 async def test_a_restarted_member_loads_the_ledger_and_sends_nothing_again() -> None:
     hook, am = Receiver(), Receiver()
-    step = make_step(Reports(pool_and_disk_report()), hook, am)
+    step = make_step(Reports(incident_report()), hook, am)
     run, tasks = await running(step)
     await step.plan(run.ctx)
     await until(lambda: ledgers(run)[-1].entries[0].delivered.get("webhook") == 1, "a delivery")
     await stop(tasks)
     stored = Ledgers({RID: run.sent_to(TOPIC)[-1].value or b""})
     hook2 = Receiver()
-    again = make_step(Reports(pool_and_disk_report()), hook2, Receiver(), stored=stored)
+    again = make_step(Reports(incident_report()), hook2, Receiver(), stored=stored)
     run2, tasks2 = await running(again)
     await again.plan(run2.ctx)
     await settled(again)
@@ -190,12 +199,12 @@ async def test_a_restarted_member_loads_the_ledger_and_sends_nothing_again() -> 
 
 
 async def test_a_change_decided_but_not_sent_is_sent_by_the_next_member() -> None:
-    first = make_step(Reports(pool_and_disk_report()), Receiver(), Receiver())
+    first = make_step(Reports(incident_report()), Receiver(), Receiver())
     run, _ = await running(first)
     await first.plan(run.ctx)  # decided and recorded; this member dies before sending
     stored = Ledgers({RID: run.sent_to(TOPIC)[0].value or b""})
     hook = Receiver()
-    second = make_step(Reports(pool_and_disk_report()), hook, Receiver(), stored=stored)
+    second = make_step(Reports(incident_report()), hook, Receiver(), stored=stored)
     run2, tasks = await running(second)
     await second.plan(run2.ctx)
     await settled(second)
@@ -205,7 +214,7 @@ async def test_a_change_decided_but_not_sent_is_sent_by_the_next_member() -> Non
 
 async def test_reports_of_partitions_owned_elsewhere_are_left_alone() -> None:
     hook = Receiver()
-    step = make_step(Reports(pool_and_disk_report()), hook, Receiver(), home=1)
+    step = make_step(Reports(incident_report()), hook, Receiver(), home=1)
     run, tasks = await running(step)
     await step.plan(run.ctx)
     await settled(step)
@@ -216,9 +225,9 @@ async def test_reports_of_partitions_owned_elsewhere_are_left_alone() -> None:
 async def test_a_full_queue_drops_counts_and_the_next_round_sends_it() -> None:
     settings = SETTINGS.model_copy(update={"notify": SETTINGS.notify.model_copy(
         update={"queue_size": 1})})
-    other = pool_and_disk_report().model_copy(update={"id": "2026-11-29/payments"})
+    other = incident_report().model_copy(update={"id": "2026-11-29/payments"})
     metrics, hook = Metrics(), Receiver()
-    step = make_step(Reports(pool_and_disk_report(), other), hook, Receiver(),
+    step = make_step(Reports(incident_report(), other), hook, Receiver(),
                      settings=settings, metrics=metrics)
     run = MemoryRun(step)
     run.source.partitions[TOPIC] = 1
@@ -237,7 +246,7 @@ async def test_a_full_queue_drops_counts_and_the_next_round_sends_it() -> None:
 async def test_a_revoke_lets_the_send_in_flight_finish_and_records_it() -> None:
     hook = Receiver()
     hook.gate.clear()
-    step = make_step(Reports(pool_and_disk_report()), hook, Receiver())
+    step = make_step(Reports(incident_report()), hook, Receiver())
     run, tasks = await running(step)
     await step.plan(run.ctx)
     await until(lambda: not step._idle["webhook"].is_set(), "the webhook's send")
@@ -254,7 +263,7 @@ async def test_a_revoke_lets_the_send_in_flight_finish_and_records_it() -> None:
 
 async def test_a_failing_sink_does_not_hold_the_other_back() -> None:
     hook, am, clock = Receiver(aiohttp.ClientConnectionError("refused")), Receiver(), FakeClock()
-    step = make_step(Reports(pool_and_disk_report()), hook, am, clock=clock)
+    step = make_step(Reports(incident_report()), hook, am, clock=clock)
     run, tasks = await running(step)
     await step.plan(run.ctx)
     await until(lambda: ledgers(run)[-1].entries[0].delivered.get("alertmanager") == 1,
@@ -271,7 +280,7 @@ async def test_a_failing_sink_does_not_hold_the_other_back() -> None:
 
 async def test_a_window_is_over_once_a_later_one_began_and_it_stopped_growing() -> None:
     hook = Receiver()
-    base = pool_and_disk_report()
+    base = incident_report()
     stale = base.model_copy(update={"id": "2026-11-28/all", "updated_at": "2026-12-01T07:45:00Z"})
     fresh = base.model_copy(update={"id": "2026-11-27/all", "updated_at": "2026-12-01T07:59:00Z"})
     step = make_step(Reports(stale, fresh, base), hook, Receiver())
@@ -307,7 +316,7 @@ async def test_a_revoke_waits_for_the_planning_round_to_record_its_decisions() -
             await self.gate.wait()
             return await super().queue(outs)
 
-    step = make_step(Reports(pool_and_disk_report()), Receiver(), Receiver())
+    step = make_step(Reports(incident_report()), Receiver(), Receiver())
     run, tasks = await running(step)
     run.ctx.sink = held = HeldSink()
     planning = asyncio.create_task(step.plan(run.ctx))
@@ -319,4 +328,47 @@ async def test_a_revoke_waits_for_the_planning_round_to_record_its_decisions() -
     await asyncio.wait_for(revoke, timeout=2)
     assert [o.topic for o in held.sent] == [TOPIC]  # recorded before the partition moved
     await planning
+    await stop(tasks)
+
+
+def said(hook: Receiver) -> list[tuple[str, str]]:
+    """Each chat message as (incident id, verb)."""
+    return [(m["text"].split("(incident ")[1].split(",")[0], m["text"].split(" ")[2])
+            for m in hook.got]
+
+
+async def test_a_report_version_that_splits_the_run_pages_the_incident_once() -> None:
+    """db fails from 10:40 to 10:56 without a pause; a later version judges 10:45-10:50
+    otherwise and holds two incidents where the earlier held one; the versions then
+    flip. The on-call hears of the incident once, and of its end once."""
+    one = day_report(errors=[("db", REFUSED, minutes(40, 56))], until=57)
+    two = day_report(errors=[("db", REFUSED, {**minutes(40, 44), **minutes(51, 56)})],
+                     until=57)
+    over = two.model_copy(update={"version": 99, "last_seen": "2026-11-29T11:10:00.000Z"})
+    reports, hook = Reports(one), Receiver()
+    step = make_step(reports, hook, Receiver())
+    run, tasks = await running(step)
+    for version in (one, two, one, two, over, two, over):
+        reports.held[RID] = version
+        await step.plan(run.ctx)
+        await settled(step)
+    assert said(hook) == [("db@2026-11-29T10:40", "opened"), ("db@2026-11-29T10:40", "ended")]
+    await stop(tasks)
+
+
+async def test_an_earlier_version_with_one_incident_and_a_later_with_two_pages_each_once(
+        ) -> None:
+    errors = [("db", REFUSED, {**minutes(40, 44), **minutes(70, 74)})]
+    earlier, later = day_report(errors=errors, until=50), day_report(errors=errors, until=76)
+    reports, hook = Reports(earlier), Receiver()
+    step = make_step(reports, hook, Receiver())
+    run, tasks = await running(step)
+    for version in (earlier, later, earlier, later):
+        reports.held[RID] = version
+        await step.plan(run.ctx)
+        await settled(step)
+    opened = [incident for incident, verb in said(hook) if verb == "opened"]
+    assert opened == ["db@2026-11-29T10:40", "db@2026-11-29T11:10"]
+    assert ("db@2026-11-29T10:40", "ended") in said(hook)  # over by 10:50, as first seen
+    assert len(said(hook)) == len(set(said(hook)))  # nothing said twice
     await stop(tasks)
