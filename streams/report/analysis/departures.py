@@ -42,7 +42,7 @@ from datetime import datetime, timedelta
 from typing import Literal
 
 from streams.batch.covering import canonical_templates
-from streams.records import LEVEL_RANK
+from streams.records import LEVEL_RANK, smallest_traces
 from streams.report.analysis.baseline import poisson_tail
 from streams.report.state.minutes import add_minutes, parse_minute
 from streams.report.state.model import OTHER_TEMPLATES, Series
@@ -84,6 +84,7 @@ class Departure:
     surprise: float  # -log10 of the tail probability, at most MAX_SURPRISE
     failing: bool  # the line is at WARN or above
     named: tuple[str, ...] = ()  # known services its failures name as called, most first
+    traces: tuple[str, ...] = ()  # trace ids of the line's failing records, the smallest few
 
     def describe(self) -> str:
         """A clause for a reader: what was counted against what."""
@@ -117,6 +118,7 @@ class _Line:
     failing: bool
     minutes: dict[str, int]
     named: tuple[str, ...]
+    traces: tuple[str, ...]
     history: deque[tuple[datetime, int, int]] = field(default_factory=deque)  # (minute, x, T)
     count: int = 0  # in the baseline
     total: int = 0  # the stream's records in the minutes of its baseline
@@ -153,7 +155,8 @@ def fold_series(series: Mapping[str, Mapping[str, Series]]) -> dict[str, dict[st
             for s in group:
                 level = higher_level(level, s.level)
             folded[root] = Series(level=level, minutes=add_minutes(*(s.minutes for s in group)),
-                                  named=add_counts(*(s.named for s in group)))
+                                  named=add_counts(*(s.named for s in group)),
+                                  traces=smallest_traces(*(s.traces for s in group)))
         if OTHER_TEMPLATES in templates:
             folded[OTHER_TEMPLATES] = templates[OTHER_TEMPLATES]
         out[service] = folded
@@ -187,7 +190,7 @@ def find_departures(series: Mapping[str, Mapping[str, Series]]) -> Findings:
     services = sorted(folded)
     lines = [
         _Line(service, template, LEVEL_RANK.get(s.level or "", 0) >= FAILING_RANK,
-              s.minutes, known_callees(s.named, service, services))
+              s.minutes, known_callees(s.named, service, services), tuple(s.traces))
         for service, templates in folded.items() for template, s in templates.items()
     ]
     totals: dict[str, int] = {}
@@ -279,7 +282,7 @@ def _quiet(service: str, own: list[_Line], minute: str, total: int) -> Departure
 def _departure(line: _Line, minute: str, kind: Kind, x: int, expected: float,
                surprise: float) -> Departure:
     return Departure(minute, line.service, line.template, kind, x, expected, surprise,
-                     line.failing, line.named)
+                     line.failing, line.named, line.traces)
 
 
 def _pick_partners(own: list[_Line]) -> None:

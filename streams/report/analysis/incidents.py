@@ -109,14 +109,55 @@ def find_incidents(findings: Findings, changes: Sequence[Change] = ()) -> list[D
             own[-1].append(dep)
         else:
             own.append([dep])
-    incidents = [_incident(origin, run, changes)
-                 for origin, service_runs in runs.items() for run in service_runs]
+    linked = _linked_by_traces([(origin, run) for origin, service_runs in runs.items()
+                                for run in service_runs])
+    incidents = [_incident(origin, run, changes) for origin, run in linked]
     kept = [i for i in incidents if i.weight >= MIN_WEIGHT]
     return sorted(kept, key=lambda i: (-SEVERITY_WEIGHT[i.severity], -i.weight,
                                        _desc(i.started), i.origin))
 
 
 SILENT = ("thin", "quiet")
+
+
+def _linked_by_traces(runs: list[tuple[str, list[Departure]]]
+                      ) -> list[tuple[str, list[Departure]]]:
+    """Runs of different services, near in time, whose failing lines share a trace id
+    failed in the same requests, so one called the other: they are one incident. Its
+    origin is the run linked to the most others (a dependency is in every caller's
+    failed requests, a caller only in its own), then the earliest; the rest are its
+    callers. A shared id proves a link, a missing one proves nothing (samples)."""
+    ids = [{t for d in run if d.failing and d.service == origin for t in d.traces}
+           for origin, run in runs]
+    links: dict[int, set[int]] = {i: set() for i in range(len(runs))}
+    for i, (a, run_a) in enumerate(runs):
+        for j in range(i + 1, len(runs)):
+            b, run_b = runs[j]
+            if a != b and ids[i] & ids[j] and _overlap(run_a, run_b):
+                links[i].add(j)
+                links[j].add(i)
+    out: list[tuple[str, list[Departure]]] = []
+    seen: set[int] = set()
+    for i in range(len(runs)):
+        if i in seen:
+            continue
+        group, todo = set(), [i]
+        while todo:  # the connected runs
+            k = todo.pop()
+            if k not in group:
+                group.add(k)
+                todo.extend(links[k] - group)
+        seen |= group
+        head = min(group, key=lambda k: (-len(links[k]), runs[k][1][0].minute, runs[k][0]))
+        merged = sorted((d for k in group for d in runs[k][1]),
+                        key=lambda d: (d.minute, d.service, d.template))
+        out.append((runs[head][0], merged))
+    return out
+
+
+def _overlap(a: list[Departure], b: list[Departure]) -> bool:
+    return (_minutes_between(a[-1].minute, b[0].minute) <= GAP_MINUTES
+            and _minutes_between(b[-1].minute, a[0].minute) <= GAP_MINUTES)
 
 
 class _Near:

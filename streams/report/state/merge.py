@@ -313,8 +313,8 @@ def _absorb(
                       _new_share(ev.entities, remainder, ev.count), shares[-1], ev.traces)
     inc.evidence = _capped(fold_evidence(evidence))
     table = add_series(*({fragment.service: {ev.template: Series(
-        level=ev.level, minutes=part, named=_new_share(ev.named, new, ev.count))}}
-        for ev, new, part in series if part))
+        level=ev.level, minutes=part, named=_new_share(ev.named, new, ev.count),
+        traces=ev.traces)}} for ev, new, part in series if part))
     return inc, add_minutes(*shares), table.get(fragment.service, {})
 
 

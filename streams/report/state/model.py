@@ -87,12 +87,15 @@ class Series(BaseModel):
     level: str | None = None  # the highest level among its records
     minutes: dict[str, int] = Field(default_factory=dict)  # dated records per UTC minute
     named: dict[str, int] = Field(default_factory=dict)  # callee names its failures give
+    # trace ids of its failing records, the smallest few (``smallest_traces``): a failure
+    # of two services that share one is one request failing in both
+    traces: list[str] = Field(default_factory=list)
 
     @model_serializer(mode="wrap")
     def _lean(self, handler: SerializerFunctionWrapHandler):  # type: ignore[no-untyped-def]
-        """Leave out what is still empty: most series name no callee."""
+        """Leave out what is still empty: most series name no callee and never fail."""
         data = handler(self)
-        for name in ("level", "named"):
+        for name in ("level", "named", "traces"):
             if not data.get(name):
                 del data[name]
         return data

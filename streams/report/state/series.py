@@ -1,19 +1,19 @@
 """Every template's records per minute, per service: the report's memory of what is usual.
 
-Fragments bring each template's minute counts, level and the callees its failures
-name (``Evidence``); the merge adds the share of them its ledger has not counted yet,
-exactly as it does for ``service_minutes``, so the series are a function of the
-records counted, not of how batches were cut or in which order they came. A service
-keeps at most ``MAX_SERIES`` templates: past that the least frequent share one
-``OTHER_TEMPLATES`` series, so a service that logs ids in its template cannot grow a
-report without bound (a day is at most 1,440 minutes per series).
+Fragments bring each template's minute counts, level, the callees its failures name
+and its failing records' trace ids (``Evidence``); the merge adds the share of them
+its ledger has not counted yet, exactly as it does for ``service_minutes``, so the
+series are a function of the records counted, not of how batches were cut or in which
+order they came. A service keeps at most ``MAX_SERIES`` templates: past that the least
+frequent share one ``OTHER_TEMPLATES`` series, so a service that logs ids in its
+template cannot grow a report without bound (a day is at most 1,440 minutes per series).
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
 
-from streams.records import LEVEL_RANK
+from streams.records import LEVEL_RANK, smallest_traces
 from streams.report.state.minutes import add_minutes
 from streams.report.state.model import OTHER_TEMPLATES, Series
 
@@ -57,20 +57,29 @@ def add_series(*tables: Mapping[str, Mapping[str, Series]]) -> SeriesTable:
             minutes = add_minutes(*(s.minutes for s in group))
             if minutes:
                 summed[template] = Series(level=level, minutes=minutes,
-                                          named=add_counts(*(s.named for s in group)))
+                                          named=add_counts(*(s.named for s in group)),
+                                          traces=smallest_traces(*(s.traces for s in group)))
         if summed:
             out[service] = _capped(summed)
     return out
 
 
 def _capped(series: dict[str, Series]) -> dict[str, Series]:
-    """The MAX_SERIES busiest templates of a service, the rest summed as one."""
+    """The MAX_SERIES busiest templates of a service, the rest summed as one.
+
+    The bucket an earlier merge made is never ranked as a template: it goes whole into
+    the new one, so no record is lost however many merges a day's report goes through
+    (which templates share the bucket still depends on when they came)."""
     if len(series) <= MAX_SERIES:
         return dict(sorted(series.items()))
-    ranked = sorted(series.items(), key=lambda kv: (-sum(kv[1].minutes.values()), kv[0]))
+    ranked = sorted(((t, s) for t, s in series.items() if t != OTHER_TEMPLATES),
+                    key=lambda kv: (-sum(kv[1].minutes.values()), kv[0]))
     kept = dict(ranked[:MAX_SERIES - 1])
     rest = [s for _, s in ranked[MAX_SERIES - 1:]]
+    if OTHER_TEMPLATES in series:
+        rest.append(series[OTHER_TEMPLATES])
     # a mixed bucket has no level of its own: the analysis never reads it as an error
     kept[OTHER_TEMPLATES] = Series(minutes=add_minutes(*(s.minutes for s in rest)),
-                                   named=add_counts(*(s.named for s in rest)))
+                                   named=add_counts(*(s.named for s in rest)),
+                                   traces=smallest_traces(*(s.traces for s in rest)))
     return dict(sorted(kept.items()))

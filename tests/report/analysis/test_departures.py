@@ -149,3 +149,21 @@ def test_a_caller_that_goes_quiet_with_its_callee_is_its_impact() -> None:
                                                named={"db": 60})
     incidents = find_incidents(find_departures(series))
     assert [(i.origin, i.callers) for i in incidents] == [("db", ["api"])]
+
+
+def test_failures_that_share_trace_ids_are_one_incident_at_the_shared_dependency() -> None:
+    series = background()
+    series["web"] = {"page served": Series(level="INFO", minutes=steady(100))}
+    late = {m: 6 for m in HOUR[40:43]}
+    # api and web each fail in their own requests; db fails in both callers' requests,
+    # and no line names anyone: only the trace ids link them
+    series["api"]["upstream error"] = Series(level="ERROR", minutes=late, traces=["a1", "a2"])
+    series["web"]["render failed"] = Series(level="ERROR", minutes=late, traces=["b1", "b2"])
+    series["db"]["statement aborted"] = Series(level="ERROR", minutes=late,
+                                               traces=["a1", "b1"])
+    (incident,) = find_incidents(find_departures(series))
+    assert (incident.origin, incident.callers) == ("db", ["api", "web"])
+    # without a shared id the three are three incidents
+    series["db"]["statement aborted"] = Series(level="ERROR", minutes=late, traces=["c1"])
+    assert sorted(i.origin for i in find_incidents(find_departures(series))) == [
+        "api", "db", "web"]
