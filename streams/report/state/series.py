@@ -40,7 +40,9 @@ def add_counts(*counts: Mapping[str, int]) -> dict[str, int]:
 
 def add_series(*tables: Mapping[str, Mapping[str, Series]]) -> SeriesTable:
     """Series tables summed: per service and template, minutes and named counts added,
-    the higher level kept; services and templates in name order, each service capped."""
+    the higher level kept; services and templates in name order, each service capped.
+    A series found in one table only is shared with the result (series are values: no
+    one changes one in place), so merging a fragment costs what it touches, not the day."""
     parts: dict[str, dict[str, list[Series]]] = {}
     for table in tables:
         for service, templates in table.items():
@@ -51,6 +53,10 @@ def add_series(*tables: Mapping[str, Mapping[str, Series]]) -> SeriesTable:
     for service in sorted(parts):
         summed = {}
         for template, group in parts[service].items():
+            if len(group) == 1:  # a template this merge did not touch: shared, not rebuilt
+                if group[0].minutes:
+                    summed[template] = group[0]
+                continue
             level = None
             for s in group:
                 level = higher_level(level, s.level)
