@@ -9,16 +9,19 @@ it (at most ``BASELINE_HOURS`` back), and then joins them. The statistics, state
   file's first or last) or a load change moves every template alike, so neither is a
   departure, and a surge of errors somewhere does not raise everyone's expectation.
 * **new**: a line at WARN or above that its service never wrote in the baseline, at
-  least ``MIN_NEW`` times in the minute.
+  least ``MIN_NEW`` times in the minute, where its rate now would have shown in the
+  baseline (its silence there had a Poisson chance under 5%: ``NEW_SILENCE``).
 * **burst**: a line at WARN or above, at least ``MIN_BURST`` records and
   ``BURST_FACTOR`` times the expected count, with a one-sided Poisson tail
   P(X >= x) below ``TAIL_P``.
 * **thin**: a usual line that thins out or vanishes while the line it follows goes on
   (an early return, a swallowed exception). Its partner is a line of the same service
   that was at least as frequent and moved with it minute by minute in the baseline
-  (within ``PAIR_SPREAD`` of a fixed ratio r); the line departs when, with its partner
-  seen at least ``MIN_PARTNER`` times, it falls to ``THIN_FACTOR`` of r times that and
-  the binomial tail P(X <= x | partner count, r) is below ``TAIL_P``.
+  (within ``PAIR_SPREAD`` of a fixed ratio r, and within ``PAIR_CHANCE`` of the
+  difference two independent Poisson lines of those rates would show); the line
+  departs when, with its partner seen at least ``MIN_PARTNER`` times, it falls to
+  ``THIN_FACTOR`` of r times that and the binomial tail P(X <= x | partner count, r)
+  is below ``TAIL_P``.
 * **quiet**: a service whose volume falls to a third of its expected count (at least
   ``MIN_QUIET_EXPECTED``), with a Poisson lower tail below ``TAIL_P``.
 * **chronic**: a line at WARN or above present in at least ``CHRONIC_SHARE`` of at
@@ -53,12 +56,16 @@ MAX_SURPRISE = 8.0  # -log10 of the tail, capped: one line cannot outweigh many
 MIN_BASELINE_RECORDS = 100  # records of the stream in a baseline before it judges
 BASELINE_HOURS = 3
 MIN_NEW = 3
+NEW_SILENCE = -math.log(0.05)  # its rate now predicts this many in the baseline: P(0) < 5%
 MIN_BURST = 3
 BURST_FACTOR = 3.0
 MIN_PARTNER = 5
 THIN_FACTOR = 0.5
 PAIR_MIN_RATIO = 0.5  # a partner writes at most twice as often as its line
 PAIR_SPREAD = 0.25  # sum |line - r * partner| over the baseline, as a share of the line's
+PARTNER_EVERY = 15  # minutes between two choices of partners (they change slowly)
+PAIR_CHANCE = 0.5  # ... and as a share of what two independent Poisson lines would show
+_ABS_NORMAL = math.sqrt(2 / math.pi)  # E|Z| of a standard normal
 MIN_PAIR_RECORDS = 5  # records of a line in its baseline before it has a partner
 MIN_QUIET_EXPECTED = 10.0
 QUIET_FACTOR = 1 / 3
@@ -124,6 +131,8 @@ class _Line:
     total: int = 0  # the stream's records in the minutes of its baseline
     seen: int = 0  # baseline minutes it was present in
     departed_run: int = 0
+    # a first appearance not yet judged new: its records and the stream's since then
+    unseen: tuple[int, int] = (0, 0)
     partner: _Line | None = None
     ratio: float = 0.0
 
@@ -214,7 +223,7 @@ def find_departures(series: Mapping[str, Mapping[str, Series]]) -> Findings:
         total = routine.get(minute) or totals[minute]
         for line in lines:
             line.forget_before(when - horizon)
-        if i % 10 == 0:
+        if i % PARTNER_EVERY == 0:
             for own in by_service.values():
                 _pick_partners(own)
         departed: set[int] = set()
@@ -229,6 +238,8 @@ def find_departures(series: Mapping[str, Mapping[str, Series]]) -> Findings:
             found = _judge(line, minute, x, total)
             if found is not None:
                 findings.departures.append(found)
+                departed.add(id(line))
+            elif line.unseen[0]:  # too soon to call it new: kept out of the baseline
                 departed.add(id(line))
         for service, own in by_service.items():
             found = _quiet(service, own, minute, total)
@@ -247,9 +258,16 @@ def find_departures(series: Mapping[str, Mapping[str, Series]]) -> Findings:
 def _judge(line: _Line, minute: str, x: int, total: int) -> Departure | None:
     expected = line.count / line.total * total
     if line.failing and line.template != OTHER_TEMPLATES:
-        if line.count == 0 and x >= MIN_NEW:
-            return _departure(line, minute, "new", x, expected, MAX_SURPRISE)
-        if x >= MIN_BURST and x >= BURST_FACTOR * expected:
+        if line.count == 0 and (x >= MIN_NEW or line.unseen[0]):
+            # new: never in a baseline long enough that its rate since its first record
+            # would have shown there (a sequential test: evidence grows minute by minute)
+            seen, span = line.unseen[0] + x, line.unseen[1] + total
+            if seen / span * line.total >= NEW_SILENCE:
+                line.unseen = (0, 0)
+                return _departure(line, minute, "new", x, expected, MAX_SURPRISE)
+            line.unseen = (seen, span)
+            return None
+        if line.count and x >= MIN_BURST and x >= BURST_FACTOR * expected:
             p = poisson_tail(x, expected)
             if p < TAIL_P:
                 return _departure(line, minute, "burst", x, expected, _surprise(p))
@@ -291,21 +309,26 @@ def _pick_partners(own: list[_Line]) -> None:
         line.partner, line.ratio = None, 0.0
         if line.count < MIN_PAIR_RECORDS or line.template == OTHER_TEMPLATES:
             continue
+        candidates = sorted(
+            (other for other in own
+             if other is not line and other.count >= line.count
+             and line.count >= PAIR_MIN_RATIO * other.count
+             and other.template != OTHER_TEMPLATES
+             and len(other.history) == len(line.history)),
+            key=lambda other: (other.count, other.template))
         counts = [x for _, x, _ in line.history]
-        best: tuple[float, _Line] | None = None
-        for other in own:
-            if other is line or other.count < line.count or other.template == OTHER_TEMPLATES \
-                    or len(other.history) != len(line.history):
-                continue
+        for other in candidates:  # the highest ratio first: the first that moved with it
             ratio = line.count / other.count
-            if ratio < PAIR_MIN_RATIO or (best is not None and ratio <= best[0]):
+            pairs = [(x, y) for x, (_, y, _) in zip(counts, other.history, strict=True)]
+            spread = sum(abs(x - ratio * y) for x, y in pairs)
+            if spread > PAIR_SPREAD * line.count:
                 continue
-            spread = sum(abs(x - ratio * y) for x, (_, y, _) in zip(counts, other.history,
-                                                                    strict=True))
-            if spread <= PAIR_SPREAD * line.count:
-                best = (ratio, other)
-        if best is not None:
-            line.ratio, line.partner = best
+            # two independent lines differ by about sqrt(2/pi * variance) a minute: a
+            # partner must move with the line far closer than chance would
+            chance = sum(math.sqrt(x + ratio * ratio * y) for x, y in pairs) * _ABS_NORMAL
+            if spread <= PAIR_CHANCE * chance:
+                line.ratio, line.partner = ratio, other
+                break
 
 
 def _surprise(p: float) -> float:

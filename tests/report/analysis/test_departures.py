@@ -167,3 +167,15 @@ def test_failures_that_share_trace_ids_are_one_incident_at_the_shared_dependency
     series["db"]["statement aborted"] = Series(level="ERROR", minutes=late, traces=["c1"])
     assert sorted(i.origin for i in find_incidents(find_departures(series))) == [
         "api", "db", "web"]
+
+
+def test_a_line_absent_from_a_short_baseline_by_chance_is_not_new() -> None:
+    """One baseline minute cannot tell a new line from one that missed that minute: its
+    rate since must make the silence unlikely before it is called new."""
+    web = {"page served": Series(level="INFO", minutes=steady(100))}
+    rare = {m: 1 for m in HOUR[1:]}  # a minute of its own rate: the baseline misses it
+    series = {"web": web, "api": {"retrying": Series(level="WARN", minutes=rare)}}
+    assert not find_departures(series).departures
+    # the same silence before a line ten times as frequent is unlikely: new
+    series["api"]["retrying"] = Series(level="WARN", minutes={m: 10 for m in HOUR[1:]})
+    assert {d.kind for d in find_departures(series).departures} == {"new"}
