@@ -64,6 +64,7 @@ THIN_FACTOR = 0.5
 PAIR_MIN_RATIO = 0.5  # a partner writes at most twice as often as its line
 PAIR_SPREAD = 0.25  # sum |line - r * partner| over the baseline, as a share of the line's
 PARTNER_EVERY = 15  # minutes between two choices of partners (they change slowly)
+PAIR_MINUTES = 30  # the recent baseline minutes a partner must have moved with its line
 PAIR_CHANCE = 0.5  # ... and as a share of what two independent Poisson lines would show
 _ABS_NORMAL = math.sqrt(2 / math.pi)  # E|Z| of a standard normal
 MIN_PAIR_RECORDS = 5  # records of a line in its baseline before it has a partner
@@ -304,10 +305,16 @@ def _departure(line: _Line, minute: str, kind: Kind, x: int, expected: float,
 
 
 def _pick_partners(own: list[_Line]) -> None:
-    """Each line's partner: the line of its service it moved with, at the highest ratio."""
+    """Each line's partner: the line of its service it moved with over the last
+    ``PAIR_MINUTES`` of its baseline, at the highest ratio."""
+    recent = {id(line): [x for _, x, _ in list(line.history)[-PAIR_MINUTES:]] for line in own}
     for line in own:
         line.partner, line.ratio = None, 0.0
         if line.count < MIN_PAIR_RECORDS or line.template == OTHER_TEMPLATES:
+            continue
+        counts = recent[id(line)]
+        mine = sum(counts)
+        if not mine:
             continue
         candidates = sorted(
             (other for other in own
@@ -316,12 +323,11 @@ def _pick_partners(own: list[_Line]) -> None:
              and other.template != OTHER_TEMPLATES
              and len(other.history) == len(line.history)),
             key=lambda other: (other.count, other.template))
-        counts = [x for _, x, _ in line.history]
         for other in candidates:  # the highest ratio first: the first that moved with it
             ratio = line.count / other.count
-            pairs = [(x, y) for x, (_, y, _) in zip(counts, other.history, strict=True)]
+            pairs = list(zip(counts, recent[id(other)], strict=True))
             spread = sum(abs(x - ratio * y) for x, y in pairs)
-            if spread > PAIR_SPREAD * line.count:
+            if spread > PAIR_SPREAD * mine:
                 continue
             # two independent lines differ by about sqrt(2/pi * variance) a minute: a
             # partner must move with the line far closer than chance would
