@@ -94,7 +94,8 @@ class DayIncident:
                 "text": self.trigger.text},
             "evidence": [{"service": d.service, "template": d.template, "kind": d.kind,
                           "minute": d.minute, "observed": d.observed,
-                          "expected": round(d.expected, 1)} for d in self.evidence],
+                          "expected": round(d.expected, 1), "traces": list(d.traces)}
+                         for d in self.evidence],
         }
 
 
