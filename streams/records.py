@@ -442,6 +442,8 @@ class Evidence(BaseModel):
     # names its failing records give to a service they called ("no instances available
     # for X", a URL's host), with how many records gave each (``streams.batch.callees``)
     named: dict[str, int] = Field(default_factory=dict, exclude_if=_is_empty)
+    # the time of its earliest record: where a new line's incident began, to the second
+    first_seen: str | None = Field(default=None, exclude_if=_is_none)
 
 
 def highest_level(records: Iterable[NormalizedRecord]) -> str | None:

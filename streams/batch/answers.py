@@ -294,6 +294,12 @@ def _service(groups: list[TemplateGroup], named: str) -> str:
     return min(services.items(), key=lambda kv: (-kv[1], kv[0]))[0]
 
 
+def _first_time(records: list[AnyRecord]) -> str | None:
+    """The time of the earliest timed record (None when none has a time)."""
+    timed = [r for r in records if epoch_of(r.timestamp) is not None]
+    return min(timed, key=time_key).timestamp if timed else None
+
+
 def _window(groups: list[TemplateGroup]) -> TimeWindow:
     """The earliest and latest timed record of the groups (each group knows its own)."""
     firsts = [g.span[0] for g in groups if g.span[0] is not None]
@@ -341,6 +347,7 @@ def _fragment(
                 traces=failing_traces(g.records),
                 level=highest_level(g.records),
                 named=named_callees(g.records),
+                first_seen=g.span[0].timestamp if g.span[0] is not None else None,
             )
             for g in groups
         ],
@@ -422,7 +429,7 @@ def _part(
             "count": len(part), "covered": part.to_json(), "examples": mine or ev.examples[:1],
             "entities": entities, "minutes": count_minutes(map(_TIMESTAMP, own)),
             "traces": failing_traces(own), "level": highest_level(own),
-            "named": named_callees(own)}))
+            "named": named_callees(own), "first_seen": _first_time(own)}))
     timed = [r for r in records if epoch_of(r.timestamp) is not None]
     window = TimeWindow(
         start=min(timed, key=time_key).timestamp if timed else None,

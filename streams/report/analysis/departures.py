@@ -49,7 +49,7 @@ from streams.records import LEVEL_RANK, smallest_traces
 from streams.report.analysis.baseline import poisson_tail
 from streams.report.state.minutes import add_minutes, parse_minute
 from streams.report.state.model import OTHER_TEMPLATES, Series
-from streams.report.state.series import add_counts, higher_level
+from streams.report.state.series import add_counts, earliest, higher_level
 
 TAIL_P = 1e-4  # a departure's count, or a more extreme one, has at most this chance
 MAX_SURPRISE = 8.0  # -log10 of the tail, capped: one line cannot outweigh many
@@ -93,6 +93,7 @@ class Departure:
     failing: bool  # the line is at WARN or above
     named: tuple[str, ...] = ()  # known services its failures name as called, most first
     traces: tuple[str, ...] = ()  # trace ids of the line's failing records, the smallest few
+    first_seen: str | None = None  # the line's earliest record in the report
 
     def describe(self) -> str:
         """A clause for a reader: what was counted against what."""
@@ -127,6 +128,7 @@ class _Line:
     minutes: dict[str, int]
     named: tuple[str, ...]
     traces: tuple[str, ...]
+    first_seen: str | None
     history: deque[tuple[datetime, int, int]] = field(default_factory=deque)  # (minute, x, T)
     count: int = 0  # in the baseline
     total: int = 0  # the stream's records in the minutes of its baseline
@@ -166,7 +168,8 @@ def fold_series(series: Mapping[str, Mapping[str, Series]]) -> dict[str, dict[st
                 level = higher_level(level, s.level)
             folded[root] = Series(level=level, minutes=add_minutes(*(s.minutes for s in group)),
                                   named=add_counts(*(s.named for s in group)),
-                                  traces=smallest_traces(*(s.traces for s in group)))
+                                  traces=smallest_traces(*(s.traces for s in group)),
+                                  first_seen=earliest(s.first_seen for s in group))
         if OTHER_TEMPLATES in templates:
             folded[OTHER_TEMPLATES] = templates[OTHER_TEMPLATES]
         out[service] = folded
@@ -200,7 +203,8 @@ def find_departures(series: Mapping[str, Mapping[str, Series]]) -> Findings:
     services = sorted(folded)
     lines = [
         _Line(service, template, LEVEL_RANK.get(s.level or "", 0) >= FAILING_RANK,
-              s.minutes, known_callees(s.named, service, services), tuple(s.traces))
+              s.minutes, known_callees(s.named, service, services), tuple(s.traces),
+              s.first_seen)
         for service, templates in folded.items() for template, s in templates.items()
     ]
     totals: dict[str, int] = {}
@@ -301,7 +305,7 @@ def _quiet(service: str, own: list[_Line], minute: str, total: int) -> Departure
 def _departure(line: _Line, minute: str, kind: Kind, x: int, expected: float,
                surprise: float) -> Departure:
     return Departure(minute, line.service, line.template, kind, x, expected, surprise,
-                     line.failing, line.named, line.traces)
+                     line.failing, line.named, line.traces, line.first_seen)
 
 
 def _pick_partners(own: list[_Line]) -> None:

@@ -28,7 +28,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from datetime import timedelta
+from datetime import UTC, datetime, timedelta
 
 from streams.records import Severity
 from streams.report.analysis.departures import Departure, Findings
@@ -215,8 +215,9 @@ def _incident(origin: str, run: list[Departure], changes: Sequence[Change]) -> D
     # it began at its origin's first own failure: a caller's quiet minute just before is
     # near, not proof; without a failure of its own (slow, crashed silently), at the
     # first departure that spoke of it
-    own = [d.minute for d in run if d.service == origin and d.failing]
-    start, last = (own or [run[0].minute])[0], run[-1].minute
+    own = [d for d in run if d.service == origin and d.failing]
+    first = (own or run)[0]
+    last = run[-1].minute
     ranked = sorted(run, key=lambda d: (d.service != origin, not d.failing, -d.surprise,
                                         d.minute, d.template))
     evidence: list[Departure] = []
@@ -226,12 +227,24 @@ def _incident(origin: str, run: list[Departure], changes: Sequence[Change]) -> D
         if len(evidence) == MAX_EVIDENCE:
             break
     incident = DayIncident(
-        origin=origin, started=_iso(start), ended=_iso(last, plus=1), weight=weight,
+        origin=origin, started=_began(first), ended=_iso(last, plus=1), weight=weight,
         services=sorted({d.service for d in run} | {origin}), callers=sorted(callers),
         evidence=evidence, departures=len(run))
     incident.severity = _severity(incident)
     incident.trigger = _trigger(incident, changes)
     return incident
+
+
+def _began(first: Departure) -> str:
+    """When the departure that opened an incident began: a new line's first record (in
+    its minute, or the few before it when its silence needed them to be sure), else the
+    start of its minute."""
+    if first.kind == "new" and first.first_seen:
+        at = _at(first.first_seen)
+        minute = parse_minute(first.minute)
+        if minute - timedelta(minutes=GAP_MINUTES) <= at < minute + timedelta(minutes=1):
+            return at.strftime("%Y-%m-%dT%H:%M:%SZ")
+    return _iso(first.minute)
 
 
 def _severity(incident: DayIncident) -> Severity:
@@ -254,8 +267,9 @@ def _trigger(incident: DayIncident, changes: Sequence[Change]) -> Change | None:
     return max(near, key=lambda c: c.time, default=None)
 
 
-def _at(time: str) -> object:
-    return parse_minute(time[:16])
+def _at(time: str) -> datetime:
+    """A UTC ISO-8601 time to the second."""
+    return datetime.strptime(time[:19], "%Y-%m-%dT%H:%M:%S").replace(tzinfo=UTC)
 
 
 def _minutes_between(a: str, b: str) -> float:

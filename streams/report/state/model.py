@@ -8,6 +8,7 @@ them (which grew with every incident and every interleaving of templates).
 
 from __future__ import annotations
 
+import functools
 import re
 from typing import Any, Literal
 
@@ -36,6 +37,12 @@ MAX_EXAMPLE_CHARS = 500
 _VARIABLE = re.compile(r"-?[0-9a-f]*[0-9][0-9a-f]*")
 
 
+# shapes of recent examples remembered: an incident's held examples are picked again
+# with every fragment merged into it (4096 at 500 characters are 2 MB at most)
+CACHED_SHAPES = 4096
+
+
+@functools.lru_cache(maxsize=CACHED_SHAPES)
 def example_shape(text: str) -> str:
     """An example with its numbers and hex ids blanked out: two examples of one shape
     repeat each other (one line for another block id, one trace at another address)."""
@@ -90,12 +97,13 @@ class Series(BaseModel):
     # trace ids of its failing records, the smallest few (``smallest_traces``): a failure
     # of two services that share one is one request failing in both
     traces: list[str] = Field(default_factory=list)
+    first_seen: str | None = None  # its earliest record's time: a new line began there
 
     @model_serializer(mode="wrap")
     def _lean(self, handler: SerializerFunctionWrapHandler):  # type: ignore[no-untyped-def]
         """Leave out what is still empty: most series name no callee and never fail."""
         data = handler(self)
-        for name in ("level", "named", "traces"):
+        for name in ("level", "named", "traces", "first_seen"):
             if not data.get(name):
                 del data[name]
         return data

@@ -11,7 +11,7 @@ template cannot grow a report without bound (a day is at most 1,440 minutes per 
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 
 from streams.records import LEVEL_RANK, smallest_traces
 from streams.report.state.minutes import add_minutes
@@ -27,6 +27,11 @@ def higher_level(a: str | None, b: str | None) -> str | None:
     if a is None or (b is not None and LEVEL_RANK.get(b, 0) > LEVEL_RANK.get(a, 0)):
         return b
     return a
+
+
+def earliest(times: Iterable[str | None]) -> str | None:
+    """The earliest of some UTC ISO-8601 times (as text they sort in time order)."""
+    return min((t for t in times if t), default=None)
 
 
 def add_counts(*counts: Mapping[str, int]) -> dict[str, int]:
@@ -64,7 +69,8 @@ def add_series(*tables: Mapping[str, Mapping[str, Series]]) -> SeriesTable:
             if minutes:
                 summed[template] = Series(level=level, minutes=minutes,
                                           named=add_counts(*(s.named for s in group)),
-                                          traces=smallest_traces(*(s.traces for s in group)))
+                                          traces=smallest_traces(*(s.traces for s in group)),
+                                          first_seen=earliest(s.first_seen for s in group))
         if summed:
             out[service] = _capped(summed)
     return out
@@ -87,5 +93,6 @@ def _capped(series: dict[str, Series]) -> dict[str, Series]:
     # a mixed bucket has no level of its own: the analysis never reads it as an error
     kept[OTHER_TEMPLATES] = Series(minutes=add_minutes(*(s.minutes for s in rest)),
                                    named=add_counts(*(s.named for s in rest)),
-                                   traces=smallest_traces(*(s.traces for s in rest)))
+                                   traces=smallest_traces(*(s.traces for s in rest)),
+                                   first_seen=earliest(s.first_seen for s in rest))
     return dict(sorted(kept.items()))
