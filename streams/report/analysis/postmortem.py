@@ -205,8 +205,9 @@ def derive(report: Report, *, deadletters: int | None = None, review: int | None
     _calibrate(causes, user_causes, onsets)
     silent = _silent_services(report, span)
     episodes = _episodes([c for c in causes if c.first_seen], changes)
+    known = {*report.services, *report.series}
     for ep in episodes:
-        _find_origin(ep, by_key, silent)
+        _find_origin(ep, by_key, silent, known)
     undated = [c for c in causes if not c.first_seen]
     ranked = [c for ep in episodes for c in sorted(ep.causes, key=cause_rank)]
     ranked += sorted(undated, key=cause_rank)
@@ -376,10 +377,11 @@ def _silent_services(report: Report, span: Span) -> list[tuple[str, str]]:
 
 
 def _find_origin(ep: Episode, by_key: dict[str, Incident],
-                 silent: list[tuple[str, str]]) -> None:
+                 silent: list[tuple[str, str]], known: set[str]) -> None:
     """Name the suspected origin; the chain stays in order of first anomaly. An origin
     that went silent around the episode is dated by its silence: a hung service's
-    last words are not its failure."""
+    last words are not its failure. Only a service of the records (``known``) is an
+    origin: a name read from a message that matches none is a word, not a service."""
     texts: dict[int, list[str]] = {}
     traces: dict[int, set[str]] = {}
     failing: dict[int, bool] = {}
@@ -401,6 +403,11 @@ def _find_origin(ep: Episode, by_key: dict[str, Incident],
     ep.origin = find_origin(ep.causes, texts, failing, traces=traces)
     if ep.origin is None:
         return
+    if ep.origin.service not in known:
+        matches = sorted(k for k in known if same_service(k, ep.origin.service))
+        ep.origin = replace(ep.origin, service=matches[0]) if len(matches) == 1 else None
+        if ep.origin is None:
+            return
     start, end = parse_time(ep.first_seen), parse_time(ep.last_seen)
     for service, since in silent:
         when = parse_time(since)
