@@ -60,3 +60,30 @@ def test_a_template_with_two_incomparable_generalisers_goes_to_the_more_general(
     # equal weight: the order falls back to length, then text, never to arrival
     assert resolved[ROOT_T] == min(one_wildcard, other, key=lambda t: (len(t), t))
     assert canonical_templates([ROOT_T, one_wildcard, two])[ROOT_T] == two
+
+
+def _canonical_uncached(templates: list[str]) -> dict[str, str]:
+    """The mapping as it was computed before sets were remembered."""
+    from streams.batch.covering import _rank
+
+    roots: list[str] = []
+    out: dict[str, str] = {}
+    for template in sorted(set(templates), key=_rank):
+        root = next((r for r in roots if covers(r, template)), None)
+        if root is None:
+            roots.append(template)
+            root = template
+        out[template] = root
+    return out
+
+
+def test_a_remembered_set_answers_as_a_fresh_one_and_hands_out_its_own_dict() -> None:
+    family = [ROOT_T, ADMIN_T, ANY_T, WIDER_T, KEY_T, "Connection closed by <IP>",
+              "Disk <NUM> full", "Disk <*> full", "Disk 3 full", "  Disk   4 full "]
+    for size in range(len(family) + 1):
+        for subset in itertools.combinations(family, size):
+            expected = _canonical_uncached(list(subset))
+            for _ in range(2):  # computed, then remembered
+                got = canonical_templates(subset)
+                assert list(got.items()) == list(expected.items())  # same order too
+                got.clear()  # a caller may change its copy: the next answer is whole
