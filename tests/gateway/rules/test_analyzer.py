@@ -463,6 +463,40 @@ def test_literal_prefilter_never_hides_a_match_on_real_logs() -> None:
     assert _assert_prefilter_keeps_matches(pieces) > 5
 
 
+def _first_rule_over_the_group(pieces: tuple[str, ...]) -> tuple[str, str | None] | None:
+    """The rule loop as it ran before each line's first rule was remembered: rules
+    first, then lines; the first affirmed match wins."""
+    from streams.gateway.rules.analyzer import _rules
+    from streams.gateway.rules.language import affirmed
+
+    for rule, _needles in _rules():
+        for piece in pieces:
+            match = affirmed(rule.pattern, piece, rule.sense)
+            if match:
+                return rule.name, match.groupdict().get("subject")
+    return None
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.sampled_from(PREFILTER_PIECES) | st.text(max_size=30)
+                | st.sampled_from(PREFILTER_PIECES).map(lambda p: p + " " + "x" * 2048),
+                min_size=1, max_size=4))
+def test_a_group_gets_the_first_rule_any_of_its_lines_asserts(pieces: list[str]) -> None:
+    """Lines' own first rules, remembered, give the rule a rule-by-rule scan gives, and
+    the subject of the first line asserting it."""
+    from streams.gateway.rules.analyzer import _classify, _Group
+
+    group_ = _Group(index=0, ref="g1", service="s", level="ERROR", template=pieces[0], count=1,
+                    examples=tuple(pieces[1:]), first_seen=None, last_seen=None)
+    expected = _first_rule_over_the_group(tuple(pieces))
+    for _ in range(2):  # worked out, then remembered
+        _signature, rule, subject = _classify(group_)
+        if expected is None:
+            assert rule is None
+        else:
+            assert rule is not None and (rule.name, subject) == expected
+
+
 # --- roll-up payloads (streams/report/analysis/rollup.py) --------------------------------------
 
 
