@@ -310,6 +310,61 @@ def test_truncate_never_exceeds_and_is_a_prefix(text: str, limit: int) -> None:
     assert was_cut == (counter.count(text) > limit)
 
 
+def _cut_of_whole(reference: tiktoken.Encoding, text: str, limit: int) -> tuple[str, bool]:
+    """``truncate`` as it was: the whole text encoded, its first ``limit`` tokens kept."""
+    tokens = reference.encode_ordinary(text)
+    if len(tokens) <= limit:
+        return text, False
+    head = reference.decode_bytes(tokens[:limit]).decode("utf-8", errors="ignore")
+    while head and len(reference.encode_ordinary(head)) > limit:
+        head = head[:-1]
+    return head, True
+
+
+_WORDS = st.sampled_from(["GET", "/orders/42", "200", "  ", "\n", "\t", "é", "日志", "🚀",
+                          "Trip(id=8a533bf9-bd12", "'s", "x" * 40, ",", "\"", "1234567", " "])
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(_WORDS | st.text(max_size=12), min_size=1, max_size=400).map(" ".join),
+       st.integers(min_value=0, max_value=300), st.sampled_from([1, 2, 6]))
+def test_a_long_text_is_cut_from_its_first_part_as_from_the_whole(
+    text: str, limit: int, chars_per_token: int
+) -> None:
+    """Only a prefix ending before a space that starts a piece is encoded: the same cut,
+    also when the prefix ends right after the cut (a small first guess of its size)."""
+    counter = TokenCounter()
+    kept = tokens_module.PREFIX_CHARS_PER_TOKEN
+    tokens_module.PREFIX_CHARS_PER_TOKEN = chars_per_token
+    try:
+        assert counter.truncate(text, limit) == _cut_of_whole(counter._enc, text, limit)
+    finally:
+        tokens_module.PREFIX_CHARS_PER_TOKEN = kept
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(_WORDS | st.text(max_size=12), min_size=1, max_size=60).map(" ".join))
+def test_a_prefix_ending_before_a_piece_start_encodes_to_the_first_tokens(text: str) -> None:
+    """What ``truncate`` rests on: cut where ``_PIECE_START`` finds a piece start, a
+    text's first part encodes to the whole text's first tokens."""
+    encode = TokenCounter()._enc.encode_ordinary
+    whole = encode(text)
+    for cut in tokens_module._PIECE_START.finditer(text):
+        head = encode(text[:cut.start()])
+        assert whole[:len(head)] == head, cut.start()
+
+
+def test_long_sample_lines_are_cut_as_from_the_whole(
+    tmp_path: Path, reference: tiktoken.Encoding
+) -> None:
+    counter = TokenCounter()
+    lines = sample_lines(tmp_path)
+    texts = [" ".join(lines[i:i + 40]) for i in range(0, len(lines), 40)]
+    for text in texts:
+        for limit in (0, 1, 16, 315, 700):
+            assert counter.truncate(text, limit) == _cut_of_whole(reference, text, limit)
+
+
 # --- calibration -----------------------------------------------------------------
 
 

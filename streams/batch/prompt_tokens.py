@@ -87,26 +87,36 @@ def message_tokens_bound(counter: TokenCounterLike, record: AnyRecord) -> int | 
 
 def group_cost(counter: TokenCounterLike, service: str, template: str, example_costs: int) -> int:
     """Prompt tokens of one group entry: its fixed allowance, names and examples."""
-    return (
-        GROUP_OVERHEAD_TOKENS
-        + json_tokens(counter, service)
-        + json_tokens(counter, template)
-        + example_costs
-    )
+    return group_cost_of(counter, service, json_tokens(counter, template), example_costs)
+
+
+def group_cost_of(counter: TokenCounterLike, service: str, template_tokens: int,
+                  example_costs: int) -> int:
+    """``group_cost`` with the template's ``json_tokens`` known already."""
+    return GROUP_OVERHEAD_TOKENS + json_tokens(counter, service) + template_tokens + example_costs
 
 
 def cut_to_cap(counter: TokenCounterLike, text: str, cap: int) -> tuple[str, bool]:
     """Cut ``text`` so its payload cost stays within ``cap``, and say how much went."""
-    if json_tokens(counter, text) <= cap:
-        return text, False
+    kept, cut, _tokens = cut_to_cap_tokens(counter, text, cap)
+    return kept, cut
+
+
+def cut_to_cap_tokens(counter: TokenCounterLike, text: str, cap: int) -> tuple[str, bool, int]:
+    """``cut_to_cap`` and the ``json_tokens`` of the text it gives, which it knows: a
+    batch costs its templates and examples without counting them again."""
+    tokens = json_tokens(counter, text)
+    if tokens <= cap:
+        return text, False, tokens
     total = counter.count(text)
     target = max(1, cap - MARKER_RESERVE)
     for _ in range(4):  # JSON escaping can cost more than the raw text; shrink until it fits
         kept, _flag = counter.truncate(text, target)
         cut_tokens = max(1, total - counter.count(kept))
         marked = kept + _MARKER.format(n=cut_tokens)
-        over = json_tokens(counter, marked) - cap
+        tokens = json_tokens(counter, marked)
+        over = tokens - cap
         if over <= 0 or target == 1:
-            return marked, True
+            return marked, True, tokens
         target = max(1, target - over)
-    return marked, True
+    return marked, True, tokens

@@ -31,8 +31,9 @@ from streams.batch.prompt_tokens import (
     MARKER_RESERVE,
     MIN_CUT_TOKENS,
     TokenCounterLike,
-    cut_to_cap,
+    cut_to_cap_tokens,
     group_cost,
+    group_cost_of,
     json_tokens,
     message_tokens,
     message_tokens_bound,
@@ -259,10 +260,14 @@ def build_batch(
     for n, ((service, template_id), members) in enumerate(sorted(buckets.items(), key=order), 1):
         truncated = False
         template = group_template(members)
+        # each text is costed once: cutting it to its cap counts what it keeps
         if template_cap is not None:
-            template, cut = cut_to_cap(counter, template, template_cap)
+            template, cut, template_tokens = cut_to_cap_tokens(counter, template, template_cap)
             truncated |= cut
+        else:
+            template_tokens = json_tokens(counter, template)
         examples: list[str] = []
+        example_costs = 0
         seen: set[str] = set()
         for record in members:
             if record.message in seen:
@@ -270,15 +275,17 @@ def build_batch(
             seen.add(record.message)
             example = record.message
             if max_example_tokens is not None:
-                example, cut = cut_to_cap(counter, example, max_example_tokens)
+                example, cut, tokens = cut_to_cap_tokens(counter, example, max_example_tokens)
                 truncated |= cut
+            else:
+                tokens = json_tokens(counter, example)
             examples.append(example)
+            example_costs += tokens + EXAMPLE_SEPARATOR_TOKENS
             if len(examples) == max_examples:
                 break
         levels = [r.level for r in members if r.level]
         level = max(levels, key=lambda lv: _LEVEL_RANK.get(lv, -1)) if levels else None
-        example_costs = sum(json_tokens(counter, e) + EXAMPLE_SEPARATOR_TOKENS for e in examples)
-        estimate += group_cost(counter, service, template, example_costs)
+        estimate += group_cost_of(counter, service, template_tokens, example_costs)
         groups.append(
             TemplateGroup(
                 ref=f"g{n}",
