@@ -40,6 +40,10 @@ _PAIR = re.compile(
     r"(?:[ \t]*[,;])?",  # the separator that followed the pair goes with it
     re.IGNORECASE,
 )
+# every key holds one of these words, ending at most KEY_WORD_REACH characters after the
+# pair's start ('"x-b3-parent-span'); compiled with _PAIR's flag, so it folds case alike
+_KEY_WORD = re.compile(r"race|span", re.IGNORECASE)
+KEY_WORD_REACH = 17
 _ID = re.compile(r"[0-9A-Fa-f]+(?:-[0-9A-Fa-f]+)*")  # hex or decimal, UUID-style dashes
 _TRACEPARENT = re.compile(r"([0-9a-f]{2})-([0-9a-f]{32})-([0-9a-f]{16})-([0-9a-f]{2})", re.I)
 _FLAGS = re.compile(r"[0-9A-Fa-f]{1,2}")
@@ -69,6 +73,8 @@ def lift_trace(message: str) -> tuple[str, dict[str, Any]]:
     cuts: list[tuple[int, int]] = []
     pos = 0
     while pos < MAX_SCAN_CHARS:
+        if not _key_word_ahead(line, pos):
+            break  # no pair can start here: the search would scan the rest of the line
         m = _PAIR.search(line, pos)
         if m is None or m.start() >= MAX_SCAN_CHARS:
             break
@@ -81,6 +87,17 @@ def lift_trace(message: str) -> tuple[str, dict[str, Any]]:
         return message, {}
     rest = _cut(line, cuts)
     return (rest if end < 0 else rest + message[end:]), found
+
+
+def _key_word_ahead(line: str, pos: int) -> bool:
+    """A key word where a pair starting at ``pos`` or later, before the scan's end,
+    would hold one; in an ASCII window (most) two substring tests, lowered as _PAIR's
+    IGNORECASE folds ASCII."""
+    window = line[pos:MAX_SCAN_CHARS + KEY_WORD_REACH]
+    if window.isascii():
+        lowered = window.lower()
+        return "race" in lowered or "span" in lowered
+    return _KEY_WORD.search(window) is not None
 
 
 def _read(key: str, value: str, found: dict[str, Any]) -> bool:

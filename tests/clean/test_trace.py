@@ -85,6 +85,23 @@ def test_only_the_first_line_is_searched() -> None:
         "failed\n\tat a.B(B.java:1) trace_id=1111111111111111", {"trace_id": TRACE})
 
 
+@pytest.mark.parametrize("key", ['"x-b3-parent-span-id"=', "X-B3-TraceId: ", "traceparent: ",
+                                 "span_id="])
+def test_a_pair_is_lifted_when_it_starts_in_the_first_1024_characters(key: str) -> None:
+    """However long its key, a pair starting before the scan's end is found; one
+    starting at the end is not (the key-word check before each search looks far enough)."""
+    value = f"00-{TRACE}-{SPAN}-01" if key.startswith("traceparent") else SPAN
+    for start in (1000, 1023):
+        head = f"TraceID: {TRACE} " + "x" * (start - 43) + " "
+        line = head + key + value + " done " + "y" * 5000
+        assert len(head) == start
+        rest, found = lift_trace(line)
+        assert key.strip(' :="') not in rest and value not in rest, (key, start)
+    head = f"TraceID: {TRACE} " + "x" * (1024 - 43) + " "
+    rest, found = lift_trace(head + key + value + " done")
+    assert found == {"trace_id": TRACE} and key in rest
+
+
 # --- through the Cleaner ----------------------------------------------------------------
 
 
