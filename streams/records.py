@@ -39,7 +39,7 @@ def _is_none(value: object) -> bool:
     return value is None
 
 
-def _is_empty(value: list[str] | dict[str, int]) -> bool:
+def _is_empty(value: list[str] | dict[str, int] | dict[str, str]) -> bool:
     return not value
 
 
@@ -353,6 +353,18 @@ def count_minutes(timestamps: Iterable[str | None]) -> dict[str, int]:
     return dict(sorted(counts.items()))  # type: ignore[arg-type]
 
 
+def first_in_minutes(records: Iterable[AnyRecord]) -> dict[str, str]:
+    """The earliest time of the records at WARN or above in each UTC minute: where a
+    failure began, to the second (routine lines are counted by minute only)."""
+    firsts: dict[str, str] = {}
+    for r in records:
+        if r.level in FAILING_LEVELS and (minute := minute_of(r.timestamp)) is not None:
+            held = firsts.get(minute)
+            if held is None or r.timestamp < held:  # type: ignore[operator]
+                firsts[minute] = r.timestamp  # type: ignore[assignment]
+    return dict(sorted(firsts.items()))
+
+
 MAX_TRACES = 8  # trace ids an evidence entry keeps: the smallest, see ``smallest_traces``
 FAILING_LEVELS: frozenset[str] = frozenset(("WARN", "ERROR", "FATAL"))
 # the levels a cleaned record carries, least severe first
@@ -442,8 +454,10 @@ class Evidence(BaseModel):
     # names its failing records give to a service they called ("no instances available
     # for X", a URL's host), with how many records gave each (``streams.batch.callees``)
     named: dict[str, int] = Field(default_factory=dict, exclude_if=_is_empty)
-    # the time of its earliest record: where a new line's incident began, to the second
+    # the time of its earliest record, and of its earliest failing record in each minute:
+    # where an incident began, to the second
     first_seen: str | None = Field(default=None, exclude_if=_is_none)
+    starts: dict[str, str] = Field(default_factory=dict, exclude_if=_is_empty)
 
 
 def highest_level(records: Iterable[NormalizedRecord]) -> str | None:

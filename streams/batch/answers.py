@@ -41,6 +41,7 @@ from streams.records import (
     TimeWindow,
     count_minutes,
     failing_traces,
+    first_in_minutes,
     highest_level,
     service_of,
 )
@@ -348,6 +349,7 @@ def _fragment(
                 level=highest_level(g.records),
                 named=named_callees(g.records),
                 first_seen=g.span[0].timestamp if g.span[0] is not None else None,
+                starts=first_in_minutes(g.records),
             )
             for g in groups
         ],
@@ -429,7 +431,8 @@ def _part(
             "count": len(part), "covered": part.to_json(), "examples": mine or ev.examples[:1],
             "entities": entities, "minutes": count_minutes(map(_TIMESTAMP, own)),
             "traces": failing_traces(own), "level": highest_level(own),
-            "named": named_callees(own), "first_seen": _first_time(own)}))
+            "named": named_callees(own), "first_seen": _first_time(own),
+            "starts": first_in_minutes(own)}))
     timed = [r for r in records if epoch_of(r.timestamp) is not None]
     window = TimeWindow(
         start=min(timed, key=time_key).timestamp if timed else None,

@@ -49,7 +49,12 @@ from streams.records import LEVEL_RANK, smallest_traces
 from streams.report.analysis.baseline import poisson_tail
 from streams.report.state.minutes import add_minutes, parse_minute
 from streams.report.state.model import OTHER_TEMPLATES, Series
-from streams.report.state.series import add_counts, earliest, higher_level
+from streams.report.state.series import (
+    add_counts,
+    earliest,
+    earliest_per_minute,
+    higher_level,
+)
 
 TAIL_P = 1e-4  # a departure's count, or a more extreme one, has at most this chance
 MAX_SURPRISE = 8.0  # -log10 of the tail, capped: one line cannot outweigh many
@@ -93,7 +98,7 @@ class Departure:
     failing: bool  # the line is at WARN or above
     named: tuple[str, ...] = ()  # known services its failures name as called, most first
     traces: tuple[str, ...] = ()  # trace ids of the line's failing records, the smallest few
-    first_seen: str | None = None  # the line's earliest record in the report
+    first_seen: str | None = None  # its first failing record in this minute, else in the report
 
     def describe(self) -> str:
         """A clause for a reader: what was counted against what."""
@@ -129,6 +134,7 @@ class _Line:
     named: tuple[str, ...]
     traces: tuple[str, ...]
     first_seen: str | None
+    starts: dict[str, str]
     history: deque[tuple[datetime, int, int]] = field(default_factory=deque)  # (minute, x, T)
     count: int = 0  # in the baseline
     total: int = 0  # the stream's records in the minutes of its baseline
@@ -169,7 +175,8 @@ def fold_series(series: Mapping[str, Mapping[str, Series]]) -> dict[str, dict[st
             folded[root] = Series(level=level, minutes=add_minutes(*(s.minutes for s in group)),
                                   named=add_counts(*(s.named for s in group)),
                                   traces=smallest_traces(*(s.traces for s in group)),
-                                  first_seen=earliest(s.first_seen for s in group))
+                                  first_seen=earliest(s.first_seen for s in group),
+                                  starts=earliest_per_minute(s.starts for s in group))
         if OTHER_TEMPLATES in templates:
             folded[OTHER_TEMPLATES] = templates[OTHER_TEMPLATES]
         out[service] = folded
@@ -204,7 +211,7 @@ def find_departures(series: Mapping[str, Mapping[str, Series]]) -> Findings:
     lines = [
         _Line(service, template, LEVEL_RANK.get(s.level or "", 0) >= FAILING_RANK,
               s.minutes, known_callees(s.named, service, services), tuple(s.traces),
-              s.first_seen)
+              s.first_seen, s.starts)
         for service, templates in folded.items() for template, s in templates.items()
     ]
     totals: dict[str, int] = {}
@@ -305,7 +312,8 @@ def _quiet(service: str, own: list[_Line], minute: str, total: int) -> Departure
 def _departure(line: _Line, minute: str, kind: Kind, x: int, expected: float,
                surprise: float) -> Departure:
     return Departure(minute, line.service, line.template, kind, x, expected, surprise,
-                     line.failing, line.named, line.traces, line.first_seen)
+                     line.failing, line.named, line.traces,
+                     line.starts.get(minute) or line.first_seen)
 
 
 def _pick_partners(own: list[_Line]) -> None:

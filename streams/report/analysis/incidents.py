@@ -236,10 +236,10 @@ def _incident(origin: str, run: list[Departure], changes: Sequence[Change]) -> D
 
 
 def _began(first: Departure) -> str:
-    """When the departure that opened an incident began: a new line's first record (in
-    its minute, or the few before it when its silence needed them to be sure), else the
-    start of its minute."""
-    if first.kind == "new" and first.first_seen:
+    """When the departure that opened an incident began: a failing line's first record
+    in its minute (or, for a new line, in the few minutes before when its silence needed
+    them to be sure), else the start of its minute."""
+    if first.failing and first.first_seen:
         at = _at(first.first_seen)
         minute = parse_minute(first.minute)
         if minute - timedelta(minutes=GAP_MINUTES) <= at < minute + timedelta(minutes=1):

@@ -314,7 +314,8 @@ def _absorb(
     inc.evidence = _capped(fold_evidence(evidence))
     table = add_series(*({fragment.service: {ev.template: Series(
         level=ev.level, minutes=part, named=_new_share(ev.named, new, ev.count),
-        traces=ev.traces, first_seen=ev.first_seen)}} for ev, new, part in series if part))
+        traces=ev.traces, first_seen=ev.first_seen, starts=ev.starts)}}
+        for ev, new, part in series if part))
     return inc, add_minutes(*shares), table.get(fragment.service, {})
 
 

@@ -98,12 +98,14 @@ class Series(BaseModel):
     # of two services that share one is one request failing in both
     traces: list[str] = Field(default_factory=list)
     first_seen: str | None = None  # its earliest record's time: a new line began there
+    # minute -> its earliest failing record's time in it: where a failure began, exactly
+    starts: dict[str, str] = Field(default_factory=dict)
 
     @model_serializer(mode="wrap")
     def _lean(self, handler: SerializerFunctionWrapHandler):  # type: ignore[no-untyped-def]
         """Leave out what is still empty: most series name no callee and never fail."""
         data = handler(self)
-        for name in ("level", "named", "traces", "first_seen"):
+        for name in ("level", "named", "traces", "first_seen", "starts"):
             if not data.get(name):
                 del data[name]
         return data

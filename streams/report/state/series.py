@@ -34,6 +34,17 @@ def earliest(times: Iterable[str | None]) -> str | None:
     return min((t for t in times if t), default=None)
 
 
+def earliest_per_minute(parts: Iterable[Mapping[str, str]]) -> dict[str, str]:
+    """Per minute, the earliest of the times the parts give for it."""
+    out: dict[str, str] = {}
+    for part in parts:
+        for minute, time in part.items():
+            held = out.get(minute)
+            if held is None or time < held:
+                out[minute] = time
+    return dict(sorted(out.items()))
+
+
 def add_counts(*counts: Mapping[str, int]) -> dict[str, int]:
     """Counts summed per name, in name order."""
     out: dict[str, int] = {}
@@ -70,7 +81,8 @@ def add_series(*tables: Mapping[str, Mapping[str, Series]]) -> SeriesTable:
                 summed[template] = Series(level=level, minutes=minutes,
                                           named=add_counts(*(s.named for s in group)),
                                           traces=smallest_traces(*(s.traces for s in group)),
-                                          first_seen=earliest(s.first_seen for s in group))
+                                          first_seen=earliest(s.first_seen for s in group),
+                                          starts=earliest_per_minute(s.starts for s in group))
         if summed:
             out[service] = _capped(summed)
     return out
@@ -94,5 +106,6 @@ def _capped(series: dict[str, Series]) -> dict[str, Series]:
     kept[OTHER_TEMPLATES] = Series(minutes=add_minutes(*(s.minutes for s in rest)),
                                    named=add_counts(*(s.named for s in rest)),
                                    traces=smallest_traces(*(s.traces for s in rest)),
-                                   first_seen=earliest(s.first_seen for s in rest))
+                                   first_seen=earliest(s.first_seen for s in rest),
+                                   starts=earliest_per_minute(s.starts for s in rest))
     return dict(sorted(kept.items()))
