@@ -18,7 +18,7 @@ import logging
 import re
 from collections import Counter
 from collections.abc import Callable, Iterable, Iterator, Mapping
-from functools import cache
+from functools import cache, lru_cache
 from itertools import chain, repeat
 from operator import attrgetter, itemgetter
 from pathlib import Path
@@ -54,13 +54,26 @@ _MAX_LISTED = 10  # offenders named in an error message
 _MESSAGE = attrgetter("message")
 
 
+# failing messages whose named services are remembered, up to this length: a failure
+# repeats (a stack trace per retry), and its four regexes scan the whole message
+CACHED_MESSAGES = 1024
+CACHED_MESSAGE_CHARS = 8192
+
+
 def named_callees(records: Iterable[AnyRecord]) -> dict[str, int]:
     """Per service name its failing records give as called, how many records gave it."""
     named: Counter[str] = Counter()
     for r in records:
         if r.level in FAILING_LEVELS:
-            named.update(named_services([r.message], urls=True))
+            message = r.message
+            named.update(_named_in(message) if len(message) <= CACHED_MESSAGE_CHARS
+                         else named_services([message], urls=True))
     return dict(named)
+
+
+@lru_cache(maxsize=CACHED_MESSAGES)
+def _named_in(message: str) -> tuple[str, ...]:
+    return tuple(named_services([message], urls=True))
 _TIMESTAMP = attrgetter("timestamp")
 _FIRST = itemgetter(0)
 _LAST = itemgetter(1)

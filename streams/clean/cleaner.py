@@ -289,10 +289,13 @@ class Cleaner:
         if not entry.time:
             return None, None
         text = entry.time.strip()
-        with contextlib.suppress(ValueError):  # epoch seconds/ms/ns written as text
-            number = float(text)
-            if number >= 1e8:  # from 1973 on; a bare "2017" is no epoch
-                return from_number(number), None
+        # epoch seconds/ms/ns written as text; float() never reads a colon, so an ISO
+        # time (most shippers') skips the raised and caught ValueError
+        if ":" not in text:
+            with contextlib.suppress(ValueError):
+                number = float(text)
+                if number >= 1e8:  # from 1973 on; a bare "2017" is no epoch
+                    return from_number(number), None
         stamp = match_leading(text)
         if stamp is None:
             return None, None

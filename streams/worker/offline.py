@@ -50,17 +50,18 @@ def reports_of_files(paths: list[str], settings: Settings) -> tuple[list[Report]
 
     dead = 0
     cap = settings.clean.max_record_bytes
-    for path in paths:
-        source = source_name(path)
-        with open_source(path) as stream:
-            for offset, (_line, raw) in enumerate(iter_records(stream, max_record_bytes=cap)):
-                coord = RawCoord(topic=path, partition=0, offset=offset)
-                for cleaned in cleaner.clean(raw, coord, source):
-                    if isinstance(cleaned, DeadLetter):
-                        dead += 1
-                        continue
-                    for batch in windows[cleaned.lane].add(cleaned):
-                        analyzed(batch)
+    with cleaner.tallied():  # one tally for the run, not a context per record
+        for path in paths:
+            source = source_name(path)
+            with open_source(path) as stream:
+                for offset, (_line, raw) in enumerate(iter_records(stream, max_record_bytes=cap)):
+                    coord = RawCoord(topic=path, partition=0, offset=offset)
+                    for cleaned in cleaner.clean(raw, coord, source):
+                        if isinstance(cleaned, DeadLetter):
+                            dead += 1
+                            continue
+                        for batch in windows[cleaned.lane].add(cleaned):
+                            analyzed(batch)
     for window in windows.values():
         if (batch := window.flush("drain")) is not None:
             analyzed(batch)

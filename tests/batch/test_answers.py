@@ -149,6 +149,22 @@ def test_evidence_samples_the_smallest_trace_ids_of_its_failing_records() -> Non
     assert [e.traces for e in same.evidence] == [e.traces for e in fragment.evidence]
 
 
+def test_callees_are_counted_per_failing_record_however_often_a_message_repeats() -> None:
+    """A repeated message's names are remembered; a very long one is read each time."""
+    from streams.batch.answers import CACHED_MESSAGE_CHARS, named_callees
+
+    refused = "Connection refused to inventory-db while reserving"
+    trace = "Call to payment-gateway failed\n" + "\tat a.B(B.java:1)\n" * (
+        CACHED_MESSAGE_CHARS // 18)
+    assert len(trace) > CACHED_MESSAGE_CHARS
+    records = [make_record(o, message=refused, level="ERROR") for o in range(3)]
+    records += [make_record(3, message=refused, level="INFO"),  # not a failure
+                make_record(4, message=trace, level="WARN"),
+                make_record(5, message=trace, level="ERROR")]
+    for _ in range(2):
+        assert named_callees(records) == {"inventory-db": 3, "payment-gateway": 2}
+
+
 @pytest.mark.parametrize(
     ("attributes", "expected"),
     [
