@@ -79,6 +79,7 @@ CHRONIC_SHARE = 0.5
 CHRONIC_MIN_MINUTES = 10
 ABSORB_MINUTES = 30
 FAILING_RANK = LEVEL_RANK["WARN"]
+ERROR_RANK = LEVEL_RANK["ERROR"]
 ALL_LINES = "(all lines)"  # the template of a service's quiet departure
 
 Kind = Literal["new", "burst", "thin", "quiet"]
@@ -99,6 +100,7 @@ class Departure:
     named: tuple[str, ...] = ()  # known services its failures name as called, most first
     traces: tuple[str, ...] = ()  # trace ids of the line's failing records, the smallest few
     first_seen: str | None = None  # its first failing record in this minute, else in the report
+    error: bool = False  # the line is at ERROR or above: a failure, not a warning
 
     def describe(self) -> str:
         """A clause for a reader: what was counted against what."""
@@ -135,6 +137,7 @@ class _Line:
     traces: tuple[str, ...]
     first_seen: str | None
     starts: dict[str, str]
+    error: bool
     history: deque[tuple[datetime, int, int]] = field(default_factory=deque)  # (minute, x, T)
     count: int = 0  # in the baseline
     total: int = 0  # the stream's records in the minutes of its baseline
@@ -211,7 +214,7 @@ def find_departures(series: Mapping[str, Mapping[str, Series]]) -> Findings:
     lines = [
         _Line(service, template, LEVEL_RANK.get(s.level or "", 0) >= FAILING_RANK,
               s.minutes, known_callees(s.named, service, services), tuple(s.traces),
-              s.first_seen, s.starts)
+              s.first_seen, s.starts, LEVEL_RANK.get(s.level or "", 0) >= ERROR_RANK)
         for service, templates in folded.items() for template, s in templates.items()
     ]
     totals: dict[str, int] = {}
@@ -313,7 +316,7 @@ def _departure(line: _Line, minute: str, kind: Kind, x: int, expected: float,
                surprise: float) -> Departure:
     return Departure(minute, line.service, line.template, kind, x, expected, surprise,
                      line.failing, line.named, line.traces,
-                     line.starts.get(minute) or line.first_seen)
+                     line.starts.get(minute) or line.first_seen, line.error)
 
 
 def _pick_partners(own: list[_Line]) -> None:

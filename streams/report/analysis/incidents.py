@@ -37,6 +37,7 @@ from streams.report.state.model import SEVERITY_WEIGHT
 
 GAP_MINUTES = 2
 SILENT_WEIGHT = 0.5
+WARNING_WEIGHT = 0.5
 CALLER_WEIGHT = 0.5
 MIN_WEIGHT = 4.0  # one strong departure of a failing line, or of a silent one
 TRIGGER_MINUTES = 15
@@ -66,6 +67,11 @@ class DayIncident:
     evidence: list[Departure] = field(default_factory=list)  # the strongest few
     trigger: Change | None = None
     departures: int = 0
+
+    @property
+    def own_errors(self) -> bool:
+        """Its origin's own lines at ERROR or above departed."""
+        return any(d.error and d.service == self.origin for d in self.evidence)
 
     @property
     def title(self) -> str:
@@ -114,8 +120,9 @@ def find_incidents(findings: Findings, changes: Sequence[Change] = ()) -> list[D
                                 for run in service_runs])
     incidents = [_incident(origin, run, changes) for origin, run in linked]
     kept = [i for i in incidents if i.weight >= MIN_WEIGHT]
+    # equal weights: an origin's own errors before mere warnings, then the newest
     return sorted(kept, key=lambda i: (-SEVERITY_WEIGHT[i.severity], -i.weight,
-                                       _desc(i.started), i.origin))
+                                       not i.own_errors, _desc(i.started), i.origin))
 
 
 SILENT = ("thin", "quiet")
@@ -208,8 +215,10 @@ def _incident(origin: str, run: list[Departure], changes: Sequence[Change]) -> D
         if dep.service != origin:
             callers.add(dep.service)
             weight += CALLER_WEIGHT * dep.surprise
-        elif dep.failing:
+        elif dep.error:
             weight += dep.surprise
+        elif dep.failing:  # a warning is the service's own word that it is not a failure
+            weight += WARNING_WEIGHT * dep.surprise
         else:
             weight += SILENT_WEIGHT * dep.surprise
     # it began at its origin's first own failure: a caller's quiet minute just before is

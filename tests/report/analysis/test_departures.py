@@ -179,3 +179,14 @@ def test_a_line_absent_from_a_short_baseline_by_chance_is_not_new() -> None:
     # the same silence before a line ten times as frequent is unlikely: new
     series["api"]["retrying"] = Series(level="WARN", minutes={m: 10 for m in HOUR[1:]})
     assert {d.kind for d in find_departures(series).departures} == {"new"}
+
+
+def test_an_origins_errors_outrank_another_services_warnings() -> None:
+    series = background()
+    series["web"] = {"page served": Series(level="INFO", minutes=steady(100))}
+    late = {m: 6 for m in HOUR[40:43]}
+    series["api"]["payment call failed"] = Series(level="ERROR", minutes=late)
+    series["web"]["slow render"] = Series(level="WARN", minutes=late)
+    incidents = find_incidents(find_departures(series))
+    assert [i.origin for i in incidents] == ["api", "web"]
+    assert incidents[0].weight > incidents[1].weight
