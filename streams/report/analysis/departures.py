@@ -21,7 +21,8 @@ it (at most ``BASELINE_HOURS`` back), and then joins them. The statistics, state
   difference two independent Poisson lines of those rates would show); the line
   departs when, with its partner seen at least ``MIN_PARTNER`` times, it falls to
   ``THIN_FACTOR`` of r times that and the binomial tail P(X <= x | partner count, r)
-  is below ``TAIL_P``.
+  is below ``TAIL_P``, in this minute or summed over the last ``THIN_MINUTES`` (a
+  line written a few times a minute needs several to tell).
 * **quiet**: a service whose volume falls to a third of its expected count (at least
   ``MIN_QUIET_EXPECTED``), with a Poisson lower tail below ``TAIL_P``.
 * **chronic**: a line at WARN or above present in at least ``CHRONIC_SHARE`` of at
@@ -65,6 +66,7 @@ NEW_SILENCE = -math.log(0.05)  # its rate now predicts this many in the baseline
 MIN_BURST = 3
 BURST_FACTOR = 3.0
 MIN_PARTNER = 5
+THIN_MINUTES = 3  # a thinning is judged on this minute, else summed with the ones before
 THIN_FACTOR = 0.5
 PAIR_MIN_RATIO = 0.5  # a partner writes at most twice as often as its line
 PAIR_SPREAD = 0.25  # sum |line - r * partner| over the baseline, as a share of the line's
@@ -242,6 +244,7 @@ def find_departures(series: Mapping[str, Mapping[str, Series]]) -> Findings:
             for own in by_service.values():
                 _pick_partners(own)
         departed: set[int] = set()
+        recent = findings.minutes[max(0, i - THIN_MINUTES + 1):i + 1][::-1]
         for line in lines:
             if line.total < MIN_BASELINE_RECORDS:
                 continue
@@ -250,7 +253,7 @@ def find_departures(series: Mapping[str, Mapping[str, Series]]) -> Findings:
                     and line.seen >= CHRONIC_SHARE * len(line.history):
                 chronic.add((line.service, line.template))
                 continue
-            found = _judge(line, minute, x, total)
+            found = _judge(line, minute, x, total, recent)
             if found is not None:
                 findings.departures.append(found)
                 departed.add(id(line))
@@ -270,7 +273,9 @@ def find_departures(series: Mapping[str, Mapping[str, Series]]) -> Findings:
     return findings
 
 
-def _judge(line: _Line, minute: str, x: int, total: int) -> Departure | None:
+def _judge(line: _Line, minute: str, x: int, total: int, recent: list[str]
+           ) -> Departure | None:
+    """``recent``: this minute and the ones before it a thinning is summed over."""
     expected = line.count / line.total * total
     if line.failing and line.template != OTHER_TEMPLATES:
         if line.count == 0 and (x >= MIN_NEW or line.unseen[0]):
@@ -288,12 +293,17 @@ def _judge(line: _Line, minute: str, x: int, total: int) -> Departure | None:
                 return _departure(line, minute, "burst", x, expected, _surprise(p))
     partner = line.partner
     if partner is not None:
-        seen = partner.minutes.get(minute, 0)
-        usual = line.ratio * seen
-        if seen >= MIN_PARTNER and x <= THIN_FACTOR * usual:
-            p = _binomial_lower(x, seen, min(line.ratio, 0.999))
-            if p < TAIL_P:
-                return _departure(line, minute, "thin", x, usual, _surprise(p))
+        # this minute alone, else (when it is thin too) with the minutes before it: a line
+        # written a few times a minute thins out over several before one can tell
+        this = line.ratio * partner.minutes.get(minute, 0)
+        for span in recent[:1], (recent if x <= THIN_FACTOR * this else ()):
+            mine = sum(line.minutes.get(m, 0) for m in span)
+            seen = sum(partner.minutes.get(m, 0) for m in span)
+            usual = line.ratio * seen
+            if seen >= MIN_PARTNER and mine <= THIN_FACTOR * usual:
+                p = _binomial_lower(mine, seen, min(line.ratio, 0.999))
+                if p < TAIL_P:
+                    return _departure(line, minute, "thin", x, this, _surprise(p))
     return None
 
 

@@ -190,3 +190,16 @@ def test_an_origins_errors_outrank_another_services_warnings() -> None:
     incidents = find_incidents(find_departures(series))
     assert [i.origin for i in incidents] == ["api", "web"]
     assert incidents[0].weight > incidents[1].weight
+
+
+def test_a_line_written_a_few_times_a_minute_thins_out_over_several_minutes() -> None:
+    series = background()
+    few = {m: 3 + (i * 5) % 3 for i, m in enumerate(HOUR)}  # 3 to 5 a minute
+    series["db"]["lock taken"] = Series(level="INFO", minutes=few)
+    series["db"]["lock released"] = Series(
+        level="INFO", minutes={**few, **dict.fromkeys(HOUR[45:50], 0)})
+    found = find_departures(series).departures
+    thin = sorted(d.minute for d in found if d.kind == "thin")
+    # no single minute of 3 to 5 can tell; a few of them together can, and after the
+    # line is back no minute is called thin
+    assert thin and HOUR[45] < thin[0] <= HOUR[47] and thin[-1] <= HOUR[49]
