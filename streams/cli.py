@@ -607,7 +607,10 @@ def main(argv: list[str] | None = None) -> int:
         for noisy in ("aiokafka", "aiohttp.access"):
             logging.getLogger(noisy).setLevel(
                 max(logging.WARNING, logging.getLogger().getEffectiveLevel()))
-        limit_repeats(logging.getLogger().handlers)  # a broker outage is a few lines, not MB/s
+        # a broker outage is a few lines on the terminal, not MB/s; handlers others put
+        # on the root logger (a host's, a test runner's) are theirs to filter
+        limit_repeats(h for h in logging.getLogger().handlers
+                      if getattr(h, "stream", None) is sys.stderr)
         return int(args.func(args, settings) or 0)
     except RetroError as exc:
         print(f"retro: {exc}", file=sys.stderr)

@@ -29,7 +29,8 @@ def test_the_clients_warning_on_every_refused_fetch_is_held_back_while_reading(
         fetcher.warning("Not authorized to read from topic %s.", "retro.review")
         fetcher.warning("Not authorized to read from topic %s.", "retro.reports")
     fetcher.warning("Not authorized to read from topic %s.", "retro.review")
-    assert [r.getMessage() for r in caplog.records] == [
+    # a repeat limiter another test left on a root handler may note held-back repeats
+    assert [r.getMessage().split(" [", 1)[0] for r in caplog.records] == [
         "Not authorized to read from topic retro.reports.",
         "Not authorized to read from topic retro.review."]  # once reading is over
 
