@@ -45,6 +45,7 @@ from streams.runtime.step import Context, Fetch, Out, Step
 from streams.settings import Settings
 
 logger = logging.getLogger(__name__)
+DERIVE_BACKOFF = 4.0  # a report's incidents take at most a fifth of the notifier's time
 
 TICK_SECONDS = 1.0  # at most one planning round this often, and at least one
 QUIET_SECONDS = 600.0  # a window no record reached this long, with a later one begun, is over
@@ -99,7 +100,8 @@ class NotifyStep(Step):
         # report id -> its ledger, of the partitions assigned and loaded
         self.state: PartitionedState[Notices] = PartitionedState()
         self._between_owners = False
-        self._alerts: dict[str, tuple[tuple[Any, ...], list[Alert]]] = {}
+        # report -> (its revision, its alerts, when they were derived, what that cost)
+        self._alerts: dict[str, tuple[tuple[Any, ...], list[Alert], float, float]] = {}
         self._queues: dict[str, asyncio.Queue[tuple[str, str]]] = {}
         self._queued: set[tuple[str, str, str]] = set()
         self._idle: dict[str, asyncio.Event] = {}
@@ -249,11 +251,16 @@ class NotifyStep(Step):
             self._refreshed_at = mono
 
     def _alerts_of(self, report: Report, *, closed: bool) -> list[Alert]:
-        """The report's incidents, derived once per version."""
+        """The report's incidents, derived once per version, and no sooner after the last
+        derivation than DERIVE_BACKOFF times what it cost: late in a busy day a report
+        takes seconds to walk and new versions come every few, so deriving each one
+        would take the worker's whole time; a page then waits a few seconds more."""
         rid = report.id
         revision = (report.version, report.updated_at, report.record_count, closed)
         held = self._alerts.get(rid)
-        if held is not None and held[0] == revision:
+        began = self.mono()
+        if held is not None and (held[0] == revision
+                                 or began - held[2] < DERIVE_BACKOFF * held[3]):
             return held[1]
         try:
             alerts = alerts_for(
@@ -262,7 +269,7 @@ class NotifyStep(Step):
         except Exception:  # one unreadable report must not silence the others
             logger.exception("notify: the incidents of report %s could not be derived", rid)
             alerts = []
-        self._alerts[rid] = (revision, alerts)
+        self._alerts[rid] = (revision, alerts, began, self.mono() - began)
         return alerts
 
     async def _write(self, ctx: Context, rid: str) -> None:

@@ -9,6 +9,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 import aiohttp
+import pytest
 
 from streams.metrics import Metrics
 from streams.notify.ledger import Notices
@@ -372,3 +373,29 @@ async def test_an_earlier_version_with_one_incident_and_a_later_with_two_pages_e
     assert ("db@2026-11-29T10:40", "ended") in said(hook)  # over by 10:50, as first seen
     assert len(said(hook)) == len(set(said(hook)))  # nothing said twice
     await stop(tasks)
+
+
+def test_a_report_that_is_slow_to_derive_is_derived_again_only_after_a_rest(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """Deriving costs 2 s of the step's clock: a new version within DERIVE_BACKOFF times
+    that keeps the incidents it had; after it, the new version is read."""
+    clock = FakeClock()
+    first = day_report(errors=[("db", REFUSED, minutes(40, 44))], until=41)
+    step = make_step(Reports(first), Receiver(), Receiver(), clock=clock)
+    calls = 0
+
+    def slow(report: Report, **kwargs: Any) -> list[Any]:
+        nonlocal calls
+        calls += 1
+        clock.advance(2.0)
+        return [calls]
+
+    monkeypatch.setattr("streams.notify.step.alerts_for", slow)
+    assert step._alerts_of(first, closed=False) == [1]
+    later = day_report(errors=[("db", REFUSED, minutes(40, 44))], until=44)
+    later.version = first.version + 1
+    clock.advance(1.0)
+    assert step._alerts_of(later, closed=False) == [1]  # 3 s after a 2 s derivation
+    clock.advance(6.0)
+    assert step._alerts_of(later, closed=False) == [2]  # 9 s after: read again
+    assert step._alerts_of(later, closed=False) == [2] and calls == 2

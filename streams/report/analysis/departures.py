@@ -72,6 +72,7 @@ PAIR_MIN_RATIO = 0.5  # a partner writes at most twice as often as its line
 PAIR_SPREAD = 0.25  # sum |line - r * partner| over the baseline, as a share of the line's
 PARTNER_EVERY = 15  # minutes between two choices of partners (they change slowly)
 PAIR_MINUTES = 30  # the recent baseline minutes a partner must have moved with its line
+PARTNER_TRIES = 4  # candidates tried per line, nearest in count first
 PAIR_CHANCE = 0.5  # ... and as a share of what two independent Poisson lines would show
 _ABS_NORMAL = math.sqrt(2 / math.pi)  # E|Z| of a standard normal
 MIN_PAIR_RECORDS = 5  # records of a line in its baseline before it has a partner
@@ -348,11 +349,17 @@ def _pick_partners(own: list[_Line]) -> None:
              and other.template != OTHER_TEMPLATES
              and len(other.history) == len(line.history)),
             key=lambda other: (other.count, other.template))
-        for other in candidates:  # the highest ratio first: the first that moved with it
+        # the highest ratio first, the first that moved with it; a line whose nearest
+        # few do not has no partner (the walk costs lines x PARTNER_TRIES, not lines^2)
+        for other in candidates[:PARTNER_TRIES]:
             ratio = line.count / other.count
             pairs = list(zip(counts, recent[id(other)], strict=True))
-            spread = sum(abs(x - ratio * y) for x, y in pairs)
-            if spread > PAIR_SPREAD * mine:
+            limit, spread = PAIR_SPREAD * mine, 0.0
+            for x, y in pairs:  # stops as soon as it cannot be a partner
+                spread += abs(x - ratio * y)
+                if spread > limit:
+                    break
+            if spread > limit:
                 continue
             # two independent lines differ by about sqrt(2/pi * variance) a minute: a
             # partner must move with the line far closer than chance would
