@@ -56,12 +56,13 @@ class Alert:
 
 def alerts_for(report: Report, *, redactor: Redactor | None = None, closed: bool = False,
                resolve_after_minutes: float = RESOLVE_AFTER_MINUTES) -> list[Alert]:
-    """The incidents of ``report``, most severe first. ``closed``: its window is over,
-    so whatever was ongoing here goes on (if at all) in the next one."""
+    """The incidents of ``report``, most severe first; never a standing condition (no
+    departure: the log merely began with it). ``closed``: its window is over, so
+    whatever was ongoing here goes on (if at all) in the next one."""
     redactor = redactor or Redactor()
     return [_alert(report, inc, redactor, closed=closed,
                    resolved=_resolved(inc, report.last_seen, resolve_after_minutes))
-            for inc in derive(report).incidents]
+            for inc in derive(report).incidents if not inc.standing]
 
 
 def _alert(report: Report, inc: DayIncident, redactor: Redactor, *, closed: bool,

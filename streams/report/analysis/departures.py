@@ -27,6 +27,10 @@ it (at most ``BASELINE_HOURS`` back), and then joins them. The statistics, state
   ``MIN_QUIET_EXPECTED``), with a Poisson lower tail below ``TAIL_P``.
 * **chronic**: a line at WARN or above present in at least ``CHRONIC_SHARE`` of at
   least ``CHRONIC_MIN_MINUTES`` baseline minutes: background, listed, never judged.
+* **standing**: a line at ERROR or above already written ``MIN_NEW`` times in the
+  report's first minute and never found chronic: the log began while it was failing,
+  so there is no past to judge it against. Not a departure (no statistic), it is kept
+  apart (``Findings.standing``) and only titles a report that has no incident.
 
 Nothing is judged before a template's baseline holds ``MIN_BASELINE_RECORDS`` records
 of the whole stream. A departing line's minute stays out of its own baseline, so an
@@ -41,7 +45,7 @@ from __future__ import annotations
 import math
 from collections import deque
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
 from typing import Literal
 
@@ -85,7 +89,7 @@ FAILING_RANK = LEVEL_RANK["WARN"]
 ERROR_RANK = LEVEL_RANK["ERROR"]
 ALL_LINES = "(all lines)"  # the template of a service's quiet departure
 
-Kind = Literal["new", "burst", "thin", "quiet"]
+Kind = Literal["new", "burst", "thin", "quiet", "standing"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -104,6 +108,7 @@ class Departure:
     traces: tuple[str, ...] = ()  # trace ids of the line's failing records, the smallest few
     first_seen: str | None = None  # its first failing record in this minute, else in the report
     error: bool = False  # the line is at ERROR or above: a failure, not a warning
+    until: str | None = None  # a standing line's last minute
 
     def describe(self) -> str:
         """A clause for a reader: what was counted against what."""
@@ -111,6 +116,8 @@ class Departure:
             return f"new line, {self.observed} in its first minute"
         if self.kind == "burst":
             return f"{self.observed} a minute against {self.expected:.1f} expected"
+        if self.kind == "standing":
+            return f"{self.observed} records from the log's first minute, no past to judge by"
         if self.kind == "thin":
             return f"thinned out: {self.observed} a minute against {self.expected:.0f} usual"
         return f"volume fell: {self.observed} records a minute against {self.expected:.0f}"
@@ -126,6 +133,8 @@ class Findings:
     # caller -> the services its lines ever named as called, failing or not: the call
     # graph as the logs tell it, so a caller that goes quiet with its callee is its impact
     calls: dict[str, set[str]] = field(default_factory=dict)
+    # failing when the report began and never chronic: most records first
+    standing: list[Departure] = field(default_factory=list)
 
 
 @dataclass(slots=True)
@@ -271,7 +280,24 @@ def find_departures(series: Mapping[str, Mapping[str, Series]]) -> Findings:
             line.departed_run = 0
             line.learn(when, line.minutes.get(minute, 0), total)
     findings.chronic = sorted(chronic)
+    if findings.minutes:
+        findings.standing = _standing(lines, findings.minutes[0], chronic)
     return findings
+
+
+def _standing(lines: list[_Line], first: str, chronic: set[tuple[str, str]]
+              ) -> list[Departure]:
+    """Error lines the report began with that never proved chronic, most records first:
+    a log that starts mid-incident names its failing service even without a past."""
+    out = []
+    for line in lines:
+        if not line.error or line.template == OTHER_TEMPLATES \
+                or line.minutes.get(first, 0) < MIN_NEW \
+                or (line.service, line.template) in chronic:
+            continue
+        dep = _departure(line, first, "standing", sum(line.minutes.values()), 0.0, 0.0)
+        out.append(replace(dep, first_seen=line.first_seen, until=max(line.minutes)))
+    return sorted(out, key=lambda d: (-d.observed, d.service, d.template))
 
 
 def _judge(line: _Line, minute: str, x: int, total: int, recent: list[str]

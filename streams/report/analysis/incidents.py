@@ -16,7 +16,12 @@ Departures (``streams.report.analysis.departures``) become incidents:
    at ``SILENT_WEIGHT`` (they are subtler and noisier), its callers' at
    ``CALLER_WEIGHT``. Below ``MIN_WEIGHT`` it is noise and dropped. The severity
    grows with the weight and with callers that suffered.
-4. **The trigger.** A change (deploy, config, restart) logged by the origin or a
+4. **Standing conditions.** Error lines the report began with and that never proved
+   chronic (``Findings.standing``) are one low incident per service (a named callee's
+   for the lines that name one), ranked by their records: a log that starts
+   mid-incident still names where it was failing, but without a past this is no
+   departure, so it never pages and only titles a report without incidents.
+5. **The trigger.** A change (deploy, config, restart) logged by the origin or a
    caller in the ``TRIGGER_MINUTES`` before the incident began is named as its likely
    trigger.
 
@@ -74,6 +79,11 @@ class DayIncident:
         return any(d.error and d.service == self.origin for d in self.evidence)
 
     @property
+    def standing(self) -> bool:
+        """Already failing when the report began: no departure, nothing to judge it by."""
+        return bool(self.evidence) and self.evidence[0].kind == "standing"
+
+    @property
     def title(self) -> str:
         lead = self.evidence[0] if self.evidence else None
         if lead is None:
@@ -83,7 +93,8 @@ class DayIncident:
                     "callers report it" if len(self.callers) > 1 else
                     f"{self.origin} failing: {lead.service} reports it")
         what = {"new": "a new error", "burst": "a burst of errors",
-                "thin": "a usual line thins out", "quiet": "its volume fell"}[lead.kind]
+                "thin": "a usual line thins out", "quiet": "its volume fell",
+                "standing": "already failing when the log begins"}[lead.kind]
         if lead.kind in ("new", "burst") and not lead.failing:
             what = "an unusual line"
         after = (f" after a change in {self.trigger.service}"
@@ -123,6 +134,25 @@ def find_incidents(findings: Findings, changes: Sequence[Change] = ()) -> list[D
     # equal weights: an origin's own errors before mere warnings, then the newest
     return sorted(kept, key=lambda i: (-SEVERITY_WEIGHT[i.severity], -i.weight,
                                        not i.own_errors, _desc(i.started), i.origin))
+
+
+def find_standing(findings: Findings) -> list[DayIncident]:
+    """The report's standing conditions as low incidents, most records first."""
+    runs: dict[str, list[Departure]] = {}
+    for dep in findings.standing:
+        runs.setdefault(dep.named[0] if dep.named else dep.service, []).append(dep)
+    out: list[tuple[int, DayIncident]] = []
+    for origin, run in runs.items():
+        own = [d for d in run if d.service == origin]
+        first = min(own or run, key=lambda d: d.first_seen or d.minute)
+        ranked = sorted(run, key=lambda d: (d.service != origin, -d.observed, d.template))
+        out.append((sum(d.observed for d in run), DayIncident(
+            origin=origin, started=_began(first),
+            ended=_iso(max(d.until or d.minute for d in run), plus=1),
+            services=sorted({d.service for d in run} | {origin}),
+            callers=sorted({d.service for d in run} - {origin}),
+            evidence=ranked[:MAX_EVIDENCE], departures=len(run))))
+    return [i for _, i in sorted(out, key=lambda pair: (-pair[0], pair[1].origin))]
 
 
 SILENT = ("thin", "quiet")

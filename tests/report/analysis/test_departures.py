@@ -4,7 +4,7 @@ similar one does not", on series built by hand."""
 from __future__ import annotations
 
 from streams.report.analysis.departures import find_departures
-from streams.report.analysis.incidents import find_incidents
+from streams.report.analysis.incidents import find_incidents, find_standing
 from streams.report.state.model import Series
 
 HOUR = [f"2026-11-29T10:{m:02d}" for m in range(60)]
@@ -203,3 +203,46 @@ def test_a_line_written_a_few_times_a_minute_thins_out_over_several_minutes() ->
     # no single minute of 3 to 5 can tell; a few of them together can, and after the
     # line is back no minute is called thin
     assert thin and HOUR[45] < thin[0] <= HOUR[47] and thin[-1] <= HOUR[49]
+
+
+def test_a_log_that_begins_mid_failure_names_it_and_one_that_begins_healthy_does_not(
+        ) -> None:
+    short = HOUR[:3]  # three minutes: too short for anything to prove chronic
+    series = {"api": {"GET /orders done": Series(level="INFO", minutes=steady(40, short)),
+                      "payment call failed": Series(level="ERROR", minutes=steady(8, short))},
+              "db": {"query ok": Series(level="INFO", minutes=steady(30, short)),
+                     "connection reset": Series(level="ERROR", minutes=steady(2, short))}}
+    found = find_departures(series)
+    assert not found.departures  # nothing departs: there is no past to depart from
+    assert [(d.service, d.template, d.observed) for d in found.standing] == [
+        ("api", "payment call failed", 24)]  # db's two a minute: too few to tell
+    standing = find_standing(found)
+    assert [(i.origin, i.severity, i.standing) for i in standing] == [("api", "low", True)]
+    assert standing[0].title == "api: already failing when the log begins"
+    # the same error starting in the second minute is no standing condition
+    series["api"]["payment call failed"] = Series(level="ERROR", minutes=steady(8, short[1:]))
+    assert not find_departures(series).standing
+
+
+def test_a_standing_error_that_proves_chronic_is_background_not_standing() -> None:
+    series = background()
+    series["api"]["payment call failed"] = Series(level="ERROR", minutes=steady(6))
+    found = find_departures(series)
+    assert ("api", "payment call failed") in found.chronic
+    assert not found.standing
+    # present at the start, then gone for good: it was failing when the log began
+    series["api"]["payment call failed"] = Series(level="ERROR", minutes=steady(6, HOUR[:4]))
+    found = find_departures(series)
+    assert [(d.template, d.until) for d in found.standing] == [
+        ("payment call failed", HOUR[3])]
+    assert find_standing(found)[0].ended == "2026-11-29T10:04:00Z"
+
+
+def test_a_standing_error_naming_a_callee_is_the_callees() -> None:
+    short = HOUR[:3]
+    series = {"web": {"page served": Series(level="INFO", minutes=steady(50, short)),
+                      "no instances available for cart": Series(
+                          level="ERROR", minutes=steady(5, short), named={"cart": 15})},
+              "cart": {"cart read": Series(level="INFO", minutes=steady(20, short))}}
+    standing = find_standing(find_departures(series))
+    assert [(i.origin, i.callers) for i in standing] == [("cart", ["web"])]

@@ -7,11 +7,12 @@ from datetime import UTC, datetime, timedelta
 from itertools import count
 from typing import Any
 
+from streams.notify.incidents import alerts_for
 from streams.records import Evidence, Fragment, TimeWindow, count_minutes
 from streams.report.analysis.causes import entities_in
 from streams.report.analysis.postmortem import derive
 from streams.report.state.merge import merge_all
-from streams.report.state.model import Report
+from streams.report.state.model import Report, Series
 from streams.report.views.view import POSTMORTEM_SECTIONS, render_html, render_markdown, render_text
 
 from helpers import make_fragment
@@ -394,3 +395,21 @@ def test_failed_requests_shared_through_trace_ids_point_at_the_dependency() -> N
     origin = pm.episodes[0].origin
     assert origin is not None and origin.service == "inventory"  # linked to both callers
     assert set(origin.callers) >= {"web", "mobile-bff"}
+
+
+def test_a_log_that_begins_mid_failure_is_titled_by_it_but_never_pages() -> None:
+    report = report_of(routine(until=3))
+    minutes = [f"2026-11-29T09:0{m}" for m in range(3)]
+    report.series = {
+        "api": {"GET /orders done": Series(level="INFO", minutes=dict.fromkeys(minutes, 40)),
+                "payment call failed": Series(level="ERROR", minutes=dict.fromkeys(minutes, 8),
+                                              first_seen="2026-11-29T09:00:12Z")},
+        "db": {"query ok": Series(level="INFO", minutes=dict.fromkeys(minutes, 30))}}
+    pm = derive(report)
+    assert pm.title == "api: already failing when the log begins"
+    assert pm.summary[0].startswith("api was already failing when the log begins, at 09:00:12")
+    assert not alerts_for(report)
+    # a departure of medium severity or more leads instead
+    report.series["db"]["deadlock detected"] = Series(
+        level="ERROR", minutes={minutes[2]: 30}, first_seen="2026-11-29T09:02:05Z")
+    assert derive(report).title == "db: a new error"
