@@ -112,7 +112,9 @@ def _read(key: str, value: str, found: dict[str, Any]) -> bool:
             found.setdefault("span_id", tp[3].lower())
             found.setdefault("trace_flags", tp[4].lower())
         return True
-    attribute = _ATTRIBUTE[name]
+    attribute = _ATTRIBUTE.get(name)
+    if attribute is None:  # a key folded from non-ASCII letters (a long s): not one of ours
+        return False
     if attribute == "trace_flags":
         if _FLAGS.fullmatch(value) is None:
             return False

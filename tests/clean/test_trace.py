@@ -149,3 +149,11 @@ def test_a_json_bodys_own_trace_ids_are_kept() -> None:
     assert rec.message == "cart updated"
     assert (rec.attributes["trace_id"], rec.attributes["span_id"]) == (TRACE, SPAN)
     assert rec.attributes["traceId"] == "ffffffffffffffff0000000000000001"
+
+
+def test_a_key_spelled_with_letters_that_fold_to_ascii_is_text_not_a_crash() -> None:
+    # Unicode case folding makes a long s match "s": such a key is no trace context
+    text = "trace_id=4bf92f3577b34da6a3ce929d0e0e4736 \u017fpan_id=00f067aa0ba902b7 done"
+    rest, found = lift_trace(text)
+    assert found == {"trace_id": "4bf92f3577b34da6a3ce929d0e0e4736"}
+    assert rest == "\u017fpan_id=00f067aa0ba902b7 done"
