@@ -180,3 +180,22 @@ def test_a_coord_says_what_the_raw_coord_it_stands_for_says(index: int, count: i
     assert (fast.id, fast.ledger_entry(), fast.wire()) == (
         model.id, model.ledger_entry(), json.loads(model.model_dump_json()))
     assert fast.as_raw() == model
+
+
+def test_the_in_memory_pipeline_builds_the_records_clean_builds(tmp_path: Path) -> None:
+    """``clean_lane_records`` (``retro postmortem``) holds what ``clean`` holds, and
+    dead-letters the same records."""
+    models, lanes = Cleaner.from_settings(Settings()), Cleaner.from_settings(Settings())
+    for path in write_sample(tmp_path, records=1500):
+        with open_source(str(path)) as stream:
+            for number, data in iter_records(stream):
+                built = models.clean(data, RawCoord(topic=path.name, partition=0,
+                                                    offset=number), path.name)
+                read = lanes.clean_lane_records(data, Coord(path.name, 0, number), path.name)
+                assert [type(r).__name__ for r in built] == [
+                    "DeadLetter" if type(r).__name__ == "DeadLetter" else "NormalizedRecord"
+                    for r in read]
+                for model, record in zip(built, read, strict=True):
+                    if isinstance(record, LaneRecord):
+                        fields = {**msgspec.structs.asdict(record), "raw": record.raw.wire()}
+                        assert fields == model.model_dump(), number

@@ -17,7 +17,7 @@ from streams.clean.cleaner import Cleaner
 from streams.clean.offline import source_name
 from streams.gateway.rules.analyzer import analyze
 from streams.ingest.reader import iter_records, open_source
-from streams.records import DeadLetter, Fragment, RawCoord
+from streams.records import Coord, DeadLetter, Fragment
 from streams.report.state.keys import record_place
 from streams.report.state.merge import merge_all
 from streams.report.state.model import Report
@@ -55,8 +55,9 @@ def reports_of_files(paths: list[str], settings: Settings) -> tuple[list[Report]
             source = source_name(path)
             with open_source(path) as stream:
                 for offset, (_line, raw) in enumerate(iter_records(stream, max_record_bytes=cap)):
-                    coord = RawCoord(topic=path, partition=0, offset=offset)
-                    for cleaned in cleaner.clean(raw, coord, source):
+                    # as the worker: a msgspec coordinate and the record as a lane gives it
+                    coord = Coord(path, 0, offset)
+                    for cleaned in cleaner.clean_lane_records(raw, coord, source):
                         if isinstance(cleaned, DeadLetter):
                             dead += 1
                             continue
