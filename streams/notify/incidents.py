@@ -19,7 +19,7 @@ from dataclasses import dataclass
 
 from streams.records import Severity
 from streams.redact import Redactor
-from streams.report.analysis.departures import Departure
+from streams.report.analysis.departures import Departure, Walk
 from streams.report.analysis.incidents import DayIncident
 from streams.report.analysis.postmortem import derive
 from streams.report.state.keys import parse_time
@@ -55,14 +55,16 @@ class Alert:
 
 
 def alerts_for(report: Report, *, redactor: Redactor | None = None, closed: bool = False,
-               resolve_after_minutes: float = RESOLVE_AFTER_MINUTES) -> list[Alert]:
+               resolve_after_minutes: float = RESOLVE_AFTER_MINUTES,
+               walk: Walk | None = None) -> list[Alert]:
     """The incidents of ``report``, most severe first; never a standing condition (no
     departure: the log merely began with it). ``closed``: its window is over, so
-    whatever was ongoing here goes on (if at all) in the next one."""
+    whatever was ongoing here goes on (if at all) in the next one. ``walk``: the
+    baseline walk kept from the report's last version."""
     redactor = redactor or Redactor()
     return [_alert(report, inc, redactor, closed=closed,
                    resolved=_resolved(inc, report.last_seen, resolve_after_minutes))
-            for inc in derive(report).incidents if not inc.standing]
+            for inc in derive(report, walk=walk).incidents if not inc.standing]
 
 
 def _alert(report: Report, inc: DayIncident, redactor: Redactor, *, closed: bool,

@@ -38,6 +38,7 @@ from streams.notify.ledger import Notices, Planner
 from streams.notify.messages import alertmanager_alerts, report_link, webhook_message
 from streams.notify.sinks import MAX_WAIT, Sink
 from streams.redact import Redactor
+from streams.report.analysis.departures import Walk
 from streams.report.state.keys import UNDATED, format_time, parse_time
 from streams.report.state.model import Report
 from streams.runtime.state import PartitionedState
@@ -102,6 +103,7 @@ class NotifyStep(Step):
         self._between_owners = False
         # report -> (its revision, its alerts, when they were derived, what that cost)
         self._alerts: dict[str, tuple[tuple[Any, ...], list[Alert], float, float]] = {}
+        self._walks: dict[str, Walk] = {}  # report -> its baseline walk so far
         self._queues: dict[str, asyncio.Queue[tuple[str, str]]] = {}
         self._queued: set[tuple[str, str, str]] = set()
         self._idle: dict[str, asyncio.Event] = {}
@@ -262,10 +264,12 @@ class NotifyStep(Step):
         if held is not None and (held[0] == revision
                                  or began - held[2] < DERIVE_BACKOFF * held[3]):
             return held[1]
+        # the baseline walk is kept while the report grows; a closed one grows no more
+        walk = self._walks.pop(rid, None) if closed else self._walks.setdefault(rid, Walk())
         try:
             alerts = alerts_for(
                 report, redactor=self.redactor, closed=closed,
-                resolve_after_minutes=self.settings.notify.resolve_after_minutes)
+                resolve_after_minutes=self.settings.notify.resolve_after_minutes, walk=walk)
         except Exception:  # one unreadable report must not silence the others
             logger.exception("notify: the incidents of report %s could not be derived", rid)
             alerts = []

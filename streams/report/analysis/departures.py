@@ -85,6 +85,7 @@ QUIET_FACTOR = 1 / 3
 CHRONIC_SHARE = 0.5
 CHRONIC_MIN_MINUTES = 10
 ABSORB_MINUTES = 30
+SETTLE_MINUTES = 5  # the newest minutes a kept walk judges again: records still arrive
 FAILING_RANK = LEVEL_RANK["WARN"]
 ERROR_RANK = LEVEL_RANK["ERROR"]
 ALL_LINES = "(all lines)"  # the template of a service's quiet departure
@@ -159,6 +160,18 @@ class _Line:
     unseen: tuple[int, int] = (0, 0)
     partner: _Line | None = None
     ratio: float = 0.0
+    walked: int = 0  # its records in the minutes walked so far
+
+    @property
+    def key(self) -> tuple[str, str]:
+        return self.service, self.template
+
+    def copy(self) -> _Line:
+        """A copy whose baseline moves on alone (the partner is set by the caller)."""
+        return _Line(self.service, self.template, self.failing, self.minutes, self.named,
+                     self.traces, self.first_seen, self.starts, self.error,
+                     deque(self.history), self.count, self.total, self.seen,
+                     self.departed_run, self.unseen, None, self.ratio, self.walked)
 
     def learn(self, when: datetime, x: int, total: int) -> None:
         self.history.append((when, x, total))
@@ -221,67 +234,163 @@ def _service_named(name: str, services: list[str]) -> str | None:
 
 def find_departures(series: Mapping[str, Mapping[str, Series]]) -> Findings:
     """Walk the minutes of ``series`` in time order and judge each against its past."""
-    folded = fold_series(series)
-    services = sorted(folded)
-    lines = [
-        _Line(service, template, LEVEL_RANK.get(s.level or "", 0) >= FAILING_RANK,
-              s.minutes, known_callees(s.named, service, services), tuple(s.traces),
-              s.first_seen, s.starts, LEVEL_RANK.get(s.level or "", 0) >= ERROR_RANK)
-        for service, templates in folded.items() for template, s in templates.items()
-    ]
-    totals: dict[str, int] = {}
-    routine: dict[str, int] = {}
+    return Walk().findings(series)
+
+
+@dataclass
+class _State:
+    """Where a walk stands after the minutes it walked: every line's baseline, the
+    stream's totals still in the horizon, what proved chronic and what departed."""
+
+    lines: dict[tuple[str, str], _Line] = field(default_factory=dict)
+    walked: list[str] = field(default_factory=list)
+    learned: deque[tuple[datetime, int]] = field(default_factory=deque)  # (minute, T)
+    chronic: set[tuple[str, str]] = field(default_factory=set)
+    # each departure with its line (None: a service's quiet), rebuilt from the line's
+    # latest evidence (callees, traces, first records) when findings are read
+    found: list[tuple[tuple[str, str] | None, Departure]] = field(default_factory=list)
+
+    def copy(self) -> _State:
+        lines = {key: line.copy() for key, line in self.lines.items()}
+        for key, line in self.lines.items():
+            if line.partner is not None:
+                lines[key].partner = lines[line.partner.key]
+        return _State(lines, list(self.walked), deque(self.learned), set(self.chronic),
+                      list(self.found))
+
+
+class Walk:
+    """The walk over one report kept from one version to the next, so a late version
+    judges only its new minutes, not the whole day again.
+
+    The result is always the walk from scratch's: a report only grows, so a line whose
+    records in the walked minutes add up as they did is unchanged there, and anything
+    else (a late record in an old minute, a line's level raised, templates folded
+    anew) starts the walk over. The newest ``SETTLE_MINUTES`` are walked again each
+    time, as their records are still coming in."""
+
+    def __init__(self) -> None:
+        self._kept: _State | None = None
+        self.judged = 0  # minutes the last call judged: all of them when it started over
+
+    def findings(self, series: Mapping[str, Mapping[str, Series]]) -> Findings:
+        folded = fold_series(series)
+        services = sorted(folded)
+        specs = {(service, template): s for service, templates in folded.items()
+                 for template, s in templates.items()}
+        failing = {key: LEVEL_RANK.get(s.level or "", 0) >= FAILING_RANK
+                   for key, s in specs.items()}
+        totals: dict[str, int] = {}
+        routine: dict[str, int] = {}
+        for key, s in specs.items():
+            for minute, n in s.minutes.items():
+                totals[minute] = totals.get(minute, 0) + n
+                if not failing[key]:
+                    routine[minute] = routine.get(minute, 0) + n
+        minutes = sorted(totals)
+        state, self._kept = self._resumed(specs, failing, minutes), None
+        lines = []
+        for key, s in specs.items():
+            line = state.lines.get(key)
+            if line is None:  # a line new since the last version: nothing in the walked minutes
+                line = state.lines[key] = _Line(
+                    *key, failing[key], s.minutes, (), (), None, {}, False,
+                    deque((when, 0, total) for when, total in state.learned),
+                    total=sum(total for _, total in state.learned))
+            line.minutes, line.first_seen, line.starts = s.minutes, s.first_seen, s.starts
+            line.error = LEVEL_RANK.get(s.level or "", 0) >= ERROR_RANK
+            line.named = known_callees(s.named, key[0], services)
+            line.traces = tuple(s.traces)
+            lines.append(line)
+        by_service: dict[str, list[_Line]] = {}
+        for line in lines:
+            by_service.setdefault(line.service, []).append(line)
+        cut = max(len(state.walked), len(minutes) - SETTLE_MINUTES)
+        self.judged = len(minutes) - len(state.walked)
+        for i in range(len(state.walked), len(minutes)):
+            if i == cut:
+                self._kept = state.copy()
+            total = routine.get(minutes[i]) or totals[minutes[i]]
+            _step(state, lines, by_service, minutes, i, total)
+        if self._kept is None:
+            self._kept = state.copy()
+        return _findings(state, lines, minutes)
+
+    def _resumed(self, specs: Mapping[tuple[str, str], Series],
+                 failing: Mapping[tuple[str, str], bool], minutes: list[str]) -> _State:
+        """The kept walk if this version only added to what it walked, else a new one."""
+        kept = self._kept
+        if kept is None or minutes[:len(kept.walked)] != kept.walked:
+            return _State()
+        tail = minutes[len(kept.walked):]
+        for key, s in specs.items():
+            line = kept.lines.get(key)
+            walked = sum(s.minutes.values()) - sum(s.minutes.get(m, 0) for m in tail)
+            if walked != (0 if line is None else line.walked) or (
+                    line is not None and line.failing != failing[key]):
+                return _State()
+        if any(key not in specs for key in kept.lines):
+            return _State()
+        return kept
+
+
+def _step(state: _State, lines: list[_Line], by_service: Mapping[str, list[_Line]],
+          minutes: list[str], i: int, total: int) -> None:
+    """Judge minute ``i`` against each line's baseline, then learn it."""
+    minute = minutes[i]
+    when = parse_minute(minute)
+    start = when - timedelta(hours=BASELINE_HOURS)
     for line in lines:
-        for minute, n in line.minutes.items():
-            totals[minute] = totals.get(minute, 0) + n
-            if not line.failing:
-                routine[minute] = routine.get(minute, 0) + n
-    by_service: dict[str, list[_Line]] = {}
+        line.forget_before(start)
+    while state.learned and state.learned[0][0] < start:
+        state.learned.popleft()
+    if i % PARTNER_EVERY == 0:
+        for own in by_service.values():
+            _pick_partners(own)
+    departed: set[int] = set()
+    recent = minutes[max(0, i - THIN_MINUTES + 1):i + 1][::-1]
     for line in lines:
-        by_service.setdefault(line.service, []).append(line)
-    findings = Findings(minutes=sorted(totals))
+        if line.total < MIN_BASELINE_RECORDS:
+            continue
+        x = line.minutes.get(minute, 0)
+        if line.failing and len(line.history) >= CHRONIC_MIN_MINUTES \
+                and line.seen >= CHRONIC_SHARE * len(line.history):
+            state.chronic.add(line.key)
+            continue
+        found = _judge(line, minute, x, total, recent)
+        if found is not None:
+            state.found.append((line.key, found))
+            departed.add(id(line))
+        elif line.unseen[0]:  # too soon to call it new: kept out of the baseline
+            departed.add(id(line))
+    for service, own in by_service.items():
+        found = _quiet(service, own, minute, total)
+        if found is not None:
+            state.found.append((None, found))
+    for line in lines:
+        x = line.minutes.get(minute, 0)
+        line.walked += x
+        if id(line) in departed and line.departed_run < ABSORB_MINUTES:
+            line.departed_run += 1
+            continue
+        line.departed_run = 0
+        line.learn(when, x, total)
+    state.learned.append((when, total))
+    state.walked.append(minute)
+
+
+def _findings(state: _State, lines: list[_Line], minutes: list[str]) -> Findings:
+    findings = Findings(minutes=minutes, chronic=sorted(state.chronic))
+    for key, dep in state.found:
+        line = state.lines.get(key) if key is not None else None
+        findings.departures.append(dep if line is None else _departure(
+            line, dep.minute, dep.kind, dep.observed, dep.expected, dep.surprise))
+    findings.departures.sort(key=lambda d: (d.minute, d.service, d.template))
     for line in lines:
         if line.named:
             findings.calls.setdefault(line.service, set()).update(line.named)
-    horizon = timedelta(hours=BASELINE_HOURS)
-    chronic: set[tuple[str, str]] = set()
-    for i, minute in enumerate(findings.minutes):
-        when = parse_minute(minute)
-        total = routine.get(minute) or totals[minute]
-        for line in lines:
-            line.forget_before(when - horizon)
-        if i % PARTNER_EVERY == 0:
-            for own in by_service.values():
-                _pick_partners(own)
-        departed: set[int] = set()
-        recent = findings.minutes[max(0, i - THIN_MINUTES + 1):i + 1][::-1]
-        for line in lines:
-            if line.total < MIN_BASELINE_RECORDS:
-                continue
-            x = line.minutes.get(minute, 0)
-            if line.failing and len(line.history) >= CHRONIC_MIN_MINUTES \
-                    and line.seen >= CHRONIC_SHARE * len(line.history):
-                chronic.add((line.service, line.template))
-                continue
-            found = _judge(line, minute, x, total, recent)
-            if found is not None:
-                findings.departures.append(found)
-                departed.add(id(line))
-            elif line.unseen[0]:  # too soon to call it new: kept out of the baseline
-                departed.add(id(line))
-        for service, own in by_service.items():
-            found = _quiet(service, own, minute, total)
-            if found is not None:
-                findings.departures.append(found)
-        for line in lines:
-            if id(line) in departed and line.departed_run < ABSORB_MINUTES:
-                line.departed_run += 1
-                continue
-            line.departed_run = 0
-            line.learn(when, line.minutes.get(minute, 0), total)
-    findings.chronic = sorted(chronic)
-    if findings.minutes:
-        findings.standing = _standing(lines, findings.minutes[0], chronic)
+    if minutes:
+        findings.standing = _standing(lines, minutes[0], state.chronic)
     return findings
 
 

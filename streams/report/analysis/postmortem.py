@@ -54,7 +54,7 @@ from streams.report.analysis.causes import (
     kind_word,
     words,
 )
-from streams.report.analysis.departures import Findings, find_departures
+from streams.report.analysis.departures import Findings, Walk
 from streams.report.analysis.incidents import Change as IncidentChange
 from streams.report.analysis.incidents import DayIncident, find_incidents, find_standing
 from streams.report.analysis.origin import Origin, find_origin
@@ -172,9 +172,11 @@ class PostMortem:
         return clock(value, dated=self.dated)
 
 
-def derive(report: Report, *, deadletters: int | None = None, review: int | None = None
-           ) -> PostMortem:
-    """The post-mortem of ``report``; ``deadletters``/``review`` are counted where known."""
+def derive(report: Report, *, deadletters: int | None = None, review: int | None = None,
+           walk: Walk | None = None) -> PostMortem:
+    """The post-mortem of ``report``; ``deadletters``/``review`` are counted where known.
+    ``walk``: the baseline walk kept from this report's last version, so a caller that
+    derives every version judges only the new minutes (same result either way)."""
     span = Span(report.first_seen, report.last_seen)
     suggestions = _suggestions_by_incident(report)
     changes: list[Change] = []
@@ -239,7 +241,7 @@ def derive(report: Report, *, deadletters: int | None = None, review: int | None
         silent=silent,
     )
     _narrate(pm, span)
-    findings = find_departures(report.series)
+    findings = (walk or Walk()).findings(report.series)
     pm.findings = findings
     pm.chronic_lines = findings.chronic
     pm.incidents = find_incidents(findings, [

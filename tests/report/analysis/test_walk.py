@@ -1,0 +1,105 @@
+"""A walk kept from one report version to the next finds what a walk from scratch
+finds, on every version, however the report grew."""
+
+from __future__ import annotations
+
+import random
+
+from streams.report.analysis.departures import SETTLE_MINUTES, Findings, Walk, find_departures
+from streams.report.state.model import Series
+
+MINUTES = [f"2026-11-29T{m // 60:02d}:{m % 60:02d}" for m in range(150)]
+
+
+def _poisson(rng: random.Random, mean: float) -> int:
+    # sums of Bernoulli draws: close enough to Poisson for a baseline to learn
+    return sum(rng.random() < mean / 40 for _ in range(40))
+
+
+def day(seed: int) -> dict[tuple[str, str], tuple[str, dict[str, int], dict[str, int]]]:
+    """(service, template) -> (level, records per minute, callees named): steady
+    services with pairs of lines, a line that thins out, a new error naming a callee,
+    a service that goes quiet and a line that only starts late."""
+    rng = random.Random(seed)
+    lines: dict[tuple[str, str], tuple[str, dict[str, int], dict[str, int]]] = {}
+    for s in ("api", "cart", "db"):
+        for t in range(4):
+            rate = rng.choice([3.0, 8.0, 20.0])
+            counts = {m: _poisson(rng, rate) for m in MINUTES}
+            lines[(s, f"{s} step {t} begins")] = ("INFO", counts, {})
+            follows = dict(counts)
+            if s == "cart" and t == 1:  # an early return from minute 90 on
+                follows.update({m: counts[m] // 4 for m in MINUTES[90:110]})
+            lines[(s, f"{s} step {t} ends")] = ("INFO", follows, {})
+    lines[("api", "payment to cart failed")] = (
+        "ERROR", {m: _poisson(rng, 6.0) for m in MINUTES[60:75]}, {"cart": 40})
+    lines[("db", "disk almost full")] = ("WARN", {m: 2 for m in MINUTES[::2]}, {})
+    for t in range(4):  # db goes quiet for a while
+        for key in ((("db", f"db step {t} begins")), ("db", f"db step {t} ends")):
+            lines[key][1].update(dict.fromkeys(MINUTES[120:130], 0))
+    lines[("cart", "cache rebuilt")] = ("INFO", {m: 5 for m in MINUTES[100:]}, {})
+    return lines
+
+
+def version(lines: dict[tuple[str, str], tuple[str, dict[str, int], dict[str, int]]],
+            upto: int, *, newest_share: float = 0.5) -> dict[str, dict[str, Series]]:
+    """The report after ``upto`` minutes, its newest minute only partly in."""
+    out: dict[str, dict[str, Series]] = {}
+    for (service, template), (level, counts, named) in lines.items():
+        minutes = {m: n for m in MINUTES[:upto] if (n := counts.get(m, 0))}
+        if upto and MINUTES[upto - 1] in minutes:
+            minutes[MINUTES[upto - 1]] = int(minutes[MINUTES[upto - 1]] * newest_share)
+        minutes = {m: n for m, n in minutes.items() if n}
+        if minutes:
+            # the smallest trace ids so far: a later minute's are smaller, so they change
+            traces = sorted(f"{1000 - MINUTES.index(m):04x}" for m in minutes)[:3] \
+                if level == "ERROR" else []
+            out.setdefault(service, {})[template] = Series(
+                level=level, minutes=minutes, named=named, traces=traces,
+                first_seen=f"{min(minutes)}:07Z")
+    return out
+
+
+def same(a: Findings, b: Findings) -> None:
+    assert a.departures == b.departures
+    assert a.chronic == b.chronic
+    assert a.standing == b.standing
+    assert a.calls == b.calls
+    assert a.minutes == b.minutes
+
+
+def test_a_kept_walk_finds_what_a_walk_from_scratch_finds_on_every_version() -> None:
+    for seed in range(3):
+        lines = day(seed)
+        walk = Walk()
+        kinds = set()
+        for upto in range(1, len(MINUTES) + 1, 3):
+            series = version(lines, upto)
+            found = walk.findings(series)
+            same(found, find_departures(series))
+            kinds |= {d.kind for d in found.departures}
+            # it judged only the minutes still settling and the new ones
+            assert walk.judged <= SETTLE_MINUTES + 3
+        # the day had something of each kind for the kept walk to get right
+        assert kinds >= {"new", "thin", "quiet"}
+
+
+def test_a_late_record_or_a_raised_level_starts_the_walk_over_with_the_same_answer() -> None:
+    lines = day(7)
+    walk = Walk()
+    walk.findings(version(lines, 100))
+    # a record arrives for a minute long walked, and another line's level is raised
+    late = version(lines, 110)
+    old = late["cart"]["cart step 0 begins"]
+    late["cart"]["cart step 0 begins"] = Series(
+        level=old.level, minutes={**old.minutes, MINUTES[50]: old.minutes[MINUTES[50]] + 40})
+    same(walk.findings(late), find_departures(late))
+    assert walk.judged == 110
+    raised = version(lines, 120)
+    raised["db"]["disk almost full"] = Series(
+        level="INFO", minutes=raised["db"]["disk almost full"].minutes)
+    same(walk.findings(raised), find_departures(raised))
+    assert walk.judged == 120
+    # and the same version again judges only its settling minutes
+    same(walk.findings(raised), find_departures(raised))
+    assert walk.judged == SETTLE_MINUTES
