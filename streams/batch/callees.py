@@ -44,6 +44,11 @@ _FAILED_CALL = re.compile(  # "X returned 503", "503 from X", "X: 502 Bad Gatewa
     r"|(?:\b5\d\d\b\s+(?:from|by)\s+(?:https?://)?(?P<b>[A-Za-z][\w-]{2,62}))",
     re.IGNORECASE,
 )
+# a part every match of _FAILED_CALL holds (the verb between two spaces, or the status,
+# spaces and "from"/"by"): where it is missing the scan is skipped, as that scan tries
+# each word of a long message (a stack trace) at every length it could have
+_FAILED_CALL_HINT = re.compile(
+    r"\s(?:returned|responded|answered|gave)\s|5\d\d\s+(?:from|by)\s", re.IGNORECASE)
 _URL_HOST = re.compile(r"\bhttps?://(?P<name>[A-Za-z][\w-]{2,62})(?:[.:/]|\b)")
 
 
@@ -70,7 +75,7 @@ def named_services(texts: Iterable[str], *, urls: bool = False) -> list[str]:
             out.append(m["name"].rstrip(".-"))
         for m in _CALL_FAILED.finditer(text):
             out.append(m["name"].rstrip(".-"))
-        for m in _FAILED_CALL.finditer(text):
+        for m in _FAILED_CALL.finditer(text) if _FAILED_CALL_HINT.search(text) else ():
             out.append((m["a"] or m["b"]).rstrip(".-"))
         for m in _URL_HOST.finditer(text) if urls else ():
             out.append(m["name"].rstrip(".-"))

@@ -1,0 +1,31 @@
+"""The prefilter of the failed-call pattern never skips a text the pattern matches."""
+
+from __future__ import annotations
+
+import random
+
+from streams.batch.callees import _FAILED_CALL, _FAILED_CALL_HINT, named_services
+
+WORDS = ["payment-gateway", "http://inventory:8080/api", "returned", "responded", "with",
+         "answered", "gave", "status", "HTTP", "503", "502 ", "500", "from", "by", "BY",
+         "RETURNED", "\t", "\n", " ", "  ", "x", "db.svc", "5009", "550", ":", "/", "ok"]
+
+
+def test_every_text_the_pattern_matches_holds_the_hint() -> None:
+    rng = random.Random(42)
+    matched = 0
+    for _ in range(20_000):
+        text = "".join(rng.choice(WORDS) + rng.choice(["", " ", "  ", "\t"])
+                       for _ in range(rng.randint(1, 8)))
+        if _FAILED_CALL.search(text) is not None:
+            matched += 1
+            assert _FAILED_CALL_HINT.search(text) is not None, text
+    assert matched > 500
+
+
+def test_the_failed_calls_are_still_named() -> None:
+    assert named_services(["checkout: payment-gateway returned 503 on /pay"]) == [
+        "payment-gateway"]
+    assert named_services(["got 502 from inventory-db"]) == ["inventory-db"]
+    assert named_services(["auth responded with HTTP 500"]) == ["auth"]
+    assert named_services(["java.lang.Thread.run(Thread.java:833) at 512"]) == []
