@@ -197,6 +197,9 @@ def fold_series(series: Mapping[str, Mapping[str, Series]]) -> dict[str, dict[st
             groups.setdefault(root, []).append(templates[template])
         folded = {}
         for root, group in groups.items():
+            if len(group) == 1 and all(group[0].minutes.values()):  # nothing to add up
+                folded[root] = group[0]
+                continue
             level = None
             for s in group:
                 level = higher_level(level, s.level)
