@@ -29,12 +29,15 @@ class TokenCounterLike(Protocol):
     def truncate(self, text: str, max_tokens: int) -> tuple[str, int | bool]: ...
 
 
+# what json.dumps(..., ensure_ascii=False) escapes: a quote, a backslash, C0 controls
+_JSON_ESCAPED = re.compile(r'[\x00-\x1f"\\]')
+
+
 def json_tokens(counter: TokenCounterLike, text: str) -> int:
     """Tokens of ``text`` as it appears in the payload: JSON-escaped and quoted."""
+    if _JSON_ESCAPED.search(text) is None:  # most log text: json.dumps only quotes it
+        return counter.count(f'"{text}"')
     return counter.count(json.dumps(text, ensure_ascii=False))
-
-
-_JSON_ESCAPED = re.compile(r'[\x00-\x1f"\\]')
 
 
 def message_tokens(counter: TokenCounterLike, record: AnyRecord,
