@@ -9,6 +9,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import gc
 import json
 import logging
 import os
@@ -257,6 +258,11 @@ def cmd_postmortem(args: argparse.Namespace, settings: Settings) -> int:
     from streams.worker.offline import reports_of_files
 
     check_inputs(args.paths)
+    # the run makes millions of short-lived objects beside the long-lived ones loaded so
+    # far (modules, settings, schemas): the collector need not walk those again, nor
+    # wake every 700 allocations (0.3 of 6 CPU s on 100k lines); output is unchanged
+    gc.freeze()
+    gc.set_threshold(5000, 10, 10)
     reports, dead = reports_of_files(args.paths, settings)
     if not reports:
         print("no log record in " + ", ".join(args.paths), file=sys.stderr)
