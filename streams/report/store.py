@@ -13,7 +13,7 @@ import logging
 from typing import Any
 
 from streams.kafka.readers import follow, latest_per_key
-from streams.report.state.keys import report_of
+from streams.report.state.keys import previous_window, report_of
 from streams.report.state.merge import compose
 from streams.report.state.model import Report
 from streams.settings import Settings
@@ -63,7 +63,15 @@ class LatestReports:
         return {key: r for key in list(self._raw) if (r := self._shard(key)) is not None}
 
     def get(self, report_id: str) -> Report | None:
-        """The report composed from its shares (``streams.report.state.keys.report_of``)."""
+        """The report composed from its shares (``streams.report.state.keys.report_of``),
+        knowing the report of its window before (its baseline's first hours)."""
+        report = self._composed(report_id)
+        if report is not None:
+            before = previous_window(report_id, self._keys)
+            report.follows(self._composed(before) if before is not None else None)
+        return report
+
+    def _composed(self, report_id: str) -> Report | None:
         parts = [r for key in sorted(self._keys.get(report_id, ()))
                  if (r := self._shard(key)) is not None]
         return compose(report_id, parts) if parts else None

@@ -18,7 +18,7 @@ from streams.clean.offline import source_name
 from streams.gateway.rules.analyzer import analyze
 from streams.ingest.reader import iter_records, open_source
 from streams.records import Coord, DeadLetter, Fragment
-from streams.report.state.keys import record_place
+from streams.report.state.keys import link_windows, record_place
 from streams.report.state.merge import merge_all
 from streams.report.state.model import Report
 from streams.settings import Settings
@@ -66,9 +66,11 @@ def reports_of_files(paths: list[str], settings: Settings) -> tuple[list[Report]
     for window in windows.values():
         if (batch := window.flush("drain")) is not None:
             analyzed(batch)
-    reports = [merge_all(None, fragments, report_id=report_id, now=_latest(fragments))[0]
-               for report_id, fragments in sorted(by_report.items())]
-    return reports, dead
+    reports = {report_id: merge_all(None, fragments, report_id=report_id,
+                                    now=_latest(fragments))[0]
+               for report_id, fragments in sorted(by_report.items())}
+    link_windows(reports)
+    return list(reports.values()), dead
 
 
 def _window(lane: str, settings: Settings, counter: TokenCounter) -> TokenWindow:

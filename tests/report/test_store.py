@@ -63,3 +63,13 @@ def test_readers_see_a_report_composed_from_its_shares() -> None:
     assert report.id == "2026-11-29/all" and report.record_count == 6
     assert report.incidents[0].count == 6 and len(latest.shards()) == 3
     assert latest.get("2026-11-29/all").record_count == 6
+
+
+def test_a_report_knows_the_report_of_its_window_before() -> None:
+    latest = LatestReports()
+    for rid in ("2026-11-28/all", "2026-11-29/all", "2026-11-29/other", "undated/all"):
+        latest.put(rid.encode(), _bytes(rid, 1))
+    assert latest.get("2026-11-29/all").previous.id == "2026-11-28/all"
+    assert latest.get("2026-11-28/all").previous is None
+    assert latest.get("2026-11-29/other").previous is None  # another group's days
+    assert latest.get("undated/all").previous is None

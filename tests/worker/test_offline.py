@@ -76,3 +76,15 @@ def test_a_shared_fault_window_gives_the_same_incidents_in_any_batch_cut() -> No
     default = incidents_of([str(path)], Settings())
     assert default
     assert incidents_of([str(path)], SMALL_BATCHES) == default
+
+
+def test_a_file_across_midnight_gives_each_day_the_day_before(tmp_path: Path) -> None:
+    log = tmp_path / "app.log"
+    log.write_text("".join(
+        json.dumps({"time": f"2026-11-{day}T{hour}:{m:02d}:00Z", "level": "info",
+                    "service": "api", "msg": "GET /orders done"}) + "\n"
+        for day, hour in (("28", "23"), ("29", "00")) for m in range(0, 60, 20)))
+    reports, _ = reports_of_files([str(log)], Settings())
+    assert [r.id for r in reports] == ["2026-11-28/all", "2026-11-29/all"]
+    assert reports[0].previous is None
+    assert reports[1].previous is reports[0]

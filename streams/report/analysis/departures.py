@@ -43,6 +43,7 @@ still count it as one.
 from __future__ import annotations
 
 import math
+from bisect import bisect_left
 from collections import deque
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
@@ -52,7 +53,7 @@ from typing import Literal
 from streams.batch.covering import canonical_templates
 from streams.records import LEVEL_RANK, smallest_traces
 from streams.report.analysis.baseline import poisson_tail
-from streams.report.state.minutes import add_minutes, parse_minute
+from streams.report.state.minutes import MINUTE_FORMAT, add_minutes, parse_minute
 from streams.report.state.model import OTHER_TEMPLATES, Series
 from streams.report.state.series import (
     add_counts,
@@ -270,17 +271,30 @@ class Walk:
     records in the walked minutes add up as they did is unchanged there, and anything
     else (a late record in an old minute, a line's level raised, templates folded
     anew) starts the walk over. The newest ``SETTLE_MINUTES`` are walked again each
-    time, as their records are still coming in."""
+    time, as their records are still coming in.
+
+    ``before``: the series of the report of the window before (yesterday's, for a day):
+    its last ``BASELINE_HOURS`` are walked first as baseline only, so the first hours of
+    a window are judged against the hours before them, as every other hour is."""
 
     def __init__(self) -> None:
         self._kept: _State | None = None
+        self._history: tuple[object, str, dict[tuple[str, str], Series]] | None = None
         self.judged = 0  # minutes the last call judged: all of them when it started over
 
-    def findings(self, series: Mapping[str, Mapping[str, Series]]) -> Findings:
+    def findings(self, series: Mapping[str, Mapping[str, Series]],
+                 before: Mapping[str, Mapping[str, Series]] | None = None) -> Findings:
         folded = fold_series(series)
         services = sorted(folded)
         specs = {(service, template): s for service, templates in folded.items()
                  for template, s in templates.items()}
+        first = min((min(s.minutes) for s in specs.values() if s.minutes), default=None)
+        if before and first is not None:
+            for key, old in self._before(before, first).items():
+                new = specs.get(key)
+                specs[key] = old if new is None else new.model_copy(
+                    update={"minutes": {**old.minutes, **new.minutes}})
+            services = sorted({service for service, _ in specs})
         failing = {key: LEVEL_RANK.get(s.level or "", 0) >= FAILING_RANK
                    for key, s in specs.items()}
         totals: dict[str, int] = {}
@@ -317,7 +331,24 @@ class Walk:
             _step(state, lines, by_service, minutes, i, total)
         if self._kept is None:
             self._kept = state.copy()
-        return _findings(state, lines, minutes)
+        return _findings(state, lines, minutes, first)
+
+    def _before(self, before: Mapping[str, Mapping[str, Series]], first: str
+                ) -> dict[tuple[str, str], Series]:
+        """``before``'s lines in the ``BASELINE_HOURS`` before ``first`` (kept while the
+        same report and first minute come again)."""
+        if self._history is not None and self._history[0] is before \
+                and self._history[1] == first:
+            return self._history[2]
+        start = (parse_minute(first) - timedelta(hours=BASELINE_HOURS)).strftime(MINUTE_FORMAT)
+        out = {}
+        for service, templates in fold_series(before).items():
+            for template, s in templates.items():
+                kept = {m: n for m, n in s.minutes.items() if start <= m < first}
+                if kept:
+                    out[(service, template)] = s.model_copy(update={"minutes": kept})
+        self._history = (before, first, out)
+        return out
 
     def _resumed(self, specs: Mapping[tuple[str, str], Series],
                  failing: Mapping[tuple[str, str], bool], minutes: list[str]) -> _State:
@@ -382,9 +413,14 @@ def _step(state: _State, lines: list[_Line], by_service: Mapping[str, list[_Line
     state.walked.append(minute)
 
 
-def _findings(state: _State, lines: list[_Line], minutes: list[str]) -> Findings:
-    findings = Findings(minutes=minutes, chronic=sorted(state.chronic))
+def _findings(state: _State, lines: list[_Line], minutes: list[str], first: str | None
+              ) -> Findings:
+    """What the walk found from ``first`` on (the minutes before are another window's)."""
+    own = minutes if first is None else minutes[bisect_left(minutes, first):]
+    findings = Findings(minutes=own, chronic=sorted(state.chronic))
     for key, dep in state.found:
+        if first is not None and dep.minute < first:
+            continue
         line = state.lines.get(key) if key is not None else None
         findings.departures.append(dep if line is None else _departure(
             line, dep.minute, dep.kind, dep.observed, dep.expected, dep.surprise))
@@ -392,7 +428,7 @@ def _findings(state: _State, lines: list[_Line], minutes: list[str]) -> Findings
     for line in lines:
         if line.named:
             findings.calls.setdefault(line.service, set()).update(line.named)
-    if minutes:
+    if minutes and minutes[0] == first:  # the window began the stream: no past at all
         findings.standing = _standing(lines, minutes[0], state.chronic)
     return findings
 

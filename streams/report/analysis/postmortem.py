@@ -241,7 +241,9 @@ def derive(report: Report, *, deadletters: int | None = None, review: int | None
         silent=silent,
     )
     _narrate(pm, span)
-    findings = (walk or Walk()).findings(report.series)
+    previous = report.previous
+    findings = (walk or Walk()).findings(
+        report.series, before=previous.series if previous is not None else None)
     pm.findings = findings
     pm.chronic_lines = findings.chronic
     pm.incidents = find_incidents(findings, [

@@ -11,10 +11,14 @@ from __future__ import annotations
 import functools
 import logging
 import re
+from collections.abc import Iterable, Mapping
 from datetime import UTC, datetime
-from typing import Literal
+from typing import TYPE_CHECKING, Literal
 
 from streams.records import AnyRecord, iso_utc, service_of
+
+if TYPE_CHECKING:
+    from streams.report.state.model import Report
 
 logger = logging.getLogger(__name__)
 
@@ -66,6 +70,25 @@ def _hour_report(hour: str, window: Window, group: str) -> str | None:
 def report_of(key: str) -> str:
     """The report id of a compaction key: "2026-11-29/all#3" -> "2026-11-29/all"."""
     return key.split(SHARD_MARK, 1)[0]
+
+
+def previous_window(report_id: str, ids: Iterable[str]) -> str | None:
+    """The id among ``ids`` of the latest earlier window of the same group
+    ("2026-11-28/all" for "2026-11-29/all"); None for an undated report or a first one.
+    Buckets of one window size sort as text in time order."""
+    bucket, _, group = report_of(report_id).partition("/")
+    if bucket == UNDATED:
+        return None
+    earlier = [b for b, _, g in (report_of(i).partition("/") for i in ids)
+               if g == group and b != UNDATED and len(b) == len(bucket) and b < bucket]
+    return f"{max(earlier)}/{group}" if earlier else None
+
+
+def link_windows(reports: Mapping[str, Report]) -> None:
+    """Tell each report of ``reports`` (by id) the report of its window before, if held."""
+    for rid, report in reports.items():
+        before = previous_window(rid, reports)
+        report.follows(reports.get(before) if before is not None else None)
 
 
 _WINDOWS = ("hour", "day", "week")

@@ -15,6 +15,7 @@ from typing import Any, Literal
 from pydantic import (
     BaseModel,
     Field,
+    PrivateAttr,
     SerializerFunctionWrapHandler,
     computed_field,
     model_serializer,
@@ -239,6 +240,8 @@ class Report(BaseModel):
     # service -> template -> its dated records per minute, level and callees named: every
     # line the report counts, at most MAX_SERIES per service (``streams.report.state.series``)
     series: dict[str, dict[str, Series]] = Field(default_factory=dict)
+    # the report of the window before, when a reader holds it: never stored or compared
+    _previous: Report | None = PrivateAttr(default=None)
 
     # No return annotation: pydantic would take it for the serialized schema.
     @model_serializer(mode="wrap")
@@ -271,6 +274,15 @@ class Report(BaseModel):
         if isinstance(data, dict):
             return cls.model_validate(data)
         return cls.model_validate_json(data)
+
+    def follows(self, previous: Report | None) -> None:
+        """Remember the report of the window before this one (yesterday's, for a day): its
+        last hours are the baseline this window's first hours are judged against."""
+        self._previous = previous
+
+    @property
+    def previous(self) -> Report | None:
+        return self._previous
 
     def incident(self, key: str) -> Incident | None:
         return next((i for i in self.incidents if i.key == key), None)

@@ -3,7 +3,7 @@ similar one does not", on series built by hand."""
 
 from __future__ import annotations
 
-from streams.report.analysis.departures import find_departures
+from streams.report.analysis.departures import Walk, find_departures
 from streams.report.analysis.incidents import find_incidents, find_standing
 from streams.report.state.model import Series
 
@@ -246,3 +246,32 @@ def test_a_standing_error_naming_a_callee_is_the_callees() -> None:
               "cart": {"cart read": Series(level="INFO", minutes=steady(20, short))}}
     standing = find_standing(find_departures(series))
     assert [(i.origin, i.callers) for i in standing] == [("cart", ["web"])]
+
+
+YESTERDAY = [f"2026-11-28T{h:02d}:{m:02d}" for h in (22, 23) for m in range(60)]
+MIDNIGHT = [f"2026-11-29T00:{m:02d}" for m in range(5)]
+
+
+def test_a_window_is_judged_against_the_last_hours_of_the_window_before() -> None:
+    # a pair learned yesterday evening: today the second line of it writes half as often
+    pair = {"lock taken": Series(level="INFO", minutes=steady(20, YESTERDAY)),
+            "lock released": Series(level="INFO", minutes=steady(20, YESTERDAY)),
+            "lookup failed": Series(level="ERROR", minutes=steady(4, YESTERDAY))}
+    before = {"db": pair, "api": {"GET done": Series(level="INFO", minutes=steady(50, YESTERDAY))}}
+    today = {"db": {"lock taken": Series(level="INFO", minutes=steady(20, MIDNIGHT)),
+                    "lock released": Series(level="INFO", minutes=steady(6, MIDNIGHT)),
+                    "lookup failed": Series(level="ERROR", minutes=steady(4, MIDNIGHT))},
+             "api": {"GET done": Series(level="INFO", minutes=steady(50, MIDNIGHT))}}
+    alone = find_departures(today)
+    assert not alone.departures  # no past: the thinned ratio is learned as normal
+    assert [d.template for d in alone.standing] == ["lookup failed"]  # and this is new to it
+    found = Walk().findings(today, before=before)
+    assert {(d.template, d.kind) for d in found.departures} == {("lock released", "thin")}
+    assert min(d.minute for d in found.departures) == MIDNIGHT[0]
+    assert found.minutes == MIDNIGHT  # yesterday's minutes are baseline, not judged here
+    assert ("db", "lookup failed") in found.chronic and not found.standing
+    # yesterday more than the baseline's hours before today is no baseline
+    old = {s: {t: Series(level=x.level, minutes={m.replace("11-28T2", "11-28T1"): n
+                                                  for m, n in x.minutes.items()})
+               for t, x in lines.items()} for s, lines in before.items()}
+    assert not Walk().findings(today, before=old).departures

@@ -413,3 +413,22 @@ def test_a_log_that_begins_mid_failure_is_titled_by_it_but_never_pages() -> None
     report.series["db"]["deadlock detected"] = Series(
         level="ERROR", minutes={minutes[2]: 30}, first_seen="2026-11-29T09:02:05Z")
     assert derive(report).title == "db: a new error"
+
+
+def test_the_first_minutes_of_a_window_are_judged_against_the_window_before() -> None:
+    evening = [f"2026-11-28T23:{m:02d}" for m in range(60)]
+    midnight = [f"2026-11-29T00:{m:02d}" for m in range(3)]
+
+    def lines(minutes: list[str], released: int) -> dict[str, dict[str, Series]]:
+        return {"db": {"lock taken": Series(level="INFO", minutes=dict.fromkeys(minutes, 20)),
+                       "lock released": Series(level="INFO",
+                                               minutes=dict.fromkeys(minutes, released))},
+                "api": {"GET done": Series(level="INFO", minutes=dict.fromkeys(minutes, 50))}}
+
+    yesterday, today = report_of(routine(until=3)), report_of(routine(until=3))
+    yesterday.series, today.series = lines(evening, 20), lines(midnight, 4)
+    assert derive(today).incidents == []  # alone, three minutes teach it nothing
+    today.follows(yesterday)
+    incidents = derive(today).incidents
+    assert [(i.origin, i.evidence[0].kind) for i in incidents] == [("db", "thin")]
+    assert incidents[0].started == "2026-11-29T00:00:00Z"

@@ -42,11 +42,13 @@ def day(seed: int) -> dict[tuple[str, str], tuple[str, dict[str, int], dict[str,
 
 
 def version(lines: dict[tuple[str, str], tuple[str, dict[str, int], dict[str, int]]],
-            upto: int, *, newest_share: float = 0.5) -> dict[str, dict[str, Series]]:
-    """The report after ``upto`` minutes, its newest minute only partly in."""
+            upto: int, *, since: int = 0, newest_share: float = 0.5
+            ) -> dict[str, dict[str, Series]]:
+    """The report of the minutes from ``since`` after ``upto`` minutes, its newest minute
+    only partly in."""
     out: dict[str, dict[str, Series]] = {}
     for (service, template), (level, counts, named) in lines.items():
-        minutes = {m: n for m in MINUTES[:upto] if (n := counts.get(m, 0))}
+        minutes = {m: n for m in MINUTES[since:upto] if (n := counts.get(m, 0))}
         if upto and MINUTES[upto - 1] in minutes:
             minutes[MINUTES[upto - 1]] = int(minutes[MINUTES[upto - 1]] * newest_share)
         minutes = {m: n for m, n in minutes.items() if n}
@@ -82,6 +84,22 @@ def test_a_kept_walk_finds_what_a_walk_from_scratch_finds_on_every_version() -> 
             assert walk.judged <= SETTLE_MINUTES + 3
         # the day had something of each kind for the kept walk to get right
         assert kinds >= {"new", "thin", "quiet"}
+
+
+def test_a_kept_walk_with_the_window_before_finds_what_a_walk_from_scratch_finds() -> None:
+    lines = day(3)
+    before = version(lines, 80, newest_share=1.0)  # the window before ends at minute 80
+    walk = Walk()
+    for upto in range(81, len(MINUTES) + 1, 4):
+        series = version(lines, upto, since=80)
+        same(walk.findings(series, before=before), Walk().findings(series, before=before))
+        assert walk.judged <= SETTLE_MINUTES + 4 or upto == 81  # the first walks it all
+    # the window before grew (a late record): both walk it again alike
+    grown = version(lines, 80, newest_share=1.0)
+    grown["api"]["api step 0 begins"].minutes[MINUTES[79]] += 5
+    series = version(lines, len(MINUTES), since=80)
+    same(walk.findings(series, before=grown), Walk().findings(series, before=grown))
+    assert walk.judged == len(MINUTES)
 
 
 def test_a_late_record_or_a_raised_level_starts_the_walk_over_with_the_same_answer() -> None:

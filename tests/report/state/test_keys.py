@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from streams.records import NormalizedRecord
-from streams.report.state.keys import record_place
+from streams.report.state.keys import previous_window, record_place
 
 from helpers import make_record
 
@@ -55,3 +55,14 @@ def test_an_unknown_window_or_grouping_raises() -> None:
         record_place(record(), window="month", group_by="all")  # type: ignore[arg-type]
     with pytest.raises(ValueError, match="group_by"):
         record_place(record(), window="day", group_by="host")  # type: ignore[arg-type]
+
+
+def test_the_window_before_is_the_latest_earlier_one_of_the_same_group_and_size() -> None:
+    ids = ["2026-11-27/all", "2026-11-28/all", "2026-11-28/api", "2026-11-28T23/all",
+           "2026-W48/all", "undated/all", "2026-11-29/all#1"]
+    assert previous_window("2026-11-29/all", ids) == "2026-11-28/all"
+    assert previous_window("2026-11-29/all#0", ids) == "2026-11-28/all"
+    assert previous_window("2026-11-29/api", ids) == "2026-11-28/api"
+    assert previous_window("2026-11-29T00/all", ids) == "2026-11-28T23/all"
+    assert previous_window("2026-11-27/all", ids) is None
+    assert previous_window("undated/all", ids) is None
