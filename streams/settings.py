@@ -367,6 +367,9 @@ class NotifySettings(BaseModel):
     # an incident is ended once the logs have shown its end this long: a report composed
     # of shares at different positions can look ended for a moment while one catches up
     end_after_seconds: float = Field(60.0, ge=0.0)
+    # an incident whose only sign is a service's fallen volume pages once it has been
+    # seen this long: while a backlog is read, a partition behind the others looks silent
+    silent_after_seconds: float = Field(120.0, ge=0.0)
     # an incident has ended once the report's records go on this long past its last
     # departure from the baseline (then end_after_seconds applies as well)
     resolve_after_minutes: float = Field(5.0, ge=0.0)

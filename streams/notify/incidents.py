@@ -48,6 +48,9 @@ class Alert:
     evidence: tuple[str, ...] = ()  # the strongest departures, worded, redacted
     ended: bool = False  # the report's records went on past it, or its window is over
     closed: bool = False  # its window is over: a later one began and this one stopped growing
+    # only volume fell: a service gone silent, or one whose records are still on their way
+    # (a partition behind the others while a backlog is read)
+    silent: bool = False
 
     def overlaps(self, first_seen: str, last_seen: str) -> bool:
         """Whether it shares a minute with the span ``first_seen``..``last_seen``."""
@@ -75,7 +78,8 @@ def _alert(report: Report, inc: DayIncident, redactor: Redactor, *, closed: bool
         title=_safe(inc.title, redactor), summary=_safe(_sentence(inc), redactor),
         callers=tuple(inc.callers), services=tuple(inc.services),
         evidence=tuple(_safe(_evidence(d), redactor) for d in inc.evidence[:MAX_EVIDENCE]),
-        ended=closed or resolved, closed=closed)
+        ended=closed or resolved, closed=closed,
+        silent=all(d.kind == "quiet" for d in inc.evidence))
 
 
 def _sentence(inc: DayIncident) -> str:

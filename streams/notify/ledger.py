@@ -137,11 +137,17 @@ class Notices(BaseModel):
 class Planner:
     """Decides changes; remembers (in memory) since when an open incident has looked
     ended, so a report that looks ended for a moment while a share catches up ends
-    nothing. After a restart that wait starts again: an end comes later, never twice."""
+    nothing, and since when an incident of fallen volume alone has been seen, so a
+    service whose records are still on their way (one partition behind the others while
+    a worker reads a backlog) is not paged as silent: it opens after ``silent_after``
+    seconds. After a restart both waits start again: a change comes later, never twice."""
 
     min_severity: Severity = "high"
     end_after: float = 60.0
+    silent_after: float = 120.0
     _ending: dict[tuple[str, str], float] = field(default_factory=dict)
+    # (report, origin) -> since when an incident of fallen volume alone has been seen
+    _silent: dict[tuple[str, str], float] = field(default_factory=dict)
 
     def plan(self, notices: Notices, alerts: Iterable[Alert], *, now: str,
              mono: float) -> bool:
@@ -170,12 +176,20 @@ class Planner:
                                      summary=f"It goes on as incident {into}.")
             else:
                 changed |= self._end(notices.report_id, entry, "gone", now=now, mono=mono)
+        silent = set()
         for alert, own in zip(alerts, owners, strict=True):
             # new: opened even if already over, unless its window is over or it is history
             if own or alert.closed or alert.severity not in _at_least(self.min_severity) \
                     or alert.last_seen <= notices.forgotten_until:
                 continue
+            if alert.silent:  # paged once the silence outlasted a backlog's catching up
+                key = (notices.report_id, alert.service)
+                silent.add(key)
+                if mono - self._silent.setdefault(key, mono) < self.silent_after:
+                    continue
             changed |= self._open(notices, alert, now)
+        for key in [k for k in self._silent if k[0] == notices.report_id and k not in silent]:
+            del self._silent[key]  # it went away (its records came) or it opened
         if changed:
             _trim(notices)
         return changed

@@ -96,7 +96,8 @@ class NotifyStep(Step):
         self.tick_seconds = tick_seconds
         self.topic = settings.topics.notifications
         n = settings.notify
-        self.planner = Planner(min_severity=n.min_severity, end_after=n.end_after_seconds)
+        self.planner = Planner(min_severity=n.min_severity, end_after=n.end_after_seconds,
+                               silent_after=n.silent_after_seconds)
         self.redactor = Redactor.from_settings(settings)
         # report id -> its ledger, of the partitions assigned and loaded
         self.state: PartitionedState[Notices] = PartitionedState()

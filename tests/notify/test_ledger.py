@@ -259,3 +259,19 @@ def test_a_ledger_follows_its_json_schema() -> None:
                          (Entry, schema["$defs"]["entry"]["properties"]),
                          (Change, schema["$defs"]["change"]["properties"])):
         assert set(props) == set(model.model_fields), model
+
+
+def test_fallen_volume_alone_pages_only_once_it_outlasts_a_catching_up_partition() -> None:
+    planner, notices = Planner(silent_after=120), Notices(report_id=RID)
+    quiet = alert(service="cart", title="cart: its volume fell", silent=True)
+    assert not planner.plan(notices, [quiet], now="t0", mono=0)
+    assert not planner.plan(notices, [quiet], now="t1", mono=100)
+    # its records came (the partition caught up): it is gone, and nothing was paged
+    assert not planner.plan(notices, [], now="t2", mono=110)
+    assert not planner.plan(notices, [quiet], now="t3", mono=200)  # the wait starts again
+    assert not planner.plan(notices, [quiet], now="t4", mono=319)
+    assert planner.plan(notices, [quiet], now="t5", mono=320)
+    assert opened(notices) == ["cart@2026-11-29T10:00"]
+    # a failure of its own, or callers naming it, pages at once as before
+    other = Notices(report_id=RID)
+    assert planner.plan(other, [alert(service="cart")], now="t0", mono=0)
