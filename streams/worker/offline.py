@@ -34,7 +34,9 @@ def reports_of_files(paths: list[str], settings: Settings) -> tuple[list[Report]
     offset = the record's number in its file.
     """
     cleaner = Cleaner.from_settings(settings)
-    counter = TokenCounter()
+    # the clean stage's counter, so a message's pieces it just counted are remembered
+    # when its window costs the message quoted (the same encoding, and counts are exact)
+    counter = cleaner.tokens
     windows = {lane: _window(lane, settings, counter) for lane in ("fast", "slow")}
     place = functools.partial(record_place, window=settings.report.window,
                               group_by=settings.report.group_by)
