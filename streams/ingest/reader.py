@@ -205,14 +205,21 @@ def iter_records(
     ``max_record_bytes``, a record keeps at most that many bytes plus one: enough for
     the cleaner to dead-letter it as too large without holding gigabytes in memory.
     """
-    for record in iter_raw_records(stream, max_record_bytes=max_record_bytes):
-        yield record.line, record.data
+    for first_line, record in _grouped(stream, max_record_bytes):
+        yield first_line, b"".join(record.parts)  # no RawRecord: its size is not asked
 
 
 def iter_raw_records(
     stream: BinaryIO, *, max_record_bytes: int | None = None
 ) -> Iterator[RawRecord]:
     """:func:`iter_records` with each record's whole size and, when cut, its SHA-256."""
+    for first_line, record in _grouped(stream, max_record_bytes):
+        yield record.record(first_line)
+
+
+def _grouped(stream: BinaryIO, max_record_bytes: int | None) -> Iterator[
+        tuple[int, _Accumulator]]:
+    """Each logical record's first line number and its bytes as they were gathered."""
     starts = 0
     weak_joined = 0
     current: _Accumulator | None = None
@@ -221,25 +228,25 @@ def iter_raw_records(
         if not more and not line.strip():
             continue
         joins = False
+        start = None  # whether the line opens a record, once asked (one match a line)
         if current is not None and starts:
             if _STRONG_CONTINUATION.match(line):
                 joins = True
-            elif (
-                _START.match(line) is None
-                and weak_joined < WEAK_ALLOWANCE + WEAK_PER_START * starts
-            ):
-                joins = True
-                weak_joined += 1
+            else:
+                start = _START.match(line) is not None
+                if not start and weak_joined < WEAK_ALLOWANCE + WEAK_PER_START * starts:
+                    joins = True
+                    weak_joined += 1
         if joins and current is not None:
             current.add(b"\n")
         else:
             if current is not None:
-                yield current.record(first_line)
-            if _START.match(line) is not None:
+                yield first_line, current
+            if start if start is not None else _START.match(line) is not None:
                 starts += 1
             current, first_line = _Accumulator(max_record_bytes), line_no
         current.add(line)
         if more:
             _rest_of_line(stream, current.add)
     if current is not None:
-        yield current.record(first_line)
+        yield first_line, current
