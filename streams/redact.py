@@ -348,8 +348,9 @@ class Redactor:
                     hit = memo.get(value)
                     if hit is None:
                         hit = self._remembered(value)
-                    for found, n in hit[1].items():
-                        counts[found] = counts.get(found, 0) + n
+                    if hit[1]:  # seldom: most values hold nothing to count
+                        for found, n in hit[1].items():
+                            counts[found] = counts.get(found, 0) + n
                     out[key] = hit[0]
                     continue
                 out[key] = self._redact_value(value, counts)
@@ -369,8 +370,9 @@ class Redactor:
                 return value
             text, found = (self._remembered(value) if len(value) <= MEMO_CHARS
                            else self._redact(value))
-            for kind, n in found.items():
-                counts[kind] = counts.get(kind, 0) + n
+            if found:
+                for kind, n in found.items():
+                    counts[kind] = counts.get(kind, 0) + n
             return text
         if cls is int:
             if -CARD_FLOOR < value < CARD_FLOOR:  # fewer than 13 digits: never a card
