@@ -7,7 +7,7 @@ through these:
 
 - :meth:`Reader.messages` / :func:`read_messages`: a topic, or some of its
   partitions, from the beginning up to its current end (:func:`read_topic`: its keys
-  and values);
+  and values; :func:`read_values`: its values parsed, the unreadable counted);
 - :meth:`Reader.at`: the messages at given coordinates (``topic/partition`` ->
   offsets), which the re-drive reads again;
 - :func:`latest_per_key` / :class:`LatestPerKey`: the latest message of each key of a
@@ -28,7 +28,7 @@ import asyncio
 import contextlib
 import logging
 from collections.abc import AsyncIterator, Callable, Iterator
-from typing import Any
+from typing import Any, TypeVar
 
 from aiokafka import AIOKafkaClient, AIOKafkaConsumer, ConsumerRecord, TopicPartition
 from aiokafka.errors import GroupAuthorizationFailedError, TopicAuthorizationFailedError
@@ -41,6 +41,7 @@ from streams.kafka.connect import FETCH_WAIT_MS, aiokafka_kwargs, stop_consumer
 from streams.settings import Settings
 
 logger = logging.getLogger(__name__)
+T = TypeVar("T")
 
 POLL_MS = 200  # one wait for records; an empty fetch answer does not end it earlier
 AT_FETCH_TIMEOUT_MS = 2000  # offsets not fetched within this long are skipped
@@ -283,6 +284,20 @@ async def read_messages(settings: Settings, topic: str, partitions: set[int] | N
     async with Reader(settings) as reader:
         async for message in reader.messages(topic, partitions):
             yield message
+
+
+async def read_values(settings: Settings, topic: str, parse: Callable[[bytes], T]
+                      ) -> tuple[list[tuple[T, int]], int]:
+    """Every value of ``topic`` that ``parse`` reads, with its write time (ms), and how
+    many it could not (``parse`` raised ValueError: a pydantic ValidationError is one)."""
+    values: list[tuple[T, int]] = []
+    unreadable = 0
+    async for message in read_messages(settings, topic):
+        try:
+            values.append((parse(message.value or b""), message.timestamp))
+        except ValueError:
+            unreadable += 1
+    return values, unreadable
 
 
 async def read_topic(settings: Settings, topic: str) -> AsyncIterator[tuple[bytes | None, bytes]]:

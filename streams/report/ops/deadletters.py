@@ -15,9 +15,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
-from pydantic import ValidationError
-
-from streams.kafka.readers import read_messages
+from streams.kafka.readers import read_values
 from streams.records import DeadLetter
 from streams.report.views.view import printable
 from streams.settings import Settings
@@ -111,16 +109,9 @@ def render_json(summary: DeadLetterSummary, *, raw: bool = False) -> str:
 async def read_deadletters(settings: Settings, *, latest: int = 10) -> DeadLetterSummary:
     """Read the whole dead-letter topic (it is small: bad records only) and sum it up."""
     topic = settings.topics.deadletter
-    entries: list[Entry] = []
-    unreadable = 0
-    async for message in read_messages(settings, topic):
-        try:
-            letter = DeadLetter.model_validate_json(message.value or b"")
-        except ValidationError:
-            unreadable += 1
-            continue
-        entries.append(Entry(letter, message.timestamp))
-    return summarize(entries, topic=topic, latest=latest, unreadable=unreadable)
+    letters, unreadable = await read_values(settings, topic, DeadLetter.model_validate_json)
+    return summarize([Entry(letter, at) for letter, at in letters], topic=topic,
+                     latest=latest, unreadable=unreadable)
 
 
 def _one_line(text: str, limit: int = 200) -> str:

@@ -16,11 +16,9 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
-from pydantic import ValidationError
-
 from streams.gateway.reasons import kind_of
 from streams.intervals import Coverage
-from streams.kafka.readers import read_messages
+from streams.kafka.readers import read_values
 from streams.records import Review
 from streams.report.ops.deadletters import _one_line
 from streams.report.store import read_latest
@@ -139,15 +137,9 @@ def render_json(summary: ReviewSummary) -> str:
 
 async def read_reviews(settings: Settings) -> tuple[list[ReviewEntry], Coverage, int]:
     """(every review with its write time, what reports cover, unreadable messages)."""
-    entries: list[ReviewEntry] = []
-    unreadable = 0
-    async for message in read_messages(settings, settings.topics.review):
-        try:
-            review = Review.model_validate_json(message.value or b"")
-        except ValidationError:
-            unreadable += 1
-            continue
-        entries.append(ReviewEntry(review, message.timestamp))
+    reviews, unreadable = await read_values(settings, settings.topics.review,
+                                            Review.model_validate_json)
+    entries = [ReviewEntry(review, at) for review, at in reviews]
     analysed = Coverage()
     for report in (await read_latest(settings)).shards().values():
         analysed = analysed.union(Coverage.from_json(report.covered))
