@@ -52,18 +52,51 @@ def _dotted(keys: tuple[str, ...]) -> tuple[tuple[str, ...] | None, ...]:
 _TS_DOTTED, _LEVEL_DOTTED, _SERVICE_DOTTED = (
     _dotted(_TS_KEYS), _dotted(_LEVEL_KEYS), _dotted(_SERVICE_KEYS))
 
+# (key to read, inner key or None) of a field's keys that an object of some keys holds
+_Candidates = tuple[tuple[str, str | None], ...]
+MAX_SHAPES = 1024  # key sets remembered with their candidates; records of a source share one
 
-def _present(obj: dict[str, Any], keys: tuple[str, ...],
-             dotted: tuple[tuple[str, ...] | None, ...]) -> Iterator[tuple[Any, str | None]]:
-    """(value, top-level key to drop) of each of ``keys`` that ``obj`` holds, in order:
-    "log.level" also reads obj["log"]["level"]. One scan for all the keys of a field."""
+
+def _candidates(present: dict[str, Any], keys: tuple[str, ...],
+                dotted: tuple[tuple[str, ...] | None, ...]) -> _Candidates:
+    """Which of ``keys`` an object with the keys ``present`` may hold, in order: the key
+    itself, or for "log.level" without it the outer "log" (read as a dict at the time)."""
+    out: list[tuple[str, str | None]] = []
     for key, split in zip(keys, dotted, strict=True):
-        if key in obj:
+        if key in present:
+            out.append((key, None))
+        elif split is not None and split[0] in present:
+            out.append((split[0], split[1]))
+    return tuple(out)
+
+
+_SHAPES: dict[tuple[str, ...], tuple[_Candidates, _Candidates, _Candidates]] = {}
+
+
+def _shape(obj: dict[str, Any]) -> tuple[_Candidates, _Candidates, _Candidates]:
+    """The time, level and service candidates of ``obj``'s keys: the keys of a source's
+    records repeat, so each set of them is looked at once rather than on every record."""
+    keys = tuple(obj)
+    hit = _SHAPES.get(keys)
+    if hit is None:
+        if len(_SHAPES) >= MAX_SHAPES:
+            _SHAPES.clear()
+        hit = _SHAPES[keys] = (_candidates(obj, _TS_KEYS, _TS_DOTTED),
+                               _candidates(obj, _LEVEL_KEYS, _LEVEL_DOTTED),
+                               _candidates(obj, _SERVICE_KEYS, _SERVICE_DOTTED))
+    return hit
+
+
+def _present(obj: dict[str, Any], candidates: _Candidates) -> Iterator[tuple[Any, str | None]]:
+    """(value, top-level key to drop) of each of a field's keys that ``obj`` holds, in
+    order: "log.level" also reads obj["log"]["level"]."""
+    for key, inner in candidates:
+        if inner is None:
             yield obj[key], key
-        elif split is not None:
-            nested = obj.get(split[0])
-            if isinstance(nested, dict) and split[1] in nested:
-                yield nested[split[1]], None
+        else:
+            nested = obj[key]
+            if isinstance(nested, dict) and inner in nested:
+                yield nested[inner], None
 
 
 class TextParser(Protocol):
@@ -123,19 +156,20 @@ class StructuredParser:
         """Map a flat key/value record (JSON object or logfmt pairs) to a Parsed."""
         attrs = dict(obj)
         parsed = Parsed(fmt, "")
-        for value, drop in _present(obj, _TS_KEYS, _TS_DOTTED):
+        times, levels, services = _shape(obj)
+        for value, drop in _present(obj, times):
             if self._set_time(parsed, value):
                 if drop:
                     attrs.pop(drop, None)
                 break
-        for value, drop in _present(obj, _LEVEL_KEYS, _LEVEL_DOTTED):
+        for value, drop in _present(obj, levels):
             level = normalize_level(value)
             if level is not None:
                 parsed.level = level
                 if drop:
                     attrs.pop(drop, None)
                 break
-        for value, drop in _present(obj, _SERVICE_KEYS, _SERVICE_DOTTED):
+        for value, drop in _present(obj, services):
             if isinstance(value, str) and value:
                 parsed.service = value
                 if drop:
