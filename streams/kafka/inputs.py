@@ -39,5 +39,4 @@ def matching(settings: Settings, names: list[str] | set[str]) -> list[str]:
 
 async def input_topics(settings: Settings, consumer: Any) -> list[str]:
     """Every input topic the cluster has now (listed topics missing from it excluded)."""
-    cluster = await consumer._client.fetch_all_metadata()
-    return matching(settings, cluster.topics())
+    return matching(settings, await consumer.topics())
