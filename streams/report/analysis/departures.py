@@ -28,9 +28,11 @@ it (at most ``BASELINE_HOURS`` back), and then joins them. The statistics, state
 * **chronic**: a line at WARN or above present in at least ``CHRONIC_SHARE`` of at
   least ``CHRONIC_MIN_MINUTES`` baseline minutes: background, listed, never judged.
 * **standing**: a line at ERROR or above already written ``MIN_NEW`` times in the
-  report's first minute and never found chronic: the log began while it was failing,
-  so there is no past to judge it against. Not a departure (no statistic), it is kept
-  apart (``Findings.standing``) and only titles a report that has no incident.
+  report's opening minutes (those before the stream held ``MIN_BASELINE_RECORDS``
+  records, which nothing can be judged in) and never found chronic: the log began
+  while it was failing, so there is no past to judge it against. Not a departure (no
+  statistic), it is kept apart (``Findings.standing``) and only titles a report that
+  has no incident.
 
 Nothing is judged before a template's baseline holds ``MIN_BASELINE_RECORDS`` records
 of the whole stream. A departing line's minute stays out of its own baseline, so an
@@ -331,7 +333,14 @@ class Walk:
             _step(state, lines, by_service, minutes, i, total)
         if self._kept is None:
             self._kept = state.copy()
-        return _findings(state, lines, minutes, first)
+        opening: list[str] = []  # the minutes nothing could be judged in
+        held = 0
+        for minute in minutes:
+            if held >= MIN_BASELINE_RECORDS:
+                break
+            opening.append(minute)
+            held += routine.get(minute) or totals[minute]
+        return _findings(state, lines, minutes, first, opening)
 
     def _before(self, before: Mapping[str, Mapping[str, Series]], first: str
                 ) -> dict[tuple[str, str], Series]:
@@ -413,9 +422,10 @@ def _step(state: _State, lines: list[_Line], by_service: Mapping[str, list[_Line
     state.walked.append(minute)
 
 
-def _findings(state: _State, lines: list[_Line], minutes: list[str], first: str | None
-              ) -> Findings:
-    """What the walk found from ``first`` on (the minutes before are another window's)."""
+def _findings(state: _State, lines: list[_Line], minutes: list[str], first: str | None,
+              opening: list[str]) -> Findings:
+    """What the walk found from ``first`` on (the minutes before are another window's);
+    ``opening``: the stream's first minutes, judged by nothing."""
     own = minutes if first is None else minutes[bisect_left(minutes, first):]
     findings = Findings(minutes=own, chronic=sorted(state.chronic))
     for key, dep in state.found:
@@ -429,21 +439,21 @@ def _findings(state: _State, lines: list[_Line], minutes: list[str], first: str 
         if line.named:
             findings.calls.setdefault(line.service, set()).update(line.named)
     if minutes and minutes[0] == first:  # the window began the stream: no past at all
-        findings.standing = _standing(lines, minutes[0], state.chronic)
+        findings.standing = _standing(lines, opening, state.chronic)
     return findings
 
 
-def _standing(lines: list[_Line], first: str, chronic: set[tuple[str, str]]
+def _standing(lines: list[_Line], opening: list[str], chronic: set[tuple[str, str]]
               ) -> list[Departure]:
     """Error lines the report began with that never proved chronic, most records first:
     a log that starts mid-incident names its failing service even without a past."""
     out = []
     for line in lines:
         if not line.error or line.template == OTHER_TEMPLATES \
-                or line.minutes.get(first, 0) < MIN_NEW \
+                or sum(line.minutes.get(m, 0) for m in opening) < MIN_NEW \
                 or (line.service, line.template) in chronic:
             continue
-        dep = _departure(line, first, "standing", sum(line.minutes.values()), 0.0, 0.0)
+        dep = _departure(line, opening[0], "standing", sum(line.minutes.values()), 0.0, 0.0)
         out.append(replace(dep, first_seen=line.first_seen, until=max(line.minutes)))
     return sorted(out, key=lambda d: (-d.observed, d.service, d.template))
 

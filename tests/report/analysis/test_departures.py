@@ -208,7 +208,7 @@ def test_a_line_written_a_few_times_a_minute_thins_out_over_several_minutes() ->
 def test_a_log_that_begins_mid_failure_names_it_and_one_that_begins_healthy_does_not(
         ) -> None:
     short = HOUR[:3]  # three minutes: too short for anything to prove chronic
-    series = {"api": {"GET /orders done": Series(level="INFO", minutes=steady(40, short)),
+    series = {"api": {"GET /orders done": Series(level="INFO", minutes=steady(80, short)),
                       "payment call failed": Series(level="ERROR", minutes=steady(8, short))},
               "db": {"query ok": Series(level="INFO", minutes=steady(30, short)),
                      "connection reset": Series(level="ERROR", minutes=steady(2, short))}}
@@ -219,9 +219,26 @@ def test_a_log_that_begins_mid_failure_names_it_and_one_that_begins_healthy_does
     standing = find_standing(found)
     assert [(i.origin, i.severity, i.standing) for i in standing] == [("api", "low", True)]
     assert standing[0].title == "api: already failing when the log begins"
-    # the same error starting in the second minute is no standing condition
+    # the same error starting in the second minute, once the first held a baseline, is
+    # new: a departure, no standing condition
     series["api"]["payment call failed"] = Series(level="ERROR", minutes=steady(8, short[1:]))
-    assert not find_departures(series).standing
+    found = find_departures(series)
+    assert not found.standing
+    assert {(d.template, d.kind) for d in found.departures} == {("payment call failed", "new")}
+
+
+def test_a_log_that_begins_in_the_last_seconds_of_a_minute_is_judged_from_a_full_one(
+        ) -> None:
+    # the first minute holds a few seconds: too few records for a baseline, so the
+    # second is judged by nothing either and an error there is standing, not new
+    short = HOUR[:3]
+    series = {"api": {"GET /orders done": Series(
+                          level="INFO", minutes={**steady(80, short), short[0]: 6}),
+                      "payment call failed": Series(level="ERROR", minutes=steady(8, short[1:]))},
+              "db": {"query ok": Series(level="INFO", minutes={**steady(30, short), short[0]: 2})}}
+    found = find_departures(series)
+    assert not found.departures
+    assert [(d.template, d.observed) for d in found.standing] == [("payment call failed", 16)]
 
 
 def test_a_standing_error_that_proves_chronic_is_background_not_standing() -> None:
