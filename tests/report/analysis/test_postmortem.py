@@ -2,10 +2,14 @@
 
 from __future__ import annotations
 
+import json
 import re
 from datetime import UTC, datetime, timedelta
 from itertools import count
+from pathlib import Path
 from typing import Any
+
+import jsonschema
 
 from streams.notify.incidents import alerts_for
 from streams.records import Evidence, Fragment, TimeWindow, count_minutes
@@ -13,10 +17,17 @@ from streams.report.analysis.causes import entities_in
 from streams.report.analysis.postmortem import derive
 from streams.report.state.merge import merge_all
 from streams.report.state.model import Report, Series
-from streams.report.views.view import POSTMORTEM_SECTIONS, render_html, render_markdown, render_text
+from streams.report.views.view import (
+    POSTMORTEM_SECTIONS,
+    render_html,
+    render_json,
+    render_markdown,
+    render_text,
+)
 
 from helpers import make_fragment
 
+ROOT = Path(__file__).resolve().parents[3]
 START = datetime(2026, 11, 29, 9, 0, tzinfo=UTC)
 _offsets = count()
 
@@ -413,6 +424,11 @@ def test_a_log_that_begins_mid_failure_is_titled_by_it_but_never_pages() -> None
     report.series["db"]["deadlock detected"] = Series(
         level="ERROR", minutes={minutes[2]: 30}, first_seen="2026-11-29T09:02:05Z")
     assert derive(report).title == "db: a new error"
+    # both as `retro report --format json` prints them, as the schema describes them
+    doc = json.loads(render_json(report))
+    jsonschema.validate(doc, json.loads((ROOT / "schemas" / "report.schema.json").read_text()))
+    assert [(i["origin"], i["evidence"][0]["kind"]) for i in doc["postmortem"]["incidents"]
+            ] == [("db", "new"), ("api", "standing")]
 
 
 def test_the_first_minutes_of_a_window_are_judged_against_the_window_before() -> None:
