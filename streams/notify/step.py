@@ -227,10 +227,12 @@ class NotifyStep(Step):
         now = format_time(wall)
         n = self.settings.notify
         refresh = self._refreshed_at is None or mono - self._refreshed_at >= n.refresh_seconds
+        owned = set()
         for rid in ids:
             home = self.partition_of(rid.encode(), count)
             if home not in self.state.loaded or self._between_owners:
                 continue
+            owned.add(rid)
             notices = self.ledger.get(rid)
             report = self.reports.get(rid)
             if report is None:
@@ -250,6 +252,9 @@ class NotifyStep(Step):
                     if entry.owed(sink.name) > 0 or am_refresh:
                         self._enqueue(sink, rid, entry.id)
             await ctx.give()
+        if not self._between_owners:  # a report another member took over is walked there
+            for rid in self._walks.keys() - owned:
+                del self._walks[rid]
         if refresh:
             self._refreshed_at = mono
 

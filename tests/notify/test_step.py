@@ -399,3 +399,20 @@ def test_a_report_that_is_slow_to_derive_is_derived_again_only_after_a_rest(
     clock.advance(6.0)
     assert step._alerts_of(later, closed=False) == [2]  # 9 s after: read again
     assert step._alerts_of(later, closed=False) == [2] and calls == 2
+
+
+async def test_a_reports_walk_is_kept_while_owned_and_dropped_when_another_member_owns_it(
+        ) -> None:
+    home = {"partition": 0}
+    step = make_step(Reports(incident_report()), Receiver(), Receiver())
+    step.partition_of = lambda key, count: home["partition"]
+    run, tasks = await running(step)
+    await step.plan(run.ctx)
+    kept = step._walks[RID]
+    assert kept.judged > 0  # the first version walked the report
+    await step.plan(run.ctx)
+    assert step._walks[RID] is kept  # the same walk goes on with the next version
+    home["partition"] = 1  # the report's ledger partition is another member's now
+    await step.plan(run.ctx)
+    assert RID not in step._walks
+    await stop(tasks)
