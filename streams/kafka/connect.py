@@ -179,13 +179,18 @@ async def stop_consumer(consumer: Any) -> None:
             raise
 
 
-async def partitions_of(consumer: Any, topic: str) -> list[int]:
-    """Partition ids of ``topic``, fetching fresh metadata when the client has none."""
-    known = consumer.partitions_for_topic(topic)
-    if not known:
-        cluster = await consumer._client.fetch_all_metadata()
-        known = cluster.partitions_for_topic(topic)
-    return sorted(known or [])
+async def partition_leaders(admin: Any, topics: list[str]) -> dict[tuple[str, int], int]:
+    """(topic, partition) -> its leader's broker id (-1: none now) of every partition of
+    ``topics``, from fresh metadata of all topics (the admin client's public describe:
+    naming topics there would let a broker that auto-creates topics create them); a
+    topic that does not exist has none."""
+    wanted = set(topics)
+    out: dict[tuple[str, int], int] = {}
+    for topic in await admin.describe_topics() if wanted else ():
+        if topic["topic"] in wanted:
+            for partition in topic["partitions"]:
+                out[(topic["topic"], partition["partition"])] = partition["leader"]
+    return out
 
 
 def stage_producer(settings: Settings) -> Any:

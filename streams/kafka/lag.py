@@ -20,7 +20,7 @@ from aiokafka import AIOKafkaConsumer
 from aiokafka.admin import AIOKafkaAdminClient
 from aiokafka.structs import TopicPartition
 
-from streams.kafka.connect import aiokafka_kwargs, partitions_of, stop_consumer
+from streams.kafka.connect import aiokafka_kwargs, partition_leaders, stop_consumer
 from streams.kafka.inputs import input_topics
 from streams.metrics import Metrics
 from streams.settings import Settings
@@ -102,7 +102,7 @@ class LagMonitor:
         """Committed offset and lag of ``group`` on every partition of ``topics``."""
         admin, consumer = await self._clients()
         committed = await admin.list_consumer_group_offsets(group)
-        tps = [TopicPartition(t, p) for t in topics for p in await partitions_of(consumer, t)]
+        tps = [TopicPartition(*tp) for tp in sorted(await partition_leaders(admin, topics))]
         ends = await consumer.end_offsets(tps) if tps else {}
         return lag_from_offsets({tp: m.offset for tp, m in committed.items()}, ends)
 
@@ -151,12 +151,10 @@ class LagMonitor:
     async def _leader_moves(self, tps: Iterable[TopicPartition]) -> int:
         """Leader moves since the last measurement, from one metadata request of all
         topics (the client's own metadata only refreshes the topics it last used)."""
-        _, consumer = await self._clients()
-        cluster = await consumer._client.fetch_all_metadata()
-        now = {}
-        for tp in tps:
-            leader = cluster.leader_for_partition(tp)
-            now[tp] = leader if leader is not None else -1
+        admin, _ = await self._clients()
+        tps = list(tps)
+        leaders = await partition_leaders(admin, [tp.topic for tp in tps])
+        now = {tp: leaders.get((tp.topic, tp.partition), -1) for tp in tps}
         moved = leader_moves(self._leaders, now)
         self._leaders.update({tp: leader for tp, leader in now.items() if leader >= 0})
         return moved

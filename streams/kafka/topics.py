@@ -128,7 +128,7 @@ async def ensure_group_offsets(settings: Settings, group: str, topics: list[str]
     from aiokafka import AIOKafkaConsumer, TopicPartition
     from aiokafka.errors import KafkaError
 
-    from streams.kafka.connect import partitions_of, stop_consumer
+    from streams.kafka.connect import partition_leaders, stop_consumer
 
     admin = AIOKafkaAdminClient(**aiokafka_kwargs(settings))
     consumer = AIOKafkaConsumer(**aiokafka_kwargs(settings), group_id=group,
@@ -148,7 +148,7 @@ async def ensure_group_offsets(settings: Settings, group: str, topics: list[str]
                     return 0
                 await asyncio.sleep(1.0)
         assert committed is not None
-        tps = [TopicPartition(t, p) for t in topics for p in await partitions_of(consumer, t)]
+        tps = [TopicPartition(*tp) for tp in sorted(await partition_leaders(admin, topics))]
         missing = [tp for tp in tps if tp not in committed or committed[tp].offset < 0]
         if not missing:
             return 0

@@ -121,6 +121,8 @@ async def _lag_as(kwargs: dict, group: str, topics: list[str]) -> dict[str, int]
     from aiokafka import AIOKafkaConsumer, TopicPartition
     from aiokafka.admin import AIOKafkaAdminClient
 
+    from streams.kafka.connect import partition_leaders
+
     admin = AIOKafkaAdminClient(**kwargs)
     consumer = AIOKafkaConsumer(**kwargs, enable_auto_commit=False)
     await admin.start()
@@ -129,20 +131,13 @@ async def _lag_as(kwargs: dict, group: str, topics: list[str]) -> dict[str, int]
         committed = await admin.list_consumer_group_offsets(group)
         described = await admin.describe_consumer_groups([group])
         assert described, group
-        tps = [TopicPartition(t, p) for t in topics
-               for p in sorted(consumer.partitions_for_topic(t) or await _partitions(consumer, t))]
+        tps = [TopicPartition(*tp) for tp in sorted(await partition_leaders(admin, topics))]
         ends = await consumer.end_offsets(tps)
         return {t: sum(ends[tp] - max(committed[tp].offset, 0) if tp in committed else ends[tp]
                        for tp in tps if tp.topic == t) for t in topics}
     finally:
         await consumer.stop()
         await admin.close()
-
-
-async def _partitions(consumer, topic: str) -> set[int]:
-    from streams.kafka.connect import partitions_of
-
-    return set(await partitions_of(consumer, topic))
 
 
 def _audit_until(p, reader: dict[str, str], done, timeout: float = 120) -> dict:
