@@ -32,6 +32,8 @@ class LatestReports:
         self._raw: dict[str, bytes] = {}  # by compaction key ("<report id>#<share>")
         self._decoded: dict[str, Report] = {}
         self._keys: dict[str, set[str]] = {}  # report id -> its compaction keys
+        # report id -> the shares it was last composed of, and that composition
+        self._composed_of: dict[str, tuple[list[Report], Report]] = {}
 
     def put(self, key: bytes | None, value: bytes | None) -> bool:
         """Keep a message as the latest of its id; False for tombstones and keyless ones."""
@@ -72,9 +74,19 @@ class LatestReports:
         return report
 
     def _composed(self, report_id: str) -> Report | None:
+        """Composed again only when one of its shares has a newer version: the notifier
+        asks for every report (and the one before it) each second."""
         parts = [r for key in sorted(self._keys.get(report_id, ()))
                  if (r := self._shard(key)) is not None]
-        return compose(report_id, parts) if parts else None
+        if not parts:
+            return None
+        held = self._composed_of.get(report_id)
+        if held is not None and len(held[0]) == len(parts) \
+                and all(a is b for a, b in zip(held[0], parts, strict=True)):
+            return held[1]
+        report = compose(report_id, parts)
+        self._composed_of[report_id] = (parts, report)
+        return report
 
     def ids(self) -> list[str]:
         """The ids of the reports held, sorted (nothing is decoded)."""

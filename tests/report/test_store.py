@@ -73,3 +73,14 @@ def test_a_report_knows_the_report_of_its_window_before() -> None:
     assert latest.get("2026-11-28/all").previous is None
     assert latest.get("2026-11-29/other").previous is None  # another group's days
     assert latest.get("undated/all").previous is None
+
+
+def test_a_sharded_report_is_composed_again_only_when_a_share_changed() -> None:
+    latest = LatestReports()
+    latest.put(b"2026-11-29/all#0", _bytes("2026-11-29/all#0", 1))
+    latest.put(b"2026-11-29/all#1", _bytes("2026-11-29/all#1", 1))
+    first = latest.get("2026-11-29/all")
+    assert first is not None and first.id == "2026-11-29/all"
+    assert latest.get("2026-11-29/all") is first  # nothing new: the same composition
+    latest.put(b"2026-11-29/all#1", _bytes("2026-11-29/all#1", 2))
+    assert latest.get("2026-11-29/all") is not first
