@@ -140,10 +140,7 @@ class Cleaner:
         ``received_at`` (the Kafka record's timestamp) dates a record that carries no
         time of its own, such as a line of user feedback; the rule says so.
         """
-        if self._tallying:  # the clean step's fetch counts them
-            return self._clean(raw, coord, source, received_at, _new_record)
-        with self.tallied():
-            return self._clean(raw, coord, source, received_at, _new_record)
+        return self._tallied_clean(raw, coord, source, received_at, _new_record)
 
     def clean_fields(
         self, raw: bytes, coord: AnyCoord, source: str, *, received_at: datetime | None = None
@@ -151,10 +148,7 @@ class Cleaner:
         """``clean`` with each record's fields left unvalidated: written as JSON they are
         the bytes ``clean`` would give, and the lanes validate every record they read,
         so the clean step need not build each record first."""
-        if self._tallying:
-            return self._clean(raw, coord, source, received_at, _as_fields)
-        with self.tallied():
-            return self._clean(raw, coord, source, received_at, _as_fields)
+        return self._tallied_clean(raw, coord, source, received_at, _as_fields)
 
     def clean_lane_records(
         self, raw: bytes, coord: AnyCoord, source: str, *, received_at: datetime | None = None
@@ -162,10 +156,15 @@ class Cleaner:
         """``clean`` with each record built as the batch stage reads it off a lane: for
         the in-memory pipeline (``retro postmortem``), which then batches what the
         worker's batch stage would, without pydantic's cost of a NormalizedRecord."""
-        if self._tallying:
-            return self._clean(raw, coord, source, received_at, _new_lane_record)
+        return self._tallied_clean(raw, coord, source, received_at, _new_lane_record)
+
+    def _tallied_clean(self, raw: bytes, coord: AnyCoord, source: str,
+                       received_at: datetime | None, build: Callable[[RecordFields], Built]
+                       ) -> list[Built | DeadLetter]:
+        if self._tallying:  # the clean step's fetch counts them
+            return self._clean(raw, coord, source, received_at, build)
         with self.tallied():
-            return self._clean(raw, coord, source, received_at, _new_lane_record)
+            return self._clean(raw, coord, source, received_at, build)
 
     def _clean(self, raw: bytes, coord: AnyCoord, source: str, received_at: datetime | None,
                build: Callable[[RecordFields], Built]) -> list[Built | DeadLetter]:
