@@ -307,6 +307,8 @@ class Walk:
                 if not failing[key]:
                     routine[minute] = routine.get(minute, 0) + n
         minutes = sorted(totals)
+        # a minute's stream total as expectations scale by: its routine records
+        stream = {m: routine.get(m) or totals[m] for m in minutes}
         state, self._kept = self._resumed(specs, failing, minutes), None
         lines = []
         for key, s in specs.items():
@@ -329,18 +331,10 @@ class Walk:
         for i in range(len(state.walked), len(minutes)):
             if i == cut:
                 self._kept = state.copy()
-            total = routine.get(minutes[i]) or totals[minutes[i]]
-            _step(state, lines, by_service, minutes, i, total)
+            _step(state, lines, by_service, minutes, i, stream[minutes[i]])
         if self._kept is None:
             self._kept = state.copy()
-        opening: list[str] = []  # the minutes nothing could be judged in
-        held = 0
-        for minute in minutes:
-            if held >= MIN_BASELINE_RECORDS:
-                break
-            opening.append(minute)
-            held += routine.get(minute) or totals[minute]
-        return _findings(state, lines, minutes, first, opening)
+        return _findings(state, lines, minutes, first, _opening(minutes, stream))
 
     def _before(self, before: Mapping[str, Mapping[str, Series]], first: str
                 ) -> dict[tuple[str, str], Series]:
@@ -375,6 +369,18 @@ class Walk:
         if any(key not in specs for key in kept.lines):
             return _State()
         return kept
+
+
+def _opening(minutes: list[str], stream: Mapping[str, int]) -> list[str]:
+    """The stream's first minutes, before it held the records anything is judged by."""
+    opening: list[str] = []
+    held = 0
+    for minute in minutes:
+        if held >= MIN_BASELINE_RECORDS:
+            break
+        opening.append(minute)
+        held += stream[minute]
+    return opening
 
 
 def _step(state: _State, lines: list[_Line], by_service: Mapping[str, list[_Line]],
