@@ -98,11 +98,17 @@ class LagMonitor:
         _, consumer = await self._clients()
         return await input_topics(self.settings, consumer)
 
-    async def lag(self, group: str, topics: list[str]) -> dict[TopicPartition, PartitionLag]:
-        """Committed offset and lag of ``group`` on every partition of ``topics``."""
+    async def lag(self, group: str, topics: list[str],
+                  leaders: Mapping[tuple[str, int], int] | None = None,
+                  ) -> dict[TopicPartition, PartitionLag]:
+        """Committed offset and lag of ``group`` on every partition of ``topics``
+        (``leaders``: their partitions as ``partition_leaders`` gave them, if at hand)."""
         admin, consumer = await self._clients()
         committed = await admin.list_consumer_group_offsets(group)
-        tps = [TopicPartition(*tp) for tp in sorted(await partition_leaders(admin, topics))]
+        if leaders is None:
+            leaders = await partition_leaders(admin, topics)
+        wanted = set(topics)
+        tps = [TopicPartition(*tp) for tp in sorted(leaders) if tp[0] in wanted]
         ends = await consumer.end_offsets(tps) if tps else {}
         return lag_from_offsets({tp: m.offset for tp, m in committed.items()}, ends)
 
@@ -136,8 +142,10 @@ class LagMonitor:
         """Measure every group on its topics into ``metrics``; (committed, lag) by
         (topic, partition) for the stall detector."""
         offsets: dict[tuple[str, int], tuple[int, int]] = {}
+        admin, _ = await self._clients()  # one metadata request for every group's topics
+        leaders = await partition_leaders(admin, [t for ts in groups.values() for t in ts])
         for gid, topics in groups.items():
-            lags = await self.lag(gid, topics)
+            lags = await self.lag(gid, topics, leaders)
             for tp, pl in lags.items():
                 labels = (gid, tp.topic, str(tp.partition))
                 metrics.consumer_lag.labels(*labels).set(pl.lag)
@@ -145,15 +153,13 @@ class LagMonitor:
                 offsets[(tp.topic, tp.partition)] = (pl.committed, pl.lag)
             for topic, age in (await self.oldest_ages(lags)).items():
                 metrics.oldest_age.labels(gid, topic).set(age)
-            metrics.leader_changes.inc(await self._leader_moves(lags))
+            metrics.leader_changes.inc(self._leader_moves(lags, leaders))
         return offsets
 
-    async def _leader_moves(self, tps: Iterable[TopicPartition]) -> int:
-        """Leader moves since the last measurement, from one metadata request of all
-        topics (the client's own metadata only refreshes the topics it last used)."""
-        admin, _ = await self._clients()
-        tps = list(tps)
-        leaders = await partition_leaders(admin, [tp.topic for tp in tps])
+    def _leader_moves(self, tps: Iterable[TopicPartition],
+                      leaders: Mapping[tuple[str, int], int]) -> int:
+        """Leader moves since the last measurement, from fresh metadata of all topics
+        (the consumer's own only refreshes the topics it last used)."""
         now = {tp: leaders.get((tp.topic, tp.partition), -1) for tp in tps}
         moved = leader_moves(self._leaders, now)
         self._leaders.update({tp: leader for tp, leader in now.items() if leader >= 0})
