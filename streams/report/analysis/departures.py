@@ -121,7 +121,7 @@ class Departure:
         if self.kind == "burst":
             return f"{self.observed} a minute against {self.expected:.1f} expected"
         if self.kind == "standing":
-            return f"{self.observed} records from the log's first minute, no past to judge by"
+            return f"{self.observed} records since the log began, no past to judge them by"
         if self.kind == "thin":
             return f"thinned out: {self.observed} a minute against {self.expected:.0f} usual"
         return f"volume fell: {self.observed} records a minute against {self.expected:.0f}"
