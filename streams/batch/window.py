@@ -558,7 +558,9 @@ class TokenWindow:
             trigger="oversize",
             overhead_tokens=self.overhead_tokens,
         )
-        logger.info(
+        # one line per record would flood a post-mortem's stderr on a log of stack traces;
+        # retro_batches_total{trigger="oversize"} counts them
+        logger.debug(
             "%s lane: record %s alone exceeds the %s-token budget; sent cut to ~%s tokens",
             self.lane,
             record.id,
