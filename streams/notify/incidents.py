@@ -60,14 +60,14 @@ class Alert:
 def alerts_for(report: Report, *, redactor: Redactor | None = None, closed: bool = False,
                resolve_after_minutes: float = RESOLVE_AFTER_MINUTES,
                walk: Walk | None = None) -> list[Alert]:
-    """The incidents of ``report``, most severe first; never a standing condition (no
-    departure: the log merely began with it). ``closed``: its window is over, so
-    whatever was ongoing here goes on (if at all) in the next one. ``walk``: the
-    baseline walk kept from the report's last version."""
+    """The incidents of ``report``, most severe first; never an unjudged one (no
+    departure: the log merely began with it, or too soon before it). ``closed``: its
+    window is over, so whatever was ongoing here goes on (if at all) in the next one.
+    ``walk``: the baseline walk kept from the report's last version."""
     redactor = redactor or Redactor()
     return [_alert(report, inc, redactor, closed=closed,
                    resolved=_resolved(inc, report.last_seen, resolve_after_minutes))
-            for inc in derive(report, walk=walk).incidents if not inc.standing]
+            for inc in derive(report, walk=walk).incidents if not inc.unjudged]
 
 
 def _alert(report: Report, inc: DayIncident, redactor: Redactor, *, closed: bool,

@@ -12,8 +12,12 @@ it (at most ``BASELINE_HOURS`` back), and then joins them. The statistics, state
   least ``MIN_NEW`` times in the minute, where its rate now would have shown in the
   baseline (its silence there had a Poisson chance under 5%: ``NEW_SILENCE``).
 * **burst**: a line at WARN or above, at least ``MIN_BURST`` records and
-  ``BURST_FACTOR`` times the expected count, with a one-sided Poisson tail
-  P(X >= x) below ``TAIL_P``.
+  ``BURST_FACTOR`` times the expected count, with a one-sided tail below ``TAIL_P``.
+  Burst and quiet compare two Poisson counts, this minute's and the baseline's, by
+  the exact conditional test: given both together, this minute's share is binomial
+  with its share of the stream's records. A baseline of a few minutes is itself a
+  noisy count, and a plain Poisson tail that took it for exact called such a
+  baseline's chance dips and peaks departures; over hours the two tests agree.
 * **thin**: a usual line that thins out or vanishes while the line it follows goes on
   (an early return, a swallowed exception). Its partner is a line of the same service
   that was at least as frequent and moved with it minute by minute in the baseline
@@ -24,7 +28,7 @@ it (at most ``BASELINE_HOURS`` back), and then joins them. The statistics, state
   is below ``TAIL_P``, in this minute or summed over the last ``THIN_MINUTES`` (a
   line written a few times a minute needs several to tell).
 * **quiet**: a service whose volume falls to a third of its expected count (at least
-  ``MIN_QUIET_EXPECTED``), with a Poisson lower tail below ``TAIL_P``.
+  ``MIN_QUIET_EXPECTED``), with a lower tail below ``TAIL_P`` (the test of burst).
 * **chronic**: a line at WARN or above present in at least ``CHRONIC_SHARE`` of at
   least ``CHRONIC_MIN_MINUTES`` baseline minutes: background, listed, never judged.
 * **standing**: a line at ERROR or above already written ``MIN_NEW`` times in the
@@ -33,6 +37,10 @@ it (at most ``BASELINE_HOURS`` back), and then joins them. The statistics, state
   while it was failing, so there is no past to judge it against. Not a departure (no
   statistic), it is kept apart (``Findings.standing``) and only titles a report that
   has no incident.
+* **early**: a line at ERROR or above first written after the opening minutes, at
+  least ``MIN_NEW`` times, that the new test never decided because the report's
+  baseline was still too short for its silence there to mean anything. Like a
+  standing line it has no statistic and is kept apart (``Findings.early``).
 
 Nothing is judged before a template's baseline holds ``MIN_BASELINE_RECORDS`` records
 of the whole stream. A departing line's minute stays out of its own baseline, so an
@@ -54,7 +62,6 @@ from typing import Literal
 
 from streams.batch.covering import canonical_templates
 from streams.records import LEVEL_RANK, smallest_traces
-from streams.report.analysis.baseline import poisson_tail
 from streams.report.state.minutes import MINUTE_FORMAT, add_minutes, parse_minute
 from streams.report.state.model import OTHER_TEMPLATES, Series
 from streams.report.state.series import (
@@ -93,7 +100,7 @@ FAILING_RANK = LEVEL_RANK["WARN"]
 ERROR_RANK = LEVEL_RANK["ERROR"]
 ALL_LINES = "(all lines)"  # the template of a service's quiet departure
 
-Kind = Literal["new", "burst", "thin", "quiet", "standing"]
+Kind = Literal["new", "burst", "thin", "quiet", "standing", "early"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -112,7 +119,7 @@ class Departure:
     traces: tuple[str, ...] = ()  # trace ids of the line's failing records, the smallest few
     first_seen: str | None = None  # its first failing record in this minute, else in the report
     error: bool = False  # the line is at ERROR or above: a failure, not a warning
-    until: str | None = None  # a standing line's last minute
+    until: str | None = None  # a standing or early line's last minute
 
     def describe(self) -> str:
         """A clause for a reader: what was counted against what."""
@@ -122,6 +129,8 @@ class Departure:
             return f"{self.observed} a minute against {self.expected:.1f} expected"
         if self.kind == "standing":
             return f"{self.observed} records since the log began, no past to judge them by"
+        if self.kind == "early":
+            return f"{self.observed} records, begun too soon after the log to judge"
         if self.kind == "thin":
             return f"thinned out: {self.observed} a minute against {self.expected:.0f} usual"
         return f"volume fell: {self.observed} records a minute against {self.expected:.0f}"
@@ -139,6 +148,8 @@ class Findings:
     calls: dict[str, set[str]] = field(default_factory=dict)
     # failing when the report began and never chronic: most records first
     standing: list[Departure] = field(default_factory=list)
+    # error lines begun after that but too soon for the baseline to judge them
+    early: list[Departure] = field(default_factory=list)
 
 
 @dataclass(slots=True)
@@ -446,6 +457,7 @@ def _findings(state: _State, lines: list[_Line], minutes: list[str], first: str 
             findings.calls.setdefault(line.service, set()).update(line.named)
     if minutes and minutes[0] == first:  # the window began the stream: no past at all
         findings.standing = _standing(lines, opening, state.chronic)
+        findings.early = _early(lines, opening, state.chronic)
     return findings
 
 
@@ -460,6 +472,21 @@ def _standing(lines: list[_Line], opening: list[str], chronic: set[tuple[str, st
                 or (line.service, line.template) in chronic:
             continue
         dep = _departure(line, opening[0], "standing", sum(line.minutes.values()), 0.0, 0.0)
+        out.append(replace(dep, first_seen=line.first_seen, until=max(line.minutes)))
+    return sorted(out, key=lambda d: (-d.observed, d.service, d.template))
+
+
+def _early(lines: list[_Line], opening: list[str], chronic: set[tuple[str, str]]
+           ) -> list[Departure]:
+    """Error lines begun after the opening minutes that the new test still waits on when
+    the walk ends: a log that began a minute before an incident names it even so."""
+    out = []
+    for line in lines:
+        if not line.error or line.template == OTHER_TEMPLATES or line.count \
+                or line.unseen[0] < MIN_NEW or (line.service, line.template) in chronic \
+                or sum(line.minutes.get(m, 0) for m in opening) >= MIN_NEW:
+            continue
+        dep = _departure(line, min(line.minutes), "early", sum(line.minutes.values()), 0.0, 0.0)
         out.append(replace(dep, first_seen=line.first_seen, until=max(line.minutes)))
     return sorted(out, key=lambda d: (-d.observed, d.service, d.template))
 
@@ -479,7 +506,7 @@ def _judge(line: _Line, minute: str, x: int, total: int, recent: list[str]
             line.unseen = (seen, span)
             return None
         if line.count and x >= MIN_BURST and x >= BURST_FACTOR * expected:
-            p = poisson_tail(x, expected)
+            p = _binomial_upper(x, x + line.count, total / (total + line.total))
             if p < TAIL_P:
                 return _departure(line, minute, "burst", x, expected, _surprise(p))
     partner = line.partner
@@ -507,7 +534,7 @@ def _quiet(service: str, own: list[_Line], minute: str, total: int) -> Departure
     x = sum(line.minutes.get(minute, 0) for line in own)
     if expected < MIN_QUIET_EXPECTED or x > QUIET_FACTOR * expected:
         return None
-    p = _poisson_lower(x, expected)
+    p = _binomial_lower(x, x + base, total / (total + span))
     if p >= TAIL_P:
         return None
     return Departure(minute, service, ALL_LINES, "quiet", x, expected, _surprise(p), False)
@@ -563,16 +590,30 @@ def _surprise(p: float) -> float:
     return min(MAX_SURPRISE, -math.log10(max(p, 1e-300)))
 
 
-def _poisson_lower(k: int, mean: float) -> float:
-    """P(X <= k) for X ~ Poisson(mean)."""
-    log_mean = math.log(mean)
-    return min(1.0, sum(math.exp(-mean + i * log_mean - math.lgamma(i + 1))
-                        for i in range(k + 1)))
-
-
 def _binomial_lower(k: int, n: int, q: float) -> float:
-    """P(X <= k) for X ~ Binomial(n, q), 0 < q < 1."""
+    """P(X <= k) for X ~ Binomial(n, q), for k at or below the mean."""
+    return _binomial_tail(k, n, q, -1)
+
+
+def _binomial_upper(k: int, n: int, q: float) -> float:
+    """P(X >= k) for X ~ Binomial(n, q), for k at or above the mean."""
+    return _binomial_tail(k, n, q, 1)
+
+
+def _binomial_tail(k: int, n: int, q: float, step: int) -> float:
+    """The terms from ``k`` away from the mean, summed until they stop counting (on a
+    tail they only shrink), so a line with thousands of records costs a few terms."""
+    if not 0 < q < 1:  # every draw one way: the tail holds all or nothing
+        return 1.0 if (q >= 1) == (step > 0) or (k <= 0 if step > 0 else k >= n) else 0.0
     log_q, log_r = math.log(q), math.log1p(-q)
     head = math.lgamma(n + 1)
-    return min(1.0, sum(math.exp(head - math.lgamma(i + 1) - math.lgamma(n - i + 1)
-                                 + i * log_q + (n - i) * log_r) for i in range(k + 1)))
+    total = 0.0
+    i = k
+    while 0 <= i <= n:
+        term = math.exp(head - math.lgamma(i + 1) - math.lgamma(n - i + 1)
+                        + i * log_q + (n - i) * log_r)
+        total += term
+        if term < total * 1e-12:
+            break
+        i += step
+    return min(1.0, total)

@@ -16,8 +16,9 @@ Departures (``streams.report.analysis.departures``) become incidents:
    at ``SILENT_WEIGHT`` (they are subtler and noisier), its callers' at
    ``CALLER_WEIGHT``. Below ``MIN_WEIGHT`` it is noise and dropped. The severity
    grows with the weight and with callers that suffered.
-4. **Standing conditions.** Error lines the report began with and that never proved
-   chronic (``Findings.standing``) are one low incident per service (a named callee's
+4. **Unjudged conditions.** Error lines the report began with and that never proved
+   chronic (``Findings.standing``), and those begun too soon after it for the baseline
+   to judge (``Findings.early``), are one low incident per service (a named callee's
    for the lines that name one), ranked by their records: a log that starts
    mid-incident still names where it was failing, but without a past this is no
    departure, so it never pages and only titles a report without incidents.
@@ -79,9 +80,10 @@ class DayIncident:
         return any(d.error and d.service == self.origin for d in self.evidence)
 
     @property
-    def standing(self) -> bool:
-        """Already failing when the report began: no departure, nothing to judge it by."""
-        return bool(self.evidence) and self.evidence[0].kind == "standing"
+    def unjudged(self) -> bool:
+        """Failing when the report began, or soon after: no departure, nothing to judge
+        it by."""
+        return bool(self.evidence) and self.evidence[0].kind in ("standing", "early")
 
     @property
     def title(self) -> str:
@@ -94,7 +96,8 @@ class DayIncident:
                     f"{self.origin} failing: {lead.service} reports it")
         what = {"new": "a new error", "burst": "a burst of errors",
                 "thin": "a usual line thins out", "quiet": "its volume fell",
-                "standing": "already failing when the log begins"}[lead.kind]
+                "standing": "already failing when the log begins",
+                "early": "a new error early in the log"}[lead.kind]
         if lead.kind in ("new", "burst") and not lead.failing:
             what = "an unusual line"
         after = (f" after a change in {self.trigger.service}"
@@ -136,10 +139,10 @@ def find_incidents(findings: Findings, changes: Sequence[Change] = ()) -> list[D
                                        not i.own_errors, _desc(i.started), i.origin))
 
 
-def find_standing(findings: Findings) -> list[DayIncident]:
-    """The report's standing conditions as low incidents, most records first."""
+def find_unjudged(findings: Findings) -> list[DayIncident]:
+    """The report's standing and early lines as low incidents, most records first."""
     runs: dict[str, list[Departure]] = {}
-    for dep in findings.standing:
+    for dep in [*findings.standing, *findings.early]:
         runs.setdefault(dep.named[0] if dep.named else dep.service, []).append(dep)
     out: list[tuple[int, DayIncident]] = []
     for origin, run in runs.items():

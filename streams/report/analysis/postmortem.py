@@ -56,7 +56,7 @@ from streams.report.analysis.causes import (
 )
 from streams.report.analysis.departures import Findings, Walk
 from streams.report.analysis.incidents import Change as IncidentChange
-from streams.report.analysis.incidents import DayIncident, find_incidents, find_standing
+from streams.report.analysis.incidents import DayIncident, find_incidents, find_unjudged
 from streams.report.analysis.origin import Origin, find_origin
 from streams.report.state.keys import format_time, parse_time
 from streams.report.state.merge import normalize_text
@@ -249,7 +249,7 @@ def derive(report: Report, *, deadletters: int | None = None, review: int | None
     pm.incidents = find_incidents(findings, [
         IncidentChange(service, c.time, c.detail)
         for c in changes if c.time and c.kind in TRIGGER_KINDS for service in c.services])
-    pm.incidents += find_standing(findings)
+    pm.incidents += find_unjudged(findings)
     _lead_with_incident(pm)
     return pm
 
@@ -264,7 +264,7 @@ def _lead_with_incident(pm: PostMortem) -> None:
     top = next((i for i in pm.incidents if SEVERITY_WEIGHT[i.severity]
                 >= SEVERITY_WEIGHT["medium"]), None)
     if top is None:
-        _lead_with_standing(pm)
+        _lead_with_unjudged(pm)
         return
     pm.title = top.title
     lead = top.evidence[0]
@@ -281,19 +281,21 @@ def _lead_with_incident(pm: PostMortem) -> None:
     pm.summary = [sentence, *pm.summary]
 
 
-def _lead_with_standing(pm: PostMortem) -> None:
-    """Without an incident, a log that began mid-failure leads with what was failing;
-    the reader is told there was no past to judge it by."""
-    top = next((i for i in pm.incidents if i.standing), None)
+def _lead_with_unjudged(pm: PostMortem) -> None:
+    """Without an incident, a log that began mid-failure (or just before one) leads
+    with what was failing; the reader is told there was no past to judge it by."""
+    top = next((i for i in pm.incidents if i.unjudged), None)
     if top is None:
         return
     lead = top.evidence[0]
     records = sum(d.observed for d in top.evidence)
     pm.title = top.title
-    pm.summary = [f"{top.origin} was already failing when the log begins, at "
+    began = ("was already failing when the log begins" if lead.kind == "standing"
+             else "began failing soon after the log begins")
+    pm.summary = [f"{top.origin} {began}, at "
                   f"{pm.when(top.started)}: {clip(lead.template, 100)} in {lead.service} "
-                  f"({records:,} error records); the log has no earlier minutes to tell an "
-                  "incident from background by.", *pm.summary]
+                  f"({records:,} error records); the log has too few earlier minutes to "
+                  "tell an incident from background by.", *pm.summary]
 
 
 # ------------------------------------------------------------------ counts

@@ -4,7 +4,7 @@ similar one does not", on series built by hand."""
 from __future__ import annotations
 
 from streams.report.analysis.departures import Walk, find_departures
-from streams.report.analysis.incidents import find_incidents, find_standing
+from streams.report.analysis.incidents import find_incidents, find_unjudged
 from streams.report.state.model import Series
 
 HOUR = [f"2026-11-29T10:{m:02d}" for m in range(60)]
@@ -216,8 +216,8 @@ def test_a_log_that_begins_mid_failure_names_it_and_one_that_begins_healthy_does
     assert not found.departures  # nothing departs: there is no past to depart from
     assert [(d.service, d.template, d.observed) for d in found.standing] == [
         ("api", "payment call failed", 24)]  # db's two a minute: too few to tell
-    standing = find_standing(found)
-    assert [(i.origin, i.severity, i.standing) for i in standing] == [("api", "low", True)]
+    standing = find_unjudged(found)
+    assert [(i.origin, i.severity, i.unjudged) for i in standing] == [("api", "low", True)]
     assert standing[0].title == "api: already failing when the log begins"
     # the same error starting in the second minute, once the first held a baseline, is
     # new: a departure, no standing condition
@@ -252,7 +252,7 @@ def test_a_standing_error_that_proves_chronic_is_background_not_standing() -> No
     found = find_departures(series)
     assert [(d.template, d.until) for d in found.standing] == [
         ("payment call failed", HOUR[3])]
-    assert find_standing(found)[0].ended == "2026-11-29T10:04:00Z"
+    assert find_unjudged(found)[0].ended == "2026-11-29T10:04:00Z"
 
 
 def test_a_standing_error_naming_a_callee_is_the_callees() -> None:
@@ -261,7 +261,7 @@ def test_a_standing_error_naming_a_callee_is_the_callees() -> None:
                       "no instances available for cart": Series(
                           level="ERROR", minutes=steady(5, short), named={"cart": 15})},
               "cart": {"cart read": Series(level="INFO", minutes=steady(20, short))}}
-    standing = find_standing(find_departures(series))
+    standing = find_unjudged(find_departures(series))
     assert [(i.origin, i.callers) for i in standing] == [("cart", ["web"])]
 
 
@@ -292,3 +292,58 @@ def test_a_window_is_judged_against_the_last_hours_of_the_window_before() -> Non
                                                   for m, n in x.minutes.items()})
                for t, x in lines.items()} for s, lines in before.items()}
     assert not Walk().findings(today, before=old).departures
+
+
+def test_a_burst_over_a_baseline_of_minutes_needs_more_than_over_one_of_an_hour() -> None:
+    # one warning in two baseline minutes, then 8: a Poisson tail that took the short
+    # baseline's rate (0.5 a minute) as exact called this a burst; the baseline's one
+    # record is a noisy count itself, and together the two counts are unremarkable
+    short = HOUR[:3]
+    series = {"api": {"GET /orders done": Series(level="INFO", minutes=steady(100, short)),
+                      "retrying call": Series(level="WARN", minutes={short[0]: 1, short[2]: 8})}}
+    assert kinds(series) == set()
+    # a like rate learned over forty minutes (a quarter of them: not chronic) makes the
+    # same 8 a burst
+    long = {m: 1 for m in HOUR[:40:4]}
+    series["api"] = {"GET /orders done": Series(level="INFO", minutes=steady(100, HOUR[:41])),
+                     "retrying call": Series(level="WARN", minutes={**long, HOUR[40]: 8})}
+    assert kinds(series) == {("api", "burst")}
+
+
+def test_a_volume_drop_after_a_baseline_of_a_minute_is_not_quiet_but_after_an_hour_is(
+        ) -> None:
+    short = HOUR[:2]
+    series = {"api": {"GET /orders done": Series(level="INFO", minutes=steady(100, short))},
+              "db": {"query ok": Series(level="INFO", minutes={short[0]: 30, short[1]: 5})}}
+    assert kinds(series) == set()
+    series = {"api": {"GET /orders done": Series(level="INFO", minutes=steady(100, HOUR[:31]))},
+              "db": {"query ok": Series(level="INFO", minutes={**steady(30, HOUR[:30]),
+                                                               HOUR[30]: 5})}}
+    assert kinds(series) == {("db", "quiet")}
+
+
+def test_an_error_begun_soon_after_the_log_is_early_and_after_a_baseline_is_new() -> None:
+    # the log begins in a minute's last seconds: 120 records of baseline, then the error
+    # comes a few times a minute; silence over 120 records proves nothing at that rate,
+    # so the new test never decides and the line is early
+    short = HOUR[:4]
+    routine = {**steady(400, short), short[0]: 120}
+    failing = {short[1]: 3, short[2]: 2, short[3]: 3}
+    series = {"api": {"GET /orders done": Series(level="INFO", minutes=routine),
+                      "payment call failed": Series(level="ERROR", minutes=failing)}}
+    found = find_departures(series)
+    assert not found.departures and not found.standing
+    assert [(d.template, d.kind, d.minute, d.observed, d.until) for d in found.early] == [
+        ("payment call failed", "early", short[1], 8, short[3])]
+    early = find_unjudged(found)
+    assert [(i.origin, i.severity, i.unjudged) for i in early] == [("api", "low", True)]
+    assert early[0].title == "api: a new error early in the log"
+    # a warning is no failure to name without a test; the same error after an hour is new
+    series["api"]["payment call failed"] = Series(level="WARN", minutes=failing)
+    assert not find_departures(series).early
+    later = {m.replace("10:0", "10:4"): n for m, n in failing.items()}
+    series = {"api": {"GET /orders done": Series(level="INFO", minutes=steady(400, HOUR[:44])),
+                      "payment call failed": Series(level="ERROR", minutes=later)}}
+    found = find_departures(series)
+    assert not found.early
+    assert {(d.template, d.kind) for d in found.departures} == {("payment call failed", "new")}

@@ -66,6 +66,7 @@ def same(a: Findings, b: Findings) -> None:
     assert a.departures == b.departures
     assert a.chronic == b.chronic
     assert a.standing == b.standing
+    assert a.early == b.early
     assert a.calls == b.calls
     assert a.minutes == b.minutes
 
