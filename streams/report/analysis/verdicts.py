@@ -21,6 +21,9 @@ For each template of the incident, in each of its services (the departed first, 
 * ``unknown``: no baseline judged it: undated records, all of them before the stream
   held ``MIN_BASELINE_RECORDS`` records, or a line below WARN first seen after that
   (only failing lines are judged new or bursting, so a new routine line is not usual).
+  An error line the report began with gives its ``kind`` ``standing``, one begun too
+  soon after for the new test to decide ``early``, with its ``records``: either may be
+  where the log's incident is, and neither is usual.
 
 A new or departed entry gives its first departed minute, how many minutes departed, and
 its strongest minute with the records observed against those expected (0 for a new
@@ -77,6 +80,7 @@ class Baseline:
     _lines: dict[tuple[str, str], list[Departure]] = field(default_factory=dict)
     _quiet: dict[str, list[Departure]] = field(default_factory=dict)
     _chronic: set[tuple[str, str]] = field(default_factory=set)
+    _unjudged: dict[tuple[str, str], Departure] = field(default_factory=dict)
     _roots: dict[str, dict[str, str]] = field(default_factory=dict)
 
     @classmethod
@@ -89,6 +93,7 @@ class Baseline:
             else:
                 out._lines.setdefault((dep.service, dep.template), []).append(dep)
         out._chronic = set(findings.chronic)
+        out._unjudged = {(d.service, d.template): d for d in [*findings.standing, *findings.early]}
         return out
 
     def read(self, incident: Incident, templates: Sequence[str]
@@ -133,6 +138,9 @@ class Baseline:
                     entry["chronic"] = True
             elif chronic:
                 entry = {"service": service, "verdict": "chronic"}
+            elif (unjudged := self._unjudged.get((service, root))) is not None:
+                entry = {"service": service, "verdict": "unknown", "kind": unjudged.kind,
+                         "records": unjudged.observed}
             elif self.judged_from is not None and last >= self.judged_from \
                     and (failing or first < self.judged_from):
                 entry = {"service": service, "verdict": "usual"}

@@ -140,6 +140,18 @@ def test_a_caller_is_told_where_the_incident_began() -> None:
     assert day["started"] == "2026-11-29T10:45:00Z"  # where db's own line first thinned
 
 
+def test_a_line_the_log_began_with_is_unknown_and_standing_not_usual() -> None:
+    # three minutes: the error was there from the first, so nothing could judge it
+    short = dict.fromkeys(HOUR[:3], 8)
+    began = report().model_copy(update={"series": {"api": {
+        "GET /orders done": Series(level="INFO", minutes=dict.fromkeys(HOUR[:3], 80)),
+        "payment call failed": Series(level="ERROR", minutes=short)}}})
+    said = verdicts(payload("pay", began))
+    assert said["payment call failed"] == [
+        {"service": "api", "verdict": "unknown", "kind": "standing", "records": 24}]
+    assert said["GET /orders done"] == [{"service": "api", "verdict": "usual"}]
+
+
 def test_no_series_no_verdicts() -> None:
     bare = report().model_copy(update={"series": {}})
     body = payload("pay", bare)
@@ -153,7 +165,7 @@ def test_the_prompt_explains_the_verdicts_and_its_version_moved() -> None:
     system = messages[0]["content"]
     for needle in ("outranks judgement.pattern", "thin: a usual line that thinned out",
                    "never the trigger, cause or origin", "name that origin service",
-                   "the next step is at the origin"):
+                   "the next step is at the origin", "kind standing: failing when the log"):
         assert needle in system, needle
     assert extract_payload(messages) == body
     assert ModelSettings().prompt_version == "v4"  # cached roll-ups of the v3 text go
