@@ -15,6 +15,10 @@ Three sets of cases, each scored beside a naive baseline computed from the raw l
   where windows overlap (same date, log and pod); one post-mortem a day. Each injection
   of the day is scored ``onset`` as above (targets: 80% of code faults, 40% of slow
   ones); the day's incidents and the lines of its Markdown post-mortem (<= 200).
+* **trimmed** (opt in: ``--only trimmed``): each window cut as another shipper or
+  another labeller might have cut it, its first 30 or 60 seconds dropped or its last 30,
+  scored as the windows are. The fault windows kept back for evaluation are cut their
+  own way; a score that holds only for these cuts is fitted to them.
 * **generated** (``streams.dev.faults.write_day``; runs everywhere): days of seven or
   eight services with four or five faults at known times (crash, silent, vanishing
   line, slow callee) and chronic noise; ``onset`` per fault (target 90%); quiet days
@@ -40,7 +44,7 @@ episodes taken as the incidents. Nothing here is tuned to the data: it only meas
 is not measured by accident. The generated days and the scoring are this tree's.
 
 Run: ``.venv/bin/python bench/rca_bench.py [--before] [--ref REV] [--data ../shared/data]
-[--seeds 2] [--jobs 2] [--only windows,days,generated]``
+[--seeds 2] [--jobs 2] [--only windows,days,generated,trimmed]``
 """
 
 from __future__ import annotations
@@ -471,16 +475,45 @@ def write_days(windows: list[Window], folder: Path) -> dict[str, tuple[Path, lis
     return out
 
 
+TRIMS = {"from +30 s": (30, 0), "from +60 s": (60, 0), "to -30 s": (0, 30)}
+
+
+def write_trimmed(windows: list[Window], folder: Path) -> dict[str, list[Window]]:
+    """Per cut of ``TRIMS`` (seconds dropped at the head, at the tail), each window so
+    cut, written to ``folder``; a line without a time goes with the one above it."""
+    out: dict[str, list[Window]] = {}
+    for name, (head, tail) in TRIMS.items():
+        for w in windows:
+            times = [x.time for x in w.lines if x.time is not None]
+            if not times:
+                continue
+            first, last = min(times), max(times)
+            kept = [(text, x) for text, x in zip(w.texts, w.lines, strict=True)
+                    if x.time is None or ((x.time - first).total_seconds() >= head
+                                          and (last - x.time).total_seconds() >= tail)]
+            path = folder / f"{w.key}.{head}-{tail}.fluentbit.jsonl"
+            path.write_text("\n".join(t for t, _ in kept) + "\n", encoding="utf-8")
+            out.setdefault(name, []).append(Window(
+                w.key, path, w.service, w.type, w.at, [t for t, _ in kept],
+                [x for _, x in kept]))
+    return out
+
+
+def trim_key(name: str, w: Window) -> str:
+    return f"trim/{name}/{w.key}"
+
+
 def known_services(lines: Iterable[Line]) -> set[str]:
     return {x.service for x in lines if x.service}
 
 
-def score_windows(windows: list[Window], got: dict[str, Got]) -> list[dict[str, Any]]:
+def score_windows(windows: list[Window], got: dict[str, Got], trim: str | None = None
+                  ) -> list[dict[str, Any]]:
     import eval_bench as eb
 
     rows = []
     for w in windows:
-        g = got[f"window/{w.key}"]
+        g = got[f"window/{w.key}" if trim is None else trim_key(trim, w)]
         title = str(g.pm.get("title", ""))
         top3 = first_named(g, 3)
         naive3 = naive_top(w.lines, 3)
@@ -624,7 +657,7 @@ def main() -> int:
     parser.add_argument("--jobs", type=int, default=min(2, os.cpu_count() or 1),
                         help="post-mortems computed at the same time (processes)")
     parser.add_argument("--only", default="windows,days,generated",
-                        help="comma list of windows, days, generated")
+                        help="comma list of windows, days, generated, trimmed")
     add_tag_argument(parser)
     args = parser.parse_args()
     parts = {p.strip() for p in args.only.split(",") if p.strip()}
@@ -647,11 +680,14 @@ def main() -> int:
         folder = args.data / NEZHA
         windows: list[Window] = []
         days: dict[str, tuple[Path, list[Line]]] = {}
-        if parts & {"windows", "days"}:
+        trimmed: dict[str, list[Window]] = {}
+        if parts & {"windows", "days", "trimmed"}:
             if (folder / "labels.json").exists():
                 windows = load_windows(folder)
                 if "days" in parts:
                     days = write_days(windows, Path(tmp))
+                if "trimmed" in parts:
+                    trimmed = write_trimmed(windows, Path(tmp))
             else:
                 print(f"note: {folder} is absent; its windows and days are skipped",
                       file=sys.stderr)
@@ -661,10 +697,12 @@ def main() -> int:
         if "windows" in parts:  # the command prints Markdown in a second run: days only
             jobs += [(f"window/{w.key}", [w.path], MODE == "before") for w in windows]
         jobs += [(f"day/{d}", [p], True) for d, (p, _) in days.items()]
+        jobs += [(trim_key(n, w), [w.path], False) for n, ws in trimmed.items() for w in ws]
         jobs += [(f"gen/{c.name}", list(c.files), True) for c, _ in cases]
         lines_of = {f"window/{w.key}": len(w.texts) for w in windows}
         lines_of |= {f"day/{d}": len(x) for d, (_, x) in days.items()}
         lines_of |= {f"gen/{c.name}": len(x) for c, x in cases}
+        lines_of |= {trim_key(n, w): len(w.texts) for n, ws in trimmed.items() for w in ws}
         got = run_all(jobs, args.jobs)
 
         errors = {k: g.error for k, g in got.items() if g.error}
@@ -691,6 +729,18 @@ def main() -> int:
                           s["named_at_3"], s["naive_at_3"], s["onset"], s["naive_onset"],
                           _min(s["median_minutes"]), s["origins_not_services"]]
                          for s in result["windows_summary"]]))
+            print()
+        if trimmed:
+            cuts = {name: window_summary(score_windows(ws, got, trim=name))
+                    for name, ws in trimmed.items()}
+            if "windows" in parts and windows:
+                cuts = {"as labelled": result["windows_summary"], **cuts}
+            result["trimmed"] = cuts
+            print(table(["cut", "faults", "n", "title@1", "naive@1", "named@3", "naive@3",
+                         "onset", "naive onset"],
+                        [[name, s["group"], s["n"], s["title_at_1"], s["naive_at_1"],
+                          s["named_at_3"], s["naive_at_3"], s["onset"], s["naive_onset"]]
+                         for name, summary in cuts.items() for s in summary]))
             print()
         if days:
             injections, summary = score_days(windows, days, got)
