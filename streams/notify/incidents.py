@@ -61,8 +61,9 @@ def alerts_for(report: Report, *, redactor: Redactor | None = None, closed: bool
                resolve_after_minutes: float = RESOLVE_AFTER_MINUTES,
                walk: Walk | None = None) -> list[Alert]:
     """The incidents of ``report``, most severe first; never an unjudged one (no
-    departure: the log merely began with it, or too soon before it). ``closed``: its
-    window is over, so whatever was ongoing here goes on (if at all) in the next one.
+    departure: it was failing when the log began, or began too soon after to judge).
+    ``closed``: its window is over, so whatever was ongoing here goes on (if at all) in
+    the next one.
     ``walk``: the baseline walk kept from the report's last version."""
     redactor = redactor or Redactor()
     return [_alert(report, inc, redactor, closed=closed,

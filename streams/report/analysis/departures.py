@@ -603,8 +603,10 @@ def _binomial_upper(k: int, n: int, q: float) -> float:
 def _binomial_tail(k: int, n: int, q: float, step: int) -> float:
     """The terms from ``k`` away from the mean, summed until they stop counting (on a
     tail they only shrink), so a line with thousands of records costs a few terms."""
-    if not 0 < q < 1:  # every draw one way: the tail holds all or nothing
-        return 1.0 if (q >= 1) == (step > 0) or (k <= 0 if step > 0 else k >= n) else 0.0
+    if q <= 0:  # every draw is 0
+        return 1.0 if step < 0 or k <= 0 else 0.0
+    if q >= 1:  # every draw is n
+        return 1.0 if step > 0 or k >= n else 0.0
     log_q, log_r = math.log(q), math.log1p(-q)
     head = math.lgamma(n + 1)
     total = 0.0

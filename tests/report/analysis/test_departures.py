@@ -3,7 +3,16 @@ similar one does not", on series built by hand."""
 
 from __future__ import annotations
 
-from streams.report.analysis.departures import Walk, find_departures
+import math
+
+import pytest
+
+from streams.report.analysis.departures import (
+    Walk,
+    _binomial_lower,
+    _binomial_upper,
+    find_departures,
+)
 from streams.report.analysis.incidents import find_incidents, find_unjudged
 from streams.report.state.model import Series
 
@@ -347,3 +356,16 @@ def test_an_error_begun_soon_after_the_log_is_early_and_after_a_baseline_is_new(
     found = find_departures(series)
     assert not found.early
     assert {(d.template, d.kind) for d in found.departures} == {("payment call failed", "new")}
+
+
+def test_the_binomial_tails_match_the_direct_sums_and_their_ends() -> None:
+    def direct(ks: range, n: int, q: float) -> float:
+        return math.fsum(math.comb(n, i) * q ** i * (1 - q) ** (n - i) for i in ks)
+
+    for k, n, q in [(5, 20, 0.1), (30, 40, 0.3), (3, 500, 0.001), (9, 9, 1 / 3)]:
+        assert _binomial_upper(k, n, q) == pytest.approx(direct(range(k, n + 1), n, q), rel=1e-9)
+    for k, n, q in [(1, 20, 0.5), (3, 40, 0.6), (100, 600, 0.3), (0, 9, 0.2)]:
+        assert _binomial_lower(k, n, q) == pytest.approx(direct(range(k + 1), n, q), rel=1e-9)
+    # a minute with no routine records (q = 0) or a baseline with none (q = 1)
+    assert (_binomial_upper(3, 3, 0.0), _binomial_upper(0, 3, 0.0)) == (0.0, 1.0)
+    assert (_binomial_lower(2, 3, 1.0), _binomial_lower(3, 3, 1.0)) == (0.0, 1.0)
