@@ -22,7 +22,10 @@ Three sets of cases, each scored beside a naive baseline computed from the raw l
 * **generated** (``streams.dev.faults.write_day``; runs everywhere): days of seven or
   eight services with four or five faults at known times (crash, silent, vanishing
   line, slow callee) and chronic noise; ``onset`` per fault (target 90%); quiet days
-  (routine and chronic only): no high or critical incident.
+  (routine and chronic only): no high or critical incident. Each fault is also cut out
+  of its day alone, as the windows are (from ``GEN_WINDOW`` seconds before it to after
+  it), and scored ``title@1``, ``named@3`` and ``onset`` beside the grep: what a user
+  with a log file cut around an incident gets, on logs that are not TrainTicket's.
 
 Naive baseline ("the service with the most ERROR/Exception lines", from the raw lines:
 a line with ``ERROR`` or ``Exception``, or a JSON/logfmt level of error): ``naive@1``
@@ -609,6 +612,64 @@ def generated_cases(folder: Path, seeds: int) -> list[tuple[DayCase, list[Line]]
     return out
 
 
+GEN_WINDOW = (100, 180)  # seconds kept before and after a fault: a window as Nezha's
+
+
+@dataclass
+class GenWindow:
+    key: str
+    kind: str
+    service: str
+    at: datetime
+    files: list[Path]
+    lines: list[Line]
+    services: tuple[str, ...]
+
+
+def write_gen_windows(cases: list[tuple[DayCase, list[Line]]], folder: Path) -> list[GenWindow]:
+    """Each fault of each generated day cut out alone, every file of the day cut to the
+    same span (same names: a file's name is its service); a line without a time goes
+    with the one above it."""
+    out = []
+    for case, _ in cases:
+        for n, fault in enumerate(case.faults):
+            start = fault.time - timedelta(seconds=GEN_WINDOW[0])
+            end = fault.time + timedelta(seconds=GEN_WINDOW[1])
+            into = folder / f"{case.name}-{n}"
+            into.mkdir(parents=True)
+            files, lines = [], []
+            for path in case.files:
+                service = None if case.layout == "fluentbit" else path.stem
+                texts = read_text_lines(path)
+                kept = [(t, x) for t, x in zip(texts, parse_lines(texts, service), strict=True)
+                        if x.time is not None and start <= x.time <= end]
+                if kept:
+                    files.append(into / path.name)
+                    files[-1].write_text("\n".join(t for t, _ in kept) + "\n",
+                                         encoding="utf-8")
+                    lines += [x for _, x in kept]
+            out.append(GenWindow(f"{case.name}-{n}", fault.kind, fault.service, fault.time,
+                                 files, lines, case.services))
+    return out
+
+
+def score_gen_windows(windows: list[GenWindow], got: dict[str, Got]) -> list[dict[str, Any]]:
+    rows = []
+    for w in windows:
+        g = got[f"genwin/{w.key}"]
+        title = str(g.pm.get("title", ""))
+        naive3 = naive_top(w.lines, 3)
+        rows.append({
+            "window": w.key, "kind": w.kind, "service": w.service, "at": w.at.isoformat(),
+            "lines": len(w.lines), "title": title, "title_at_1": names(title, w.service),
+            "named_at_3": w.service in first_named(g, 3), "naive_at_1": naive3[:1] == [w.service],
+            "naive_at_3": w.service in naive3, **score_fault(g, w.lines, w.service, w.at),
+            "origins_not_services": not_services(g, set(w.services))[0],
+            "seconds": round(g.seconds, 2), "cpu_seconds": round(g.cpu, 2), "error": g.error,
+        })
+    return rows
+
+
 def score_generated(cases: list[tuple[DayCase, list[Line]]], got: dict[str, Got]
                     ) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
     rows, faults = [], []
@@ -692,6 +753,7 @@ def main() -> int:
                 print(f"note: {folder} is absent; its windows and days are skipped",
                       file=sys.stderr)
         cases = generated_cases(Path(tmp) / "gen", args.seeds) if "generated" in parts else []
+        gen_windows = write_gen_windows(cases, Path(tmp) / "genwin")
 
         jobs: list[tuple[str, list[Path], bool]] = []
         if "windows" in parts:  # the command prints Markdown in a second run: days only
@@ -699,9 +761,11 @@ def main() -> int:
         jobs += [(f"day/{d}", [p], True) for d, (p, _) in days.items()]
         jobs += [(trim_key(n, w), [w.path], False) for n, ws in trimmed.items() for w in ws]
         jobs += [(f"gen/{c.name}", list(c.files), True) for c, _ in cases]
+        jobs += [(f"genwin/{w.key}", w.files, False) for w in gen_windows]
         lines_of = {f"window/{w.key}": len(w.texts) for w in windows}
         lines_of |= {f"day/{d}": len(x) for d, (_, x) in days.items()}
         lines_of |= {f"gen/{c.name}": len(x) for c, x in cases}
+        lines_of |= {f"genwin/{w.key}": len(w.lines) for w in gen_windows}
         lines_of |= {trim_key(n, w): len(w.texts) for n, ws in trimmed.items() for w in ws}
         got = run_all(jobs, args.jobs)
 
@@ -787,6 +851,23 @@ def main() -> int:
             quiet = [r["quiet_ok"] for r in rows if r["quiet_ok"] is not None]
             print(f"generated faults at onset: {_frac([f['onset'] for f in faults])} "
                   f"(target >= 90%); quiet days without high/critical: {_frac(quiet)}")
+            print()
+        if gen_windows:
+            rows = score_gen_windows(gen_windows, got)
+            result["generated_windows"] = rows
+            print(table(["generated window", "kind", "service", "title@1", "naive@1",
+                         "named@3", "naive@3", "onset", "naive onset", "post-mortem title"],
+                        [[r["window"], r["kind"], r["service"], _yn(r["title_at_1"]),
+                          _yn(r["naive_at_1"]), _yn(r["named_at_3"]), _yn(r["naive_at_3"]),
+                          _yn(r["onset"]), _yn(r["naive_onset"]), r["title"][:50]]
+                         for r in rows]))
+            print(f"generated faults alone: title {_frac([r['title_at_1'] for r in rows])} "
+                  f"(naive {_frac([r['naive_at_1'] for r in rows])}), named@3 "
+                  f"{_frac([r['named_at_3'] for r in rows])} "
+                  f"(naive {_frac([r['naive_at_3'] for r in rows])}), onset "
+                  f"{_frac([r['onset'] for r in rows])} "
+                  f"(naive {_frac([r['naive_onset'] for r in rows])}); not a service: "
+                  f"{sum(r['origins_not_services'] for r in rows)}")
             print()
         seconds = {k: round(g.seconds, 2) for k, g in got.items()}
         result["seconds"] = seconds
