@@ -423,13 +423,16 @@ def smallest_traces(*samples: Iterable[str]) -> list[str]:
 
 
 def failing_traces(records: Iterable[NormalizedRecord]) -> list[str]:
-    """``smallest_traces`` of the records at WARN or above: only failures link services."""
+    """``smallest_traces`` of the records at WARN or above that have a time: only
+    failures link services, and a report's series count dated records only, so a sample
+    that took an undated record's id would hold it or not by how batches were cut."""
     given = records if isinstance(records, list | tuple) else list(records)
     if FAILING_LEVELS.isdisjoint(map(_LEVEL, given)):  # most templates never fail: in C
         return []
     return smallest_traces(
         t for r in given
-        if r.level in FAILING_LEVELS and (t := trace_id_of(r.attributes)) is not None)
+        if r.level in FAILING_LEVELS and (t := trace_id_of(r.attributes)) is not None
+        and minute_of(r.timestamp) is not None)
 
 
 class Evidence(BaseModel):

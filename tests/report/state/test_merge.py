@@ -99,8 +99,9 @@ def _top(texts: set[str]) -> list[str]:
 
 
 def _sample(rows: Iterable[Rec]) -> list[str]:
-    """The trace sample a batch takes of its records (``failing_traces``)."""
-    return smallest_traces(r.trace for r in rows if r.failing and r.trace is not None)
+    """The trace sample a batch takes of its records (``failing_traces``: dated ones)."""
+    return smallest_traces(r.trace for r in rows
+                           if r.failing and r.trace is not None and r.minute is not None)
 
 
 def make_fragment(part: str, offsets: list[int], recs: dict[tuple[str, int], Rec]) -> Fragment:
