@@ -151,6 +151,11 @@ class Findings:
     # error lines begun after that but too soon for the baseline to judge them
     early: list[Departure] = field(default_factory=list)
 
+    @property
+    def unjudged(self) -> list[Departure]:
+        """The standing lines, then the early ones: neither is a departure."""
+        return [*self.standing, *self.early]
+
 
 @dataclass(slots=True)
 class _Line:
@@ -456,39 +461,36 @@ def _findings(state: _State, lines: list[_Line], minutes: list[str], first: str 
         if line.named:
             findings.calls.setdefault(line.service, set()).update(line.named)
     if minutes and minutes[0] == first:  # the window began the stream: no past at all
-        findings.standing = _standing(lines, opening, state.chronic)
-        findings.early = _early(lines, opening, state.chronic)
+        findings.standing, findings.early = _unjudged(lines, opening, state.chronic)
     return findings
 
 
-def _standing(lines: list[_Line], opening: list[str], chronic: set[tuple[str, str]]
-              ) -> list[Departure]:
-    """Error lines the report began with that never proved chronic, most records first:
-    a log that starts mid-incident names its failing service even without a past."""
-    out = []
+def _unjudged(lines: list[_Line], opening: list[str], chronic: set[tuple[str, str]]
+              ) -> tuple[list[Departure], list[Departure]]:
+    """(standing, early) error lines that never proved chronic, most records first:
+    standing ones were written ``MIN_NEW`` times in the opening minutes, early ones
+    began after them and the new test still waits on them when the walk ends. A log
+    that starts mid-incident, or a minute before one, names its failing service even
+    without a past."""
+    standing, early = [], []
     for line in lines:
         if not line.error or line.template == OTHER_TEMPLATES \
-                or sum(line.minutes.get(m, 0) for m in opening) < MIN_NEW \
                 or (line.service, line.template) in chronic:
             continue
-        dep = _departure(line, opening[0], "standing", sum(line.minutes.values()), 0.0, 0.0)
-        out.append(replace(dep, first_seen=line.first_seen, until=max(line.minutes)))
-    return sorted(out, key=lambda d: (-d.observed, d.service, d.template))
+        if sum(line.minutes.get(m, 0) for m in opening) >= MIN_NEW:
+            standing.append(_unjudged_line(line, opening[0], "standing"))
+        elif not line.count and line.unseen[0] >= MIN_NEW:
+            early.append(_unjudged_line(line, min(line.minutes), "early"))
+    return sorted(standing, key=_most_records), sorted(early, key=_most_records)
 
 
-def _early(lines: list[_Line], opening: list[str], chronic: set[tuple[str, str]]
-           ) -> list[Departure]:
-    """Error lines begun after the opening minutes that the new test still waits on when
-    the walk ends: a log that began a minute before an incident names it even so."""
-    out = []
-    for line in lines:
-        if not line.error or line.template == OTHER_TEMPLATES or line.count \
-                or line.unseen[0] < MIN_NEW or (line.service, line.template) in chronic \
-                or sum(line.minutes.get(m, 0) for m in opening) >= MIN_NEW:
-            continue
-        dep = _departure(line, min(line.minutes), "early", sum(line.minutes.values()), 0.0, 0.0)
-        out.append(replace(dep, first_seen=line.first_seen, until=max(line.minutes)))
-    return sorted(out, key=lambda d: (-d.observed, d.service, d.template))
+def _unjudged_line(line: _Line, minute: str, kind: Kind) -> Departure:
+    dep = _departure(line, minute, kind, sum(line.minutes.values()), 0.0, 0.0)
+    return replace(dep, first_seen=line.first_seen, until=max(line.minutes))
+
+
+def _most_records(dep: Departure) -> tuple[int, str, str]:
+    return -dep.observed, dep.service, dep.template
 
 
 def _judge(line: _Line, minute: str, x: int, total: int, recent: list[str]

@@ -142,7 +142,7 @@ def find_incidents(findings: Findings, changes: Sequence[Change] = ()) -> list[D
 def find_unjudged(findings: Findings) -> list[DayIncident]:
     """The report's standing and early lines as low incidents, most records first."""
     runs: dict[str, list[Departure]] = {}
-    for dep in [*findings.standing, *findings.early]:
+    for dep in findings.unjudged:
         runs.setdefault(dep.named[0] if dep.named else dep.service, []).append(dep)
     out: list[tuple[int, DayIncident]] = []
     for origin, run in runs.items():

@@ -93,7 +93,7 @@ class Baseline:
             else:
                 out._lines.setdefault((dep.service, dep.template), []).append(dep)
         out._chronic = set(findings.chronic)
-        out._unjudged = {(d.service, d.template): d for d in [*findings.standing, *findings.early]}
+        out._unjudged = {(d.service, d.template): d for d in findings.unjudged}
         return out
 
     def read(self, incident: Incident, templates: Sequence[str]
