@@ -71,7 +71,7 @@ def _m(minutes: float) -> timedelta:
 
 # fmt: off
 INCIDENTS: tuple[SampleIncident, ...] = (
-    SampleIncident("payment-gateway connection pool exhausted", "payment-gateway.docker.log",
+    SampleIncident("payment-gateway connection pool exhausted", "payment-gateway.log",
                    "payment-gateway", "Connection is not available", _m(12), _m(27), "critical"),
     SampleIncident("checkout-api upstream payment-gateway timeouts", "checkout-api.jsonl",
                    "checkout-api", "upstream payment-gateway timeout", _m(12), _m(27), "high"),
@@ -433,7 +433,7 @@ def write_sample(
     sizes = [round(rest * share) for share in (0.36, 0.22, 0.16, 0.16)]
     texts = {
         "checkout-api.jsonl": gen.checkout(sizes[0]),
-        "payment-gateway.docker.log": gen.payment(sizes[1]),
+        "payment-gateway.log": gen.payment(sizes[1]),
         "inventory.log": gen.inventory(sizes[2]),
         "edge.syslog": gen.edge(sizes[3]),
         "worker.logfmt": gen.worker(rest - sum(sizes)),

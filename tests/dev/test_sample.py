@@ -24,7 +24,7 @@ from streams.records import DeadLetter, NormalizedRecord, RawCoord
 
 FORMATS = {
     "checkout-api.jsonl": "json",
-    "payment-gateway.docker.log": "docker",
+    "payment-gateway.log": "docker",
     "inventory.log": "log4j",
     "edge.syslog": "syslog",
     "worker.logfmt": "logfmt",
@@ -109,7 +109,7 @@ def test_a_java_trace_is_one_record_in_log4j_but_one_per_line_in_docker(
         assert trace.startswith(b"2026-11-28 ") and b" ERROR " in trace.split(b"\n")[0]
         assert b"\nCaused by: java.lang.NullPointerException" in trace
         assert trace.rstrip().endswith(b" more") and trace.count(b"\n\tat ") > 8
-    docker = records_of("payment-gateway.docker.log")
+    docker = records_of("payment-gateway.log")
     frames = [r for r in docker if r.startswith(b'{"log":"\\tat ')]
     assert len(frames) > 10
     assert all(b"\n" not in r for r in docker)
