@@ -10,7 +10,10 @@ it (at most ``BASELINE_HOURS`` back), and then joins them. The statistics, state
   departure, and a surge of errors somewhere does not raise everyone's expectation.
 * **new**: a line at WARN or above that its service never wrote in the baseline, at
   least ``MIN_NEW`` times in the minute, where its rate now would have shown in the
-  baseline (its silence there had a Poisson chance under 5%: ``NEW_SILENCE``).
+  baseline (its silence there had a Poisson chance under 5%: ``NEW_SILENCE``). Once
+  new, the minutes right after it that still hold the line go on departing at any
+  count by the same test: a failure that slows to one or two records a minute is
+  still the incident, not the baseline's new normal.
 * **burst**: a line at WARN or above, at least ``MIN_BURST`` records and
   ``BURST_FACTOR`` times the expected count, with a one-sided tail below ``TAIL_P``.
   Burst and quiet compare two Poisson counts, this minute's and the baseline's, by
@@ -498,9 +501,11 @@ def _judge(line: _Line, minute: str, x: int, total: int, recent: list[str]
     """``recent``: this minute and the ones before it a thinning is summed over."""
     expected = line.count / line.total * total
     if line.failing and line.template != OTHER_TEMPLATES:
-        if line.count == 0 and (x >= MIN_NEW or line.unseen[0]):
+        if line.count == 0 and (x >= MIN_NEW or line.unseen[0] or (x and line.departed_run)):
             # new: never in a baseline long enough that its rate since its first record
-            # would have shown there (a sequential test: evidence grows minute by minute)
+            # would have shown there (a sequential test: evidence grows minute by minute);
+            # once it departed, a minute of fewer than MIN_NEW goes on with it rather than
+            # teaching the baseline that the failure is usual
             seen, span = line.unseen[0] + x, line.unseen[1] + total
             if seen / span * line.total >= NEW_SILENCE:
                 line.unseen = (0, 0)

@@ -52,6 +52,22 @@ def test_a_new_error_line_departs_and_an_old_one_does_not() -> None:
     assert not [d for d in found.departures if d.template == "payment call failed"]
 
 
+def test_a_new_error_that_slows_to_two_a_minute_goes_on_and_one_that_began_so_does_not(
+) -> None:
+    series = background()
+    slowing = {HOUR[40]: 6, **{m: 2 for m in HOUR[41:49]}}
+    series["api"]["spool write failed"] = Series(level="ERROR", minutes=slowing)
+    found = find_departures(series)
+    assert [d.minute for d in found.departures] == HOUR[40:49]
+    incidents = find_incidents(found)
+    assert [(i.started, i.ended) for i in incidents] == [
+        ("2026-11-29T10:40:00Z", "2026-11-29T10:49:00Z")]
+    # never more than two a minute: it never reached the count a new line needs
+    series["api"]["spool write failed"] = Series(level="ERROR",
+                                                 minutes={m: 2 for m in HOUR[40:49]})
+    assert kinds(series) == set()
+
+
 def test_a_new_routine_line_is_not_a_departure() -> None:
     series = background()
     series["api"]["cache warmed"] = Series(level="INFO", minutes={m: 6 for m in HOUR[40:45]})
