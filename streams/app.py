@@ -36,6 +36,8 @@ from streams.worker.stages import (
     lanes_group,
     lanes_loop,
     redrive_loop,
+    trace_loop,
+    traces_group,
 )
 from streams.worker.web import wire_web
 from streams.worker.web_auth import web_token
@@ -91,6 +93,7 @@ def consumer_groups(settings: Settings, roles: tuple[str, ...]) -> dict[str, lis
     if "batch" in roles:
         groups[lanes_group(gid)] = [t.fast, t.slow]
     if "compactor" in roles:
+        groups[traces_group(gid)] = [t.traces]
         groups[fragments_group(gid)] = [t.fragments]
     return {g: topics for g, topics in groups.items() if topics}
 
@@ -131,6 +134,7 @@ def build_app(settings: Settings, *, roles: tuple[str, ...] = ROLES,
         if settings.report.rollup_seconds > 0:
             worker.gateways = worker.gateways or build_gateways(settings, metrics=metrics)
             rollup = worker.gateways.fast
+        worker.loops.append(trace_loop(settings, metrics, gid))
         worker.loops.append(compact_loop(settings, metrics, gid, gateway=rollup))
         if settings.notify.configured:  # the notifier reads the reports the views read
             worker.follower = ReportFollower(settings)

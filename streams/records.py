@@ -508,3 +508,58 @@ class BatchOutcome:
     reviews: list[Review] = field(default_factory=list)
     calls: int = 0  # backend calls made, retries and repairs included
     cache_hits: int = 0
+
+
+class TraceMark(msgspec.Struct, frozen=True):
+    """One dated record of a trace, as the trace stage needs it (``streams.traces``):
+    ``schemas/trace-mark.schema.json``. Keyed by ``trace`` on the traces topic, so a
+    request's lines from every service meet in one partition."""
+
+    trace: str
+    id: str  # the record's own id: a mark sent twice (a re-cleaned fetch) counts once
+    service: str
+    source: str
+    timestamp: str  # UTC ISO-8601, as the record carries it
+    raw: Coord
+
+
+_decode_mark = msgspec.json.Decoder(TraceMark).decode
+
+
+def trace_mark(fields: Mapping[str, Any]) -> tuple[bytes, bytes] | None:
+    """(key, value) of the mark of a cleaned record's fields (``Cleaner.clean_fields``)
+    on the traces topic, or None when it has no trace id or no time."""
+    timestamp = fields.get("timestamp")
+    if not timestamp:
+        return None
+    trace = trace_id_of(fields.get("attributes") or {})
+    if trace is None:
+        return None
+    return trace.encode(), msgspec.json.encode({
+        "trace": trace, "id": fields["id"], "service": fields.get("service") or fields["source"],
+        "source": fields["source"], "timestamp": timestamp, "raw": fields["raw"]})
+
+
+def read_mark(value: bytes) -> TraceMark:
+    """A mark off the traces topic; raises ``msgspec.ValidationError`` (a ValueError)."""
+    return _decode_mark(value)
+
+
+KIND_HEADER = "retro-kind"  # fragments topic messages that are not fragments say what they are
+HOPS_KIND = "hops"
+
+
+class TraceHops(BaseModel):
+    """One trace's hops into the services of one report, with the marks they came from."""
+
+    covered: dict[str, list[list[int]]]  # the marks: "topic/partition" -> offset ranges
+    hops: list[tuple[str, str, int]]  # (service, UTC minute, delay bin), one per hop
+
+
+class HopsUpdate(BaseModel):
+    """Hops the trace stage sends a report on the fragments topic (``KIND_HEADER``
+    "hops"); a trace whose marks the report already counted is skipped, so a replay
+    adds nothing."""
+
+    report_id: str
+    traces: list[TraceHops]

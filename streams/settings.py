@@ -87,6 +87,8 @@ class TopicSettings(BaseModel):
     slow: Topic = "retro.records.slow"
     deadletter: Topic = "retro.deadletter"
     fragments: Topic = "retro.fragments"
+    # keyed by trace id: each traced record's service and time, for the trace stage
+    traces: Topic = "retro.traces"
     review: Topic = "retro.review"
     reports: Topic = "retro.reports"
     # compacted: per report, what was notified about its incidents (streams/notify/)

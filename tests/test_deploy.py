@@ -715,6 +715,7 @@ def role_access(settings: Settings, role: str, state_dir: Path) -> Access:
     from streams.notify.step import NotifyStep
     from streams.report.compactor.step import CompactStep
     from streams.report.ops.redrive import RedriveStep
+    from streams.traces.step import TraceStep
 
     worker = build_app(settings.model_copy(update={"state_dir": state_dir}), roles=(role,))
     t = settings.topics
@@ -738,8 +739,8 @@ def role_access(settings: Settings, role: str, state_dir: Path) -> Access:
         for topic in loop.subscription.topics:
             _grant(access, "topic", topic, READ)
         step = loop.step
-        if isinstance(step, CleanStep):
-            writes = list(step.targets.values())
+        if isinstance(step, CleanStep):  # the lanes and dead letters, and trace marks
+            writes = [*step.targets.values(), step.traces]
         elif isinstance(step, LaneStep):  # outcome_outs, and lane messages that are no record
             writes = [t.fragments, t.review, t.deadletter]
         elif isinstance(step, RedriveStep):  # lane messages again by offset, to the lanes
@@ -752,6 +753,8 @@ def role_access(settings: Settings, role: str, state_dir: Path) -> Access:
             assert (step.source.topic, step.source.homes) == (t.reports, t.fragments)
             _grant(access, "topic", t.reports, READ)
             writes = [t.reports, t.review, t.fragments]
+        elif isinstance(step, TraceStep):  # hops, to the reports through the fragments
+            writes = [step.fragments]
         elif isinstance(step, NotifyStep):  # ledgers loaded on assignment, then written
             assert isinstance(step.source, LatestPerKey)
             assert step.source.topic == t.notifications
@@ -834,9 +837,15 @@ def test_kafka_users_are_scram_and_never_administer(settings: Settings) -> None:
 
 def every_group_the_code_names(settings: Settings) -> set[str]:
     """Consumer groups of a worker with any one role, and of the all-in-one worker."""
-    from streams.worker.stages import clean_group, fragments_group, lanes_group, review_group
+    from streams.worker.stages import (
+        clean_group,
+        fragments_group,
+        lanes_group,
+        review_group,
+        traces_group,
+    )
 
-    stages = (clean_group, lanes_group, review_group, fragments_group)
+    stages = (clean_group, lanes_group, review_group, traces_group, fragments_group)
     roles = [(r,) for r in ROLES] + [ROLES]
     return {stage(group_id(settings, r)) for r in roles for stage in stages}
 

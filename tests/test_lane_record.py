@@ -68,7 +68,7 @@ def _lane_messages(directory: Path, records: int) -> list[bytes]:
         with open_source(str(path)) as stream:
             for number, data in iter_records(stream):
                 coord = RawCoord(topic=path.name, partition=0, offset=number)
-                out += [value for lane, _key, value, _reason in routed_records(
+                out += [value for lane, _key, value, _reason, _mark in routed_records(
                     cleaner, data, coord, path.name, None, None) if lane != "deadletter"]
     return out
 
@@ -95,7 +95,7 @@ def test_a_number_json_has_no_word_for_reaches_the_lanes_as_null(number: bytes) 
     such numbers, so clean writes null and every reader of the lanes can read it."""
     line = b'{"message": "slow call", "latency": ' + number + b'}'
     cleaner = Cleaner.from_settings(Settings())
-    [(lane, _key, value, _reason)] = routed_records(
+    [(lane, _key, value, _reason, _mark)] = routed_records(
         cleaner, line, RawCoord(topic="raw", partition=0, offset=0), "app", None, None)
     assert lane != "deadletter"
     assert read_lane_record(value).attributes == {"latency": None}

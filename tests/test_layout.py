@@ -1,7 +1,7 @@
 """The package layout shows the data flow: imports point one way, with no cycles.
 
-cli -> app -> worker (Kafka wiring) -> stages (ingest, clean, batch, gateway,
-report, notify, in flow order) -> the stage runtime -> Kafka plumbing -> shared
+cli -> app -> worker (Kafka wiring) -> stages (ingest, clean, traces and batch,
+gateway, report, notify, in flow order) -> the stage runtime -> Kafka plumbing -> shared
 vocabulary. Development tools (``streams.dev``)
 may use anything; only the command line may use them.
 
@@ -23,7 +23,7 @@ LEVELS: dict[str, int] = {
     "errors": 0, "intervals": 0, "records": 0, "schemas": 0, "settings": 0, "metrics": 0,
     "clock": 0, "tokens": 0, "redact": 0,
     "kafka": 1, "runtime": 2,
-    "ingest": 2, "clean": 3, "batch": 4, "gateway": 5, "report": 6, "notify": 7,
+    "ingest": 2, "clean": 3, "traces": 4, "batch": 4, "gateway": 5, "report": 6, "notify": 7,
     "worker": 8, "app": 9, "runner": 10,
     "cli": 11, "__main__": 12,
     "dev": 11,

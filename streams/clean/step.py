@@ -18,7 +18,7 @@ from pydantic_core import to_json
 from streams.clean.cleaner import Cleaner
 from streams.ingest.raw_keys import source_of_key
 from streams.metrics import Metrics
-from streams.records import Coord, DeadLetter
+from streams.records import Coord, DeadLetter, trace_mark
 from streams.runtime.step import Context, Fetch, Out, Step
 from streams.settings import Settings
 
@@ -36,9 +36,10 @@ class Routed:
 
 def routed_records(cleaner: Cleaner, value: bytes | None, coord: Coord, source: str,
                    lane_key: bytes | None, received: datetime | None
-                   ) -> Iterator[tuple[str, bytes, bytes, str | None]]:
-    """(lane, key, value, dead letter reason) of each log record of one raw message (an
-    envelope may carry many); never raises on bad input.
+                   ) -> Iterator[tuple[str, bytes, bytes, str | None, bytes | None]]:
+    """(lane, key, value, dead letter reason, trace mark) of each log record of one raw
+    message (an envelope may carry many); never raises on bad input. The mark
+    (``trace_mark``) is for the traces topic, keyed by its trace id.
 
     ``lane_key`` is the raw key redacted (``Cleaner.lane_key``): it keeps --spread
     partitioning in the lanes, and is read by every reader of the lanes (a DSN as
@@ -46,10 +47,10 @@ def routed_records(cleaner: Cleaner, value: bytes | None, coord: Coord, source: 
     """
     for out in cleaner.clean_fields(value or b"", coord, source, received_at=received):
         if isinstance(out, DeadLetter):
-            yield "deadletter", out.id.encode(), out.model_dump_json().encode(), out.reason
+            yield "deadletter", out.id.encode(), out.model_dump_json().encode(), out.reason, None
         else:
             yield (out["lane"], out["source"].encode() if lane_key is None else lane_key,
-                   to_json(out, inf_nan_mode="null"), None)
+                   to_json(out, inf_nan_mode="null"), None, trace_mark(out))
 
 
 def route(cleaner: Cleaner, *, value: bytes | None, key: bytes | None, topic: str,
@@ -58,8 +59,8 @@ def route(cleaner: Cleaner, *, value: bytes | None, key: bytes | None, topic: st
     coord = Coord(topic, partition, offset)
     received = datetime.fromtimestamp(timestamp_ms / 1000, UTC) if timestamp_ms else None
     lane_key = cleaner.lane_key(key) if key else None
-    return [Routed(*r) for r in routed_records(cleaner, value, coord, source_of_key(key),
-                                                lane_key, received)]
+    return [Routed(*r[:4]) for r in routed_records(cleaner, value, coord, source_of_key(key),
+                                                    lane_key, received)]
 
 
 class RouteCounters:
@@ -94,6 +95,7 @@ class CleanStep(Step):
         self.cleaner = cleaner
         t = settings.topics
         self.targets = {"fast": t.fast, "slow": t.slow, "deadletter": t.deadletter}
+        self.traces = t.traces
         self.records_in = metrics.records_in.labels("clean")
         self.counters = RouteCounters(metrics, self.targets)
         # message key -> its source and its redacted lane key; keys are few (sources)
@@ -130,10 +132,12 @@ class CleanStep(Step):
                     source, lane_key = (keys.get(key) or self._key(key)) if key else _NO_KEY
                     stamp = m.timestamp
                     coord = Coord(m.topic, m.partition, m.offset)
-                    for lane, out_key, value, reason in routed_records(
+                    for lane, out_key, value, reason, mark in routed_records(
                             cleaner, m.value, coord, source, lane_key,
                             self._received_at(stamp) if stamp else None):
                         outs.append(Out(targets[lane], out_key, value))
+                        if mark is not None:
+                            outs.append(Out(self.traces, mark[0], mark[1]))
                         lanes[lane] = lanes.get(lane, 0) + 1
                         if reason is not None:
                             reasons[reason] = reasons.get(reason, 0) + 1

@@ -16,7 +16,7 @@ from streams.settings import Settings
 
 def own_topics(settings: Settings) -> list[str]:
     t = settings.topics
-    return [t.fast, t.slow, t.deadletter, t.fragments, t.review, t.reports]
+    return [t.fast, t.slow, t.deadletter, t.fragments, t.traces, t.review, t.reports]
 
 
 def input_pattern(settings: Settings) -> str:

@@ -41,6 +41,7 @@ def topic_specs(settings: Settings) -> list[TopicSpec]:
         TopicSpec(t.slow, t.partitions, data),
         TopicSpec(t.deadletter, t.partitions, keep),
         TopicSpec(t.fragments, t.partitions, data),
+        TopicSpec(t.traces, t.partitions, data),
         TopicSpec(t.review, t.partitions, keep),
         # latest report per key survives forever: the topic is the report store
         TopicSpec(t.reports, t.partitions, {

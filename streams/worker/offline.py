@@ -17,12 +17,14 @@ from streams.clean.cleaner import Cleaner
 from streams.clean.offline import source_name
 from streams.gateway.rules.analyzer import analyze
 from streams.ingest.reader import iter_records, open_source
-from streams.records import Coord, DeadLetter, Fragment
+from streams.records import Coord, DeadLetter, Fragment, LaneRecord, TraceMark, trace_id_of
+from streams.report.state.hops import apply_hops
 from streams.report.state.keys import link_windows, record_place
 from streams.report.state.merge import merge_all
 from streams.report.state.model import Report
 from streams.settings import Settings
 from streams.tokens import TokenCounter
+from streams.traces.table import TraceTable, hop_updates
 
 RULES_MODEL = "rules"
 
@@ -50,7 +52,8 @@ def reports_of_files(paths: list[str], settings: Settings) -> tuple[list[Report]
         for fragment in place_fragments(fragments, batch.by_coord(), place):
             by_report.setdefault(fragment.report_id or "undated/all", []).append(fragment)
 
-    dead = 0
+    traces = TraceTable()  # the whole input is at hand: every trace closes at the end
+    marks = dead = 0
     cap = settings.clean.max_record_bytes
     with cleaner.tallied():  # one tally for the run, not a context per record
         for path in paths:
@@ -63,6 +66,9 @@ def reports_of_files(paths: list[str], settings: Settings) -> tuple[list[Report]
                         if isinstance(cleaned, DeadLetter):
                             dead += 1
                             continue
+                        if (mark := _mark(cleaned)) is not None:
+                            marks += 1
+                            traces.add(mark, ("traces", 0, marks), None, 0.0)
                         for batch in windows[cleaned.lane].add(cleaned):
                             analyzed(batch)
     for window in windows.values():
@@ -71,8 +77,22 @@ def reports_of_files(paths: list[str], settings: Settings) -> tuple[list[Report]
     reports = {report_id: merge_all(None, fragments, report_id=report_id,
                                     now=_latest(fragments))[0]
                for report_id, fragments in sorted(by_report.items())}
+    for update in hop_updates(traces.flush(), place):
+        report = reports.get(update.report_id)
+        if report is not None:  # hops of a report without records: nothing to judge by
+            reports[update.report_id] = apply_hops(report, [update],
+                                                   now=report.updated_at or "")[0]
     link_windows(reports)
     return list(reports.values()), dead
+
+
+def _mark(record: LaneRecord) -> TraceMark | None:
+    """The trace stage's mark of a record, as the clean stage sends it."""
+    trace = trace_id_of(record.attributes) if record.timestamp else None
+    if trace is None or record.timestamp is None:
+        return None
+    return TraceMark(trace, record.id, record.service or record.source, record.source,
+                     record.timestamp, record.raw)
 
 
 def _window(lane: str, settings: Settings, counter: TokenCounter) -> TokenWindow:

@@ -1,7 +1,7 @@
 """Each stage's step on the stage runtime: its consumer group, its topics, its readers.
 
 Every loop is a consumer group of its own (``<group>-raw``, ``-lanes``, ``-review``,
-``-fragments``), so each stage scales by partitions and workers in that group. This
+``-traces``, ``-fragments``), so each stage scales by partitions and workers in that group. This
 is the only place that knows which Kafka reader a step is given.
 """
 
@@ -25,6 +25,7 @@ from streams.report.state.keys import record_place
 from streams.runtime.loop import StageLoop, Subscription
 from streams.settings import Settings
 from streams.tokens import TokenCounter
+from streams.traces.step import TraceStep
 
 logger = logging.getLogger(__name__)
 
@@ -41,6 +42,10 @@ def lanes_group(worker_group: str) -> str:
 
 def review_group(worker_group: str) -> str:
     return f"{worker_group}-review"
+
+
+def traces_group(worker_group: str) -> str:
+    return f"{worker_group}-traces"
 
 
 def fragments_group(worker_group: str) -> str:
@@ -100,6 +105,16 @@ def redrive_loop(settings: Settings, metrics: Metrics, worker_group: str,
                          topics=[s.topics.review], fetch_records=FETCH_REVIEWS, poll_ms=1000,
                          options={"max_poll_interval_ms": max(300_000, poll_ms),
                                   "fetch_max_wait_ms": QUIET_FETCH_WAIT_MS}))
+
+
+def trace_loop(settings: Settings, metrics: Metrics, worker_group: str) -> StageLoop:
+    """Trace marks -> complete traces -> hops into services, to the reports."""
+    s = settings
+    place = functools.partial(record_place, window=s.report.window,
+                              group_by=s.report.group_by, shards=s.report.shards)
+    step = TraceStep(s, metrics, place)
+    return StageLoop(step, s, metrics, group=traces_group(worker_group),
+                     subscription=Subscription(topics=[s.topics.traces]))
 
 
 def compact_loop(settings: Settings, metrics: Metrics, worker_group: str, *,

@@ -11,8 +11,8 @@ from streams.kafka.inputs import input_pattern, matching
 from streams.settings import Settings
 
 CLUSTER = ["otlp_logs", "app-logs", "logs.web", "logs.db", "weblogs.x", "retro.logs.raw",
-           "retro.records.fast", "retro.fragments", "retro-stream-reports-changelog",
-           "__consumer_offsets"]
+           "retro.records.fast", "retro.fragments", "retro.traces",
+           "retro-stream-reports-changelog", "__consumer_offsets"]
 
 
 def test_a_comma_separated_list_is_the_inputs_and_the_first_is_produced_to() -> None:

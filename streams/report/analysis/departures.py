@@ -32,6 +32,14 @@ it (at most ``BASELINE_HOURS`` back), and then joins them. The statistics, state
   line written a few times a minute needs several to tell).
 * **quiet**: a service whose volume falls to a third of its expected count (at least
   ``MIN_QUIET_EXPECTED``), with a lower tail below ``TAIL_P`` (the test of burst).
+* **slow**: calls into a service take far longer than they used to: of the minute's
+  hops into it (``streams.traces``: from its caller's line to its own first line of
+  a request), at least ``MIN_SLOW`` took ``SLOW_BINS`` half-octaves (4x) past its
+  baseline's median hop or more, with a binomial upper tail below ``TAIL_P`` given
+  the baseline's share of such hops (counted plus one, of those plus two: a baseline
+  without one is not proof that they never happen); judged once the baseline holds
+  ``MIN_HOP_BASELINE`` hops. A slowed service (a delayed network, a starved CPU) shows
+  here while its own lines and its callers' may say nothing.
 * **chronic**: a line at WARN or above present in at least ``CHRONIC_SHARE`` of at
   least ``CHRONIC_MIN_MINUTES`` baseline minutes: background, listed, never judged.
 * **standing**: a line at ERROR or above already written ``MIN_NEW`` times in the
@@ -102,8 +110,13 @@ SETTLE_MINUTES = 5  # the newest minutes a kept walk judges again: records still
 FAILING_RANK = LEVEL_RANK["WARN"]
 ERROR_RANK = LEVEL_RANK["ERROR"]
 ALL_LINES = "(all lines)"  # the template of a service's quiet departure
+ALL_CALLS = "(calls into it)"  # the template of a service's slow departure
+SLOW_BINS = 4  # half-octave hop bins (streams.traces.table.hop_bin): 4x the median
+MIN_SLOW = 3
+MIN_HOP_BASELINE = 20  # hops into a service in its baseline before they are judged
 
-Kind = Literal["new", "burst", "thin", "quiet", "standing", "early"]
+Kind = Literal["new", "burst", "thin", "quiet", "slow", "standing", "early"]
+Hops = Mapping[str, Mapping[str, Mapping[str, int]]]  # service -> minute -> bin -> hops
 
 
 @dataclass(frozen=True, slots=True)
@@ -136,6 +149,9 @@ class Departure:
             return f"{self.observed} records, begun too soon after the log to judge"
         if self.kind == "thin":
             return f"thinned out: {self.observed} a minute against {self.expected:.0f} usual"
+        if self.kind == "slow":
+            return (f"slow: {self.observed} calls into it took 4x its usual or longer, "
+                    f"{self.expected:.1f} expected")
         return f"volume fell: {self.observed} records a minute against {self.expected:.0f}"
 
 
@@ -209,6 +225,40 @@ class _Line:
             self.seen -= x > 0
 
 
+@dataclass(slots=True)
+class _Hops:
+    """One service's hops in its baseline, by bin."""
+
+    history: deque[tuple[datetime, dict[int, int]]] = field(default_factory=deque)
+    bins: dict[int, int] = field(default_factory=dict)
+    count: int = 0
+    departed_run: int = 0
+
+    def copy(self) -> _Hops:
+        return _Hops(deque(self.history), dict(self.bins), self.count, self.departed_run)
+
+    def learn(self, when: datetime, bins: dict[int, int]) -> None:
+        self.history.append((when, bins))
+        for b, n in bins.items():
+            self.bins[b] = self.bins.get(b, 0) + n
+            self.count += n
+
+    def forget_before(self, start: datetime) -> None:
+        while self.history and self.history[0][0] < start:
+            _, bins = self.history.popleft()
+            for b, n in bins.items():
+                self.bins[b] -= n
+                self.count -= n
+
+    def median(self) -> int:
+        half, seen = self.count / 2, 0
+        for b in sorted(self.bins):
+            seen += self.bins[b]
+            if seen >= half:
+                return b
+        return 0
+
+
 def fold_series(series: Mapping[str, Mapping[str, Series]]) -> dict[str, dict[str, Series]]:
     """Each service's templates folded to their canonical form (counts summed)."""
     out: dict[str, dict[str, Series]] = {}
@@ -257,9 +307,10 @@ def _service_named(name: str, services: list[str]) -> str | None:
     return None
 
 
-def find_departures(series: Mapping[str, Mapping[str, Series]]) -> Findings:
+def find_departures(series: Mapping[str, Mapping[str, Series]], hops: Hops | None = None
+                    ) -> Findings:
     """Walk the minutes of ``series`` in time order and judge each against its past."""
-    return Walk().findings(series)
+    return Walk().findings(series, hops=hops)
 
 
 @dataclass
@@ -274,6 +325,8 @@ class _State:
     # each departure with its line (None: a service's quiet), rebuilt from the line's
     # latest evidence (callees, traces, first records) when findings are read
     found: list[tuple[tuple[str, str] | None, Departure]] = field(default_factory=list)
+    hops: dict[str, _Hops] = field(default_factory=dict)  # per service
+    hops_walked: int = 0  # the hops in the walked minutes
 
     def copy(self) -> _State:
         lines = {key: line.copy() for key, line in self.lines.items()}
@@ -281,7 +334,8 @@ class _State:
             if line.partner is not None:
                 lines[key].partner = lines[line.partner.key]
         return _State(lines, list(self.walked), deque(self.learned), set(self.chronic),
-                      list(self.found))
+                      list(self.found), {s: h.copy() for s, h in self.hops.items()},
+                      self.hops_walked)
 
 
 class Walk:
@@ -304,7 +358,10 @@ class Walk:
         self.judged = 0  # minutes the last call judged: all of them when it started over
 
     def findings(self, series: Mapping[str, Mapping[str, Series]],
-                 before: Mapping[str, Mapping[str, Series]] | None = None) -> Findings:
+                 before: Mapping[str, Mapping[str, Series]] | None = None,
+                 hops: Hops | None = None, hops_before: Hops | None = None) -> Findings:
+        """``hops``: the report's hops into services (``Report.hops``), judged with the
+        lines; ``hops_before``: the window before's."""
         folded = fold_series(series)
         services = sorted(folded)
         specs = {(service, template): s for service, templates in folded.items()
@@ -328,7 +385,8 @@ class Walk:
         minutes = sorted(totals)
         # a minute's stream total as expectations scale by: its routine records
         stream = {m: routine.get(m) or totals[m] for m in minutes}
-        state, self._kept = self._resumed(specs, failing, minutes), None
+        by_minute = _hops_by_minute(hops or {}, hops_before or {})
+        state, self._kept = self._resumed(specs, failing, minutes, by_minute), None
         lines = []
         for key, s in specs.items():
             line = state.lines.get(key)
@@ -351,6 +409,7 @@ class Walk:
             if i == cut:
                 self._kept = state.copy()
             _step(state, lines, by_service, minutes, i, stream[minutes[i]])
+            _step_hops(state, minutes[i], by_minute.get(minutes[i], {}))
         if self._kept is None:
             self._kept = state.copy()
         return _findings(state, lines, minutes, first, _opening(minutes, stream))
@@ -373,10 +432,14 @@ class Walk:
         return out
 
     def _resumed(self, specs: Mapping[tuple[str, str], Series],
-                 failing: Mapping[tuple[str, str], bool], minutes: list[str]) -> _State:
+                 failing: Mapping[tuple[str, str], bool], minutes: list[str],
+                 hops: Mapping[str, Mapping[str, dict[int, int]]]) -> _State:
         """The kept walk if this version only added to what it walked, else a new one."""
         kept = self._kept
         if kept is None or minutes[:len(kept.walked)] != kept.walked:
+            return _State()
+        if kept.hops_walked != sum(sum(bins.values()) for m in kept.walked
+                                   for bins in hops.get(m, {}).values()):
             return _State()
         tail = minutes[len(kept.walked):]
         for key, s in specs.items():
@@ -388,6 +451,53 @@ class Walk:
         if any(key not in specs for key in kept.lines):
             return _State()
         return kept
+
+
+def _hops_by_minute(hops: Hops, before: Hops) -> dict[str, dict[str, dict[int, int]]]:
+    """minute -> service -> bin -> hops, the window before's first (a minute is one
+    window's or the other's, never both)."""
+    out: dict[str, dict[str, dict[int, int]]] = {}
+    for table in (before, hops):
+        for service, minutes in table.items():
+            for minute, bins in minutes.items():
+                out.setdefault(minute, {})[service] = {int(b): n for b, n in bins.items()}
+    return out
+
+
+def _step_hops(state: _State, minute: str, hops: Mapping[str, dict[int, int]]) -> None:
+    """Judge each service's hops of ``minute`` against its baseline, then learn them
+    (a slow minute is kept out of it, as a departing line's is)."""
+    when = parse_minute(minute)
+    start = when - timedelta(hours=BASELINE_HOURS)
+    for base in state.hops.values():
+        base.forget_before(start)
+    for service in sorted(hops):
+        bins = hops[service]
+        base = state.hops.setdefault(service, _Hops())
+        found = _slow(service, base, minute, bins)
+        state.hops_walked += sum(bins.values())
+        if found is not None:
+            state.found.append((None, found))
+            if base.departed_run < ABSORB_MINUTES:
+                base.departed_run += 1
+                continue
+        base.departed_run = 0
+        base.learn(when, bins)
+
+
+def _slow(service: str, base: _Hops, minute: str, bins: Mapping[int, int]) -> Departure | None:
+    if base.count < MIN_HOP_BASELINE:
+        return None
+    slow = base.median() + SLOW_BINS
+    x = sum(n for b, n in bins.items() if b >= slow)
+    if x < MIN_SLOW:
+        return None
+    n = sum(bins.values())
+    q = (sum(m for b, m in base.bins.items() if b >= slow) + 1) / (base.count + 2)
+    p = _binomial_upper(x, n, q)
+    if p >= TAIL_P:
+        return None
+    return Departure(minute, service, ALL_CALLS, "slow", x, q * n, _surprise(p), False)
 
 
 def _opening(minutes: list[str], stream: Mapping[str, int]) -> list[str]:

@@ -96,6 +96,7 @@ class DayIncident:
                     f"{self.origin} failing: {lead.service} reports it")
         what = {"new": "a new error", "burst": "a burst of errors",
                 "thin": "a usual line thins out", "quiet": "its volume fell",
+                "slow": "calls into it slowed",
                 "standing": "already failing when the log begins",
                 "early": "a new error early in the log"}[lead.kind]
         if lead.kind in ("new", "burst") and not lead.failing:
@@ -248,7 +249,7 @@ def _incident(origin: str, run: list[Departure], changes: Sequence[Change]) -> D
         if dep.service != origin:
             callers.add(dep.service)
             weight += CALLER_WEIGHT * dep.surprise
-        elif dep.error:
+        elif dep.error or dep.kind == "slow":  # its own failure, or its own requests timed
             weight += dep.surprise
         elif dep.failing:  # a warning is the service's own word that it is not a failure
             weight += WARNING_WEIGHT * dep.surprise

@@ -243,7 +243,8 @@ def derive(report: Report, *, deadletters: int | None = None, review: int | None
     _narrate(pm, span)
     previous = report.previous
     findings = (walk or Walk()).findings(
-        report.series, before=previous.series if previous is not None else None)
+        report.series, before=previous.series if previous is not None else None,
+        hops=report.hops, hops_before=previous.hops if previous is not None else None)
     pm.findings = findings
     pm.chronic_lines = findings.chronic
     pm.incidents = find_incidents(findings, [

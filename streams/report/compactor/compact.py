@@ -2,7 +2,8 @@
 
 The fragments are merged at once (one new version); a fragment that cannot be merged
 does not hold back the others: it is named, so the compactor step can send its
-records to review. Roll-up updates are applied after the fragments.
+records to review. Hops (``streams.traces``) and roll-up updates are applied after the
+fragments.
 """
 
 from __future__ import annotations
@@ -11,8 +12,9 @@ import logging
 from dataclasses import dataclass, field
 
 from streams.errors import RetroError
-from streams.records import Fragment
+from streams.records import Fragment, HopsUpdate
 from streams.report.analysis.rollup import RollupUpdate, apply_rollup
+from streams.report.state.hops import apply_hops
 from streams.report.state.merge import merge, merge_all
 from streams.report.state.model import Report
 
@@ -27,8 +29,9 @@ class Folded:
 
 
 def fold(current: Report | None, fragments: list[Fragment], rollups: list[RollupUpdate], *,
-         report_id: str, now: str) -> Folded:
-    """The report with these fragments and roll-ups in it."""
+         report_id: str, now: str, hops: list[HopsUpdate] | None = None) -> Folded:
+    """The report with these fragments, hops and roll-ups in it; hops may come before
+    the report's first records (the trace stage is the quicker one)."""
     updated, changed = current, False
     out = Folded(report=None)
     if fragments:
@@ -40,6 +43,9 @@ def fold(current: Report | None, fragments: list[Fragment], rollups: list[Rollup
                          report_id, exc)
             updated = _one_by_one(current, fragments, report_id, now, out)
         changed = any(r in ("applied", "partial") for r in out.results)
+    if hops:
+        updated, timed = apply_hops(updated or Report(id=report_id), hops, now=now)
+        changed |= timed
     for update in rollups:
         if updated is None:
             break

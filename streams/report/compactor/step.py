@@ -27,7 +27,7 @@ from streams.clock import Clock, Sleep
 from streams.gateway.gateway import Gateway
 from streams.gateway.rollup_prompt import ROLLUP_KIND, rollup_messages
 from streams.metrics import Metrics
-from streams.records import Fragment, Review
+from streams.records import HOPS_KIND, KIND_HEADER, Fragment, HopsUpdate, Review
 from streams.report.analysis.rollup import RollupUpdate, needs_rollup, rollup_payload
 from streams.report.compactor.compact import fold
 from streams.report.state.keys import format_time
@@ -38,8 +38,6 @@ from streams.runtime.step import Context, Fetch, Message, Out, Step
 from streams.settings import Settings
 
 logger = logging.getLogger(__name__)
-
-KIND_HEADER = "retro-kind"  # fragments topic messages that are not fragments say what they are
 
 
 class ReportSource(Protocol):
@@ -84,6 +82,7 @@ class _Pending:
     partition: int
     fragments: list[Fragment] = field(default_factory=list)
     rollups: list[RollupUpdate] = field(default_factory=list)
+    hops: list[HopsUpdate] = field(default_factory=list)
 
 
 @dataclass
@@ -116,7 +115,16 @@ def _collect(message: Message, pending: dict[str, _Pending], metrics: Metrics
     """Buffer one fragments-topic message; a fragment with no report to go to is
     returned as a review, so its records stay accounted for."""
     value = message.value or b""
-    if _kind(message) == ROLLUP_KIND:
+    kind = _kind(message)
+    if kind == HOPS_KIND:
+        try:
+            hops = HopsUpdate.model_validate_json(value)
+        except ValidationError as exc:
+            logger.error("unreadable hops skipped: %s", exc)
+            return None
+        pending.setdefault(hops.report_id, _Pending(message.partition)).hops.append(hops)
+        return None
+    if kind == ROLLUP_KIND:
         try:
             update = RollupUpdate.from_json(value)
         except ValueError as exc:
@@ -277,7 +285,7 @@ class CompactStep(Step):
                 if pending.partition not in owned:
                     continue  # moved: its next owner reads these fragments again
                 folded = fold(self.parsed.get(key, self.reports.get(key)), pending.fragments,
-                              pending.rollups, report_id=key, now=now)
+                              pending.rollups, report_id=key, now=now, hops=pending.hops)
                 for result in folded.results:
                     self.metrics.report_updates.labels(result).inc()
                 for fragment, why in folded.rejected:

@@ -40,6 +40,7 @@ from streams.errors import ValidationFailed
 from streams.intervals import Coverage
 from streams.records import Evidence, Fragment, smallest_traces
 from streams.report.state.evidence import fold_evidence
+from streams.report.state.hops import add_hops
 from streams.report.state.keys import format_time, parse_time
 from streams.report.state.minutes import add_minutes, add_service_minutes, share_minutes
 from streams.report.state.model import (
@@ -64,7 +65,9 @@ MergeResult = Literal["applied", "duplicate", "partial"]
 
 MAX_FRAGMENT_IDS = 10  # recent fragment ids, for debugging only: every report carries them
 # Fields that depend on arrival order or wall clock; report_body leaves them out.
-_VOLATILE = {"version", "updated_at", "changes", "fragment_ids", "fragments_applied"}
+# hops_covered: where the trace stage's marks were, which depends on how it ran
+_VOLATILE = {"version", "updated_at", "changes", "fragment_ids", "fragments_applied",
+             "hops_covered"}
 # Incident fields written by the roll-up (streams/report/analysis/rollup.py, run by
 # CompactStep.background): they depend on when it ran, not on the fragments, so
 # report_body leaves them out too.
@@ -205,6 +208,11 @@ def compose(report_id: str, shards: list[Report]) -> Report:
     out.fragment_ids = [f for r in ordered for f in r.fragment_ids][-MAX_FRAGMENT_IDS:]
     out.service_minutes = add_service_minutes(*(r.service_minutes for r in ordered))
     out.series = add_series(*(r.series for r in ordered))
+    out.hops = add_hops(*(r.hops for r in ordered))
+    marks = Coverage()
+    for shard in ordered:
+        marks = marks.union(Coverage.from_json(shard.hops_covered))
+    out.hops_covered = marks.to_json()
     out.changes = ReportChanges(
         from_version=sum(r.changes.from_version for r in ordered),
         to_version=out.version,

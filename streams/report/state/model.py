@@ -240,6 +240,10 @@ class Report(BaseModel):
     # service -> template -> its dated records per minute, level and callees named: every
     # line the report counts, at most MAX_SERIES per service (``streams.report.state.series``)
     series: dict[str, dict[str, Series]] = Field(default_factory=dict)
+    # service -> UTC minute -> hop-delay bin (``streams.traces.table.hop_bin``) -> hops
+    # into the service that began then: how long its callers' requests took to reach it
+    hops: dict[str, dict[str, dict[str, int]]] = Field(default_factory=dict)
+    hops_covered: CoverageJSON = Field(default_factory=dict)  # the trace marks counted
     # the report of the window before, when a reader holds it: never stored or compared
     _previous: Report | None = PrivateAttr(default=None)
 
@@ -249,7 +253,7 @@ class Report(BaseModel):
         """Leave out ``service_minutes`` and ``series`` while no record is dated (a reader
         fills them back in)."""
         data = handler(self)
-        for name in ("service_minutes", "series"):
+        for name in ("service_minutes", "series", "hops", "hops_covered"):
             if data.get(name) == {}:
                 del data[name]
         return data

@@ -68,6 +68,36 @@ def test_a_new_error_that_slows_to_two_a_minute_goes_on_and_one_that_began_so_do
     assert kinds(series) == set()
 
 
+def calls_into(service: str, usual: list[int], slow: dict[int, list[int]]
+               ) -> dict[str, dict[str, dict[str, int]]]:
+    """Hops into ``service`` (``Report.hops``): each minute ``usual`` bins, except the
+    minutes of ``slow`` (by index in HOUR)."""
+    minutes = {}
+    for i, minute in enumerate(HOUR):
+        bins: dict[str, int] = {}
+        for b in slow.get(i, usual):
+            bins[str(b)] = bins.get(str(b), 0) + 1
+        minutes[minute] = bins
+    return {service: minutes}
+
+
+def test_calls_into_a_service_that_take_four_times_longer_depart_and_a_wobble_does_not(
+) -> None:
+    usual = [6, 6, 7, 5, 6, 8, 6, 7]  # about 8 ms a call, now and then 16
+    slowed = calls_into("db", usual, {45: [11, 12, 11, 13, 6, 12, 11, 12]})
+    found = find_departures(background(), hops=slowed)
+    assert [(d.service, d.kind, d.minute, d.observed) for d in found.departures] == [
+        ("db", "slow", HOUR[45], 7)]
+    [incident] = find_incidents(found)
+    assert (incident.origin, incident.title) == ("db", "db: calls into it slowed")
+    # twice as slow, or four times for two calls in a minute: not enough to tell
+    twice = calls_into("db", usual, {45: [8, 8, 9, 7, 8, 10, 8, 9]})
+    assert kinds(background()) == set() == {
+        (d.service, d.kind) for d in find_departures(background(), hops=twice).departures}
+    two = calls_into("db", usual, {45: [11, 12, 6, 6, 7, 5, 6, 8]})
+    assert find_departures(background(), hops=two).departures == []
+
+
 def test_a_new_routine_line_is_not_a_departure() -> None:
     series = background()
     series["api"]["cache warmed"] = Series(level="INFO", minutes={m: 6 for m in HOUR[40:45]})

@@ -122,3 +122,35 @@ def test_a_late_record_or_a_raised_level_starts_the_walk_over_with_the_same_answ
     # and the same version again judges only its settling minutes
     same(walk.findings(raised), find_departures(raised))
     assert walk.judged == SETTLE_MINUTES
+
+
+def hops(seed: int, upto: int) -> dict[str, dict[str, dict[str, int]]]:
+    """Hops into cart (``Report.hops``) up to minute ``upto``: about 6 ms a call, slowed
+    32 times from minute 130 to 140."""
+    rng = random.Random(seed)
+    out: dict[str, dict[str, int]] = {}
+    for i, minute in enumerate(MINUTES[:upto]):
+        slow = 130 <= i < 140
+        bins: dict[str, int] = {}
+        for _ in range(8):
+            b = str(rng.choice([5, 6, 6, 7]) + (10 if slow else 0))
+            bins[b] = bins.get(b, 0) + 1
+        out[minute] = bins
+    return {"cart": out}
+
+
+def test_a_kept_walk_with_hops_finds_what_a_walk_from_scratch_finds() -> None:
+    lines = day(11)
+    walk = Walk()
+    kinds = set()
+    for upto in range(1, len(MINUTES) + 1, 3):
+        series, timed = version(lines, upto), hops(11, upto)
+        found = walk.findings(series, hops=timed)
+        same(found, find_departures(series, hops=timed))
+        kinds |= {d.kind for d in found.departures}
+        assert walk.judged <= SETTLE_MINUTES + 3
+    assert "slow" in kinds
+    # a hop arriving late for a minute long walked starts the walk over, alike
+    timed["cart"][MINUTES[20]]["30"] = 1
+    same(walk.findings(series, hops=timed), find_departures(series, hops=timed))
+    assert walk.judged == upto  # every minute of the version

@@ -1,0 +1,60 @@
+"""Hops into services (``streams.traces``) added to a report, idempotently.
+
+Each trace's hops come with the coordinates of the trace marks they were measured
+from; a trace whose marks the report already counted adds nothing, so the trace stage
+sending a trace again after a crash changes no count.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+
+from streams.intervals import Coverage
+from streams.records import HopsUpdate
+from streams.report.state.model import Report
+
+Hops = Mapping[str, Mapping[str, Mapping[str, int]]]  # service -> minute -> bin -> hops
+
+
+def apply_hops(report: Report, updates: Iterable[HopsUpdate], *, now: str
+               ) -> tuple[Report, bool]:
+    """The report with the hops of traces it has not counted yet (pure: ``report`` is not
+    modified), and whether any were new."""
+    seen = Coverage.from_json(report.hops_covered)
+    added: list[tuple[str, str, int]] = []
+    for update in updates:
+        for trace in update.traces:
+            marks = Coverage.from_json(trace.covered)
+            if seen.intersection(marks):
+                continue
+            seen = seen.union(marks)
+            added.extend(trace.hops)
+    if not added:
+        return report, False
+    out = report.model_copy()
+    out.hops = add_hops(report.hops, _tally(added))
+    out.hops_covered = seen.to_json()
+    out.version = report.version + 1
+    out.updated_at = now
+    return out, True
+
+
+def add_hops(*tables: Hops) -> dict[str, dict[str, dict[str, int]]]:
+    """The tables summed, each a new dict (shards never share a trace mark)."""
+    out: dict[str, dict[str, dict[str, int]]] = {}
+    for table in tables:
+        for service, minutes in table.items():
+            mine = out.setdefault(service, {})
+            for minute, bins in minutes.items():
+                held = mine.setdefault(minute, {})
+                for b, n in bins.items():
+                    held[b] = held.get(b, 0) + n
+    return out
+
+
+def _tally(hops: Iterable[tuple[str, str, int]]) -> Hops:
+    out: dict[str, dict[str, dict[str, int]]] = {}
+    for service, minute, b in hops:
+        bins = out.setdefault(service, {}).setdefault(minute, {})
+        bins[str(b)] = bins.get(str(b), 0) + 1
+    return out

@@ -1,0 +1,154 @@
+"""Open traces and the hops into services they show (pure: no Kafka, clock injected).
+
+A request's trace id is on the lines of every service it passed through. In a trace, a
+service's first line comes after the line its caller wrote just before calling it: the
+time between the two is the **hop** into the service (the network to it, its queue,
+its start of work). A slowed service (a delayed network, a starved CPU) shows there
+while its own lines and its callers' errors may say nothing.
+
+A trace is complete when no more of its lines can come. Lines of one trace come from
+several input partitions, cleaned by several workers, so a trace closes only when
+
+* no line of it came for ``HOLD_SECONDS`` (as tracing backends close a trace after an
+  idle period), and
+* every input partition still sending has moved ``GRACE_MS`` past its last line in
+  event time (a partition far behind, a replay say, may still hold some of its lines).
+
+Lines of a trace that arrive after it closed are dropped for ``REMEMBER_MS`` (their hops
+would be counted twice, from half a trace).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any
+
+from streams.intervals import Coverage
+from streams.records import HopsUpdate, TraceHops, TraceMark, minute_of
+
+HOLD_SECONDS = 5.0
+GRACE_MS = 30_000
+REMEMBER_MS = 10 * 60_000
+IDLE_SECONDS = 30.0  # an input partition silent this long holds no trace open
+
+
+def hop_bin(delay_ms: float) -> int:
+    """Half-octave bins: 0 below 1 ms, then 1 + floor(2 log2 ms), so bin b + 4 is four
+    times slower than bin b."""
+    return 0 if delay_ms < 1 else 1 + int(2 * math.log2(delay_ms))
+
+
+def epoch_ms(timestamp: str) -> int:
+    return int(datetime.fromisoformat(timestamp).timestamp() * 1000)
+
+
+def hops_of(marks: Iterable[TraceMark]) -> list[tuple[TraceMark, int]]:
+    """(the service's first mark, the hop into it in ms) for every service of a trace
+    but the one it began in: the time since the line just before, which another
+    service wrote."""
+    ordered = sorted(((epoch_ms(m.timestamp), m.id, m) for m in marks), key=lambda x: x[:2])
+    seen: set[str] = set()
+    out = []
+    for i, (at, _, mark) in enumerate(ordered):
+        if mark.service in seen:
+            continue
+        seen.add(mark.service)
+        if i:
+            out.append((mark, at - ordered[i - 1][0]))
+    return out
+
+
+@dataclass
+class OpenTrace:
+    """One trace's marks so far, and what its messages are tracked by."""
+
+    marks: dict[str, TraceMark] = field(default_factory=dict)  # by record id
+    tags: list[Any] = field(default_factory=list)  # the caller's, one per message
+    offsets: list[tuple[str, int, int]] = field(default_factory=list)  # its messages
+    last_ms: int = 0
+    touched: float = 0.0  # when its latest message arrived (the injected clock)
+
+
+class TraceTable:
+    """The open traces of one traces-topic partition."""
+
+    def __init__(self, *, hold_seconds: float = HOLD_SECONDS, grace_ms: int = GRACE_MS,
+                 remember_ms: int = REMEMBER_MS, idle_seconds: float = IDLE_SECONDS) -> None:
+        self.hold_seconds = hold_seconds
+        self.grace_ms = grace_ms
+        self.remember_ms = remember_ms
+        self.idle_seconds = idle_seconds
+        self.open: dict[str, OpenTrace] = {}
+        self.closed: dict[str, int] = {}  # trace -> its last line, while late ones drop
+        # input partition -> (its latest line in event time, when a mark of it came)
+        self.progress: dict[tuple[str, int], tuple[int, float]] = {}
+        self.late = 0  # marks dropped because their trace had closed
+
+    def add(self, mark: TraceMark, at: tuple[str, int, int], tag: Any, now: float) -> bool:
+        """Take one mark (``at``: where its message is); False when its trace closed
+        already, so the caller is done with ``tag`` at once."""
+        when = epoch_ms(mark.timestamp)
+        source = (mark.raw.topic, mark.raw.partition)
+        latest = self.progress.get(source)
+        self.progress[source] = (when if latest is None else max(latest[0], when), now)
+        if mark.trace in self.closed:
+            self.late += 1
+            return False
+        trace = self.open.get(mark.trace)
+        if trace is None:
+            trace = self.open[mark.trace] = OpenTrace(last_ms=when)
+        trace.marks.setdefault(mark.id, mark)
+        trace.tags.append(tag)
+        trace.offsets.append(at)
+        trace.last_ms = max(trace.last_ms, when)
+        trace.touched = now
+        return True
+
+    def watermark(self, now: float) -> float:
+        """The event time every input partition still sending has reached; infinite when
+        none is (everything sent is in)."""
+        active = [ms for ms, seen in self.progress.values() if now - seen < self.idle_seconds]
+        return float(min(active)) if active else math.inf
+
+    def due(self, now: float) -> list[OpenTrace]:
+        """Close and return the traces that are complete."""
+        mark = self.watermark(now)
+        done = [t for t, trace in self.open.items()
+                if now - trace.touched >= self.hold_seconds
+                and trace.last_ms + self.grace_ms <= mark]
+        out = [self._close(t) for t in done]
+        if self.closed:
+            self.closed = {t: last for t, last in self.closed.items()
+                           if last + self.remember_ms > mark}
+        return out
+
+    def flush(self) -> list[OpenTrace]:
+        """Close every trace (the input has ended)."""
+        return [self._close(t) for t in list(self.open)]
+
+    def _close(self, trace_id: str) -> OpenTrace:
+        trace = self.open.pop(trace_id)
+        self.closed[trace_id] = trace.last_ms
+        return trace
+
+
+def hop_updates(traces: Iterable[OpenTrace], place: Callable[[TraceMark], str]
+                ) -> list[HopsUpdate]:
+    """The hops of closed ``traces``, one update per report; ``place``: the report of a
+    record (``record_place``), here of the service's first line."""
+    by_report: dict[str, list[TraceHops]] = {}
+    for trace in traces:
+        per: dict[str, list[tuple[str, str, int]]] = {}
+        for mark, delay in hops_of(trace.marks.values()):
+            minute = minute_of(mark.timestamp)
+            if minute is not None:
+                per.setdefault(place(mark), []).append((mark.service, minute, hop_bin(delay)))
+        if not per:
+            continue
+        covered = Coverage.from_coords(trace.offsets).to_json()
+        for report_id, hops in per.items():
+            by_report.setdefault(report_id, []).append(TraceHops(covered=covered, hops=hops))
+    return [HopsUpdate(report_id=r, traces=t) for r, t in sorted(by_report.items())]

@@ -1,0 +1,47 @@
+"""Hops added to a report: once per trace, however often and in whatever order sent."""
+
+from __future__ import annotations
+
+from streams.records import HopsUpdate, TraceHops
+from streams.report.compactor.compact import fold
+from streams.report.state.hops import apply_hops
+from streams.report.state.merge import compose, report_body
+from streams.report.state.model import Report
+
+MINUTE = "2026-11-29T10:00"
+
+
+def trace(first: int, last: int, *hops: tuple[str, int]) -> TraceHops:
+    return TraceHops(covered={"retro.traces/0": [[first, last]]},
+                     hops=[(service, MINUTE, b) for service, b in hops])
+
+
+def test_a_trace_sent_again_adds_nothing_and_order_does_not_matter() -> None:
+    a = HopsUpdate(report_id="r", traces=[trace(0, 2, ("orders", 6), ("stock", 9))])
+    b = HopsUpdate(report_id="r", traces=[trace(3, 4, ("orders", 6))])
+    once, changed = apply_hops(Report(id="r"), [a, b], now="t")
+    assert changed and once.hops == {"orders": {MINUTE: {"6": 2}}, "stock": {MINUTE: {"9": 1}}}
+    again, changed = apply_hops(once, [b, a], now="t2")
+    assert not changed and again is once
+    # a re-read after a crash may cut the same marks into other updates: still once each
+    other, _ = apply_hops(apply_hops(Report(id="r"), [b], now="t")[0], [a, b], now="t")
+    assert report_body(other) == report_body(once)
+    assert other.hops_covered == {"retro.traces/0": [[0, 4]]}
+
+
+def test_hops_may_reach_a_report_before_its_records() -> None:
+    folded = fold(None, [], [], report_id="r", now="t",
+                  hops=[HopsUpdate(report_id="r", traces=[trace(0, 1, ("orders", 5))])])
+    assert folded.report is not None and folded.report.hops == {"orders": {MINUTE: {"5": 1}}}
+    assert folded.report.version == 1
+
+
+def test_shards_of_a_report_add_their_hops() -> None:
+    one = apply_hops(Report(id="r|0"), [HopsUpdate(report_id="r|0", traces=[
+        trace(0, 1, ("orders", 5))])], now="t")[0]
+    two = apply_hops(Report(id="r|1"), [HopsUpdate(report_id="r|1", traces=[
+        TraceHops(covered={"retro.traces/1": [[0, 0]]}, hops=[("orders", MINUTE, 5)])])],
+        now="t")[0]
+    whole = compose("r", [one, two])
+    assert whole.hops == {"orders": {MINUTE: {"5": 2}}}
+    assert whole.hops_covered == {"retro.traces/0": [[0, 1]], "retro.traces/1": [[0, 0]]}

@@ -1,0 +1,109 @@
+"""Open traces, when they are complete, and the hops into services they show."""
+
+from __future__ import annotations
+
+import math
+
+from streams.records import Coord, HopsUpdate, TraceMark, read_mark, trace_mark
+from streams.schemas import load_schema, validator
+from streams.traces.table import TraceTable, epoch_ms, hop_bin, hop_updates, hops_of
+
+T0 = "2026-11-29T10:00:00.000Z"
+
+
+def at(ms: int) -> str:
+    """A time ``ms`` after 10:00:00 UTC, as records carry it."""
+    seconds, millis = divmod(ms, 1000)
+    minutes, seconds = divmod(seconds, 60)
+    return f"2026-11-29T10:{minutes:02d}:{seconds:02d}.{millis:03d}Z"
+
+
+def mark(trace: str, service: str, ms: int, offset: int, *, partition: int = 0) -> TraceMark:
+    return TraceMark(trace, f"logs/{partition}/{offset}", service, f"{service}.log", at(ms),
+                     Coord("logs", partition, offset))
+
+
+def test_the_hop_into_a_service_runs_from_its_callers_line_just_before_its_first() -> None:
+    lines = [mark("t1", "gateway", 0, 1), mark("t1", "gateway", 5, 2),
+             mark("t1", "orders", 12, 3), mark("t1", "orders", 40, 4),
+             mark("t1", "stock", 300, 5), mark("t1", "orders", 310, 6)]
+    hops = {m.service: delay for m, delay in hops_of(reversed(lines))}
+    # gateway began the request; orders' second line and its line after stock are no hops
+    assert hops == {"orders": 7, "stock": 260}
+
+
+def test_hop_bins_are_half_octaves_so_four_up_is_four_times_slower() -> None:
+    assert hop_bin(0.4) == 0
+    assert hop_bin(1) == 1
+    assert hop_bin(5) + 4 == hop_bin(20)
+    assert hop_bin(1000) - hop_bin(250) == 4
+
+
+def test_a_trace_closes_after_its_lines_stop_and_every_input_moved_past_it() -> None:
+    table = TraceTable(hold_seconds=5, grace_ms=30_000, idle_seconds=30)
+    table.add(mark("t1", "gateway", 0, 1), ("traces", 0, 0), "a", now=0.0)
+    table.add(mark("t1", "orders", 10, 2), ("traces", 0, 1), "b", now=1.0)
+    table.add(mark("t2", "gateway", 31_000, 3), ("traces", 0, 2), "c", now=2.0)
+    assert table.due(now=5.5) == []  # t1's last line came 4.5 s ago
+    [closed] = table.due(now=6.0)
+    assert closed.tags == ["a", "b"] and set(closed.marks) == {"logs/0/1", "logs/0/2"}
+    assert list(table.open) == ["t2"]  # its input has not moved 30 s past it
+
+
+def test_an_input_behind_in_event_time_holds_traces_open_until_it_goes_idle() -> None:
+    table = TraceTable(hold_seconds=5, grace_ms=30_000, idle_seconds=30)
+    table.add(mark("t1", "gateway", 0, 1), ("traces", 0, 0), None, now=0.0)
+    table.add(mark("t1", "orders", 10, 2, partition=1), ("traces", 0, 1), None, now=0.0)
+    table.add(mark("t8", "orders", 20, 4, partition=1), ("traces", 0, 3), None, now=10.0)
+    table.add(mark("t9", "gateway", 120_000, 3), ("traces", 0, 2), None, now=35.0)
+    # partition 1 of the input is only 20 ms in: its lines of t1 may still come
+    assert table.watermark(now=35.0) == epoch_ms(at(20)) and table.due(now=35.0) == []
+    # ... until it sent nothing for 30 s: then only partition 0's two minutes count
+    assert table.watermark(now=40.5) == epoch_ms(at(120_000))
+    assert {next(iter(t.marks.values())).trace for t in table.due(now=40.5)} == {"t1", "t8"}
+    assert table.watermark(now=100.0) == math.inf  # nothing sends: everything is in
+
+
+def test_a_mark_sent_twice_counts_once_and_a_late_one_is_refused() -> None:
+    table = TraceTable(hold_seconds=0, grace_ms=0, idle_seconds=30)
+    first = mark("t1", "gateway", 0, 1)
+    assert table.add(first, ("traces", 0, 0), "a", now=0.0)
+    assert table.add(first, ("traces", 0, 1), "b", now=0.0)  # a re-cleaned fetch sent it again
+    assert table.add(mark("t1", "orders", 10, 2), ("traces", 0, 2), "c", now=0.0)
+    [closed] = table.flush()
+    assert len(closed.marks) == 2 and closed.tags == ["a", "b", "c"]
+    assert not table.add(mark("t1", "stock", 20, 3), ("traces", 0, 3), "d", now=1.0)
+    assert table.late == 1 and not table.open
+
+
+def test_hop_updates_go_to_the_report_of_each_services_first_line() -> None:
+    table = TraceTable()
+    for i, (service, ms) in enumerate([("gateway", 0), ("orders", 8), ("stock", 65_000)]):
+        table.add(mark("t1", service, ms, i), ("retro.traces", 3, 10 + i), None, now=0.0)
+    table.add(mark("t2", "gateway", 5, 9), ("retro.traces", 3, 20), None, now=0.0)
+    updates = hop_updates(table.flush(), lambda m: m.timestamp[:16])  # a report a minute
+    assert [(u.report_id, [t.hops for t in u.traces]) for u in updates] == [
+        ("2026-11-29T10:00", [[("orders", "2026-11-29T10:00", hop_bin(8))]]),
+        ("2026-11-29T10:01", [[("stock", "2026-11-29T10:01", hop_bin(64_992))]])]
+    # both carry all of t1's marks; t2, one service, has no hop and no update
+    assert {str(u.traces[0].covered) for u in updates} == {"{'retro.traces/3': [[10, 12]]}"}
+
+
+def test_marks_and_hop_updates_match_their_schemas() -> None:
+    fields = {"id": "logs/2/7", "raw": {"topic": "logs", "partition": 2, "offset": 7},
+              "source": "orders.log", "service": "orders", "timestamp": T0,
+              "attributes": {"trace_id": "4BF92F3577B34DA6A3CE929D0E0E4736"}}
+    key, value = trace_mark(fields)
+    assert key == b"4bf92f3577b34da6a3ce929d0e0e4736"
+    assert read_mark(value).raw == Coord("logs", 2, 7)
+    assert list(validator("trace-mark").iter_errors(__import__("json").loads(value))) == []
+    assert trace_mark({**fields, "timestamp": None}) is None
+    assert trace_mark({**fields, "attributes": {}}) is None
+    table = TraceTable()
+    table.add(read_mark(value), ("retro.traces", 0, 0), None, now=0.0)
+    table.add(mark("4bf92f3577b34da6a3ce929d0e0e4736", "stock", 30, 8), ("retro.traces", 0, 1),
+              None, now=0.0)
+    [update] = hop_updates(table.flush(), lambda m: "2026-11-29/all")
+    assert list(validator("hops").iter_errors(update.model_dump(mode="json"))) == []
+    assert set(load_schema("hops")["properties"]) == set(HopsUpdate.model_fields)
+    assert set(load_schema("trace-mark")["properties"]) == set(TraceMark.__struct_fields__)
