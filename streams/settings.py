@@ -258,7 +258,7 @@ class ModelSettings(BaseModel):
     # v2: titles, change events, cause chain, action types; v3: causes state origin or
     # impact and new/burst/chronic, calibrated severity, roll-ups get the post-mortem's judgement;
     # v4: roll-ups get the baseline's verdict per template and the day incidents it is part of
-    prompt_version: str = "v4"
+    prompt_version: str = "v5"
     aimd_start: PositiveInt = 5
     aimd_increase: int = Field(1, ge=0)
     aimd_decrease_factor: float = Field(0.5, gt=0.0, lt=1.0)

@@ -108,8 +108,8 @@ def test_the_worker_app_has_no_faust_consumer(tmp_path: Path) -> None:
     assert [loop.name for loop in worker.loops] == [
         "clean loop", "batch loop", "re-drive loop", "trace loop", "compactor loop"]
     tasks = [t.__name__ for t in app._app_tasks]
-    assert [n for n in tasks if n.endswith("_loop")] == [
-        "clean_loop", "batch_loop", "re_drive_loop", "trace_loop", "compactor_loop"]  # tasks of the host
+    assert [n for n in tasks if n.endswith("_loop")] == [  # tasks of the host
+        "clean_loop", "batch_loop", "re_drive_loop", "trace_loop", "compactor_loop"]
     started = list(app.on_init_dependencies())
     kafka = [s for s in started
              if isinstance(s, ConsumerT | ProducerT | ConductorT | TableManagerT)]

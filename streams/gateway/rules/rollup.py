@@ -150,6 +150,8 @@ def read_baseline(incident: dict[str, Any]) -> BaselineReading:
         service = _text(verdict.get("service"), 60) if isinstance(verdict, dict) else ""
         if service and verdict.get("kind") == "quiet":
             out.departed.append(_departure(f"{service}'s volume", verdict))
+        elif service and verdict.get("kind") == "slow":
+            out.departed.append(_departure(f"calls into {service}", verdict))
     if days:
         _day_incident(out, days[0])
     return out
@@ -166,7 +168,7 @@ def _departure(what: str, verdict: dict[str, Any]) -> str:
     usual = "expected" if kind == "burst" else "usual"
     against = (f" ({observed:g} a minute against {_amount(expected)} {usual})"
                if observed is not None and expected is not None else "")
-    verb = {"burst": "burst", "thin": "thinned out", "quiet": "fell"}.get(
+    verb = {"burst": "burst", "thin": "thinned out", "quiet": "fell", "slow": "slowed"}.get(
         kind if isinstance(kind, str) else "", "departed")
     return f"{what} {verb}{since}{against}"
 

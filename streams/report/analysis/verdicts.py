@@ -49,6 +49,7 @@ from typing import Any
 from streams.batch.covering import canonical_templates, covers
 from streams.records import LEVEL_RANK
 from streams.report.analysis.departures import (
+    ALL_CALLS,
     ALL_LINES,
     FAILING_RANK,
     MIN_BASELINE_RECORDS,
@@ -88,7 +89,7 @@ class Baseline:
            incidents: Sequence[DayIncident]) -> Baseline:
         out = cls(series, findings, incidents, judged_from=_judged_from(series))
         for dep in findings.departures:
-            if dep.template == ALL_LINES:
+            if dep.template in (ALL_LINES, ALL_CALLS):  # a service's volume or its calls
                 out._quiet.setdefault(dep.service, []).append(dep)
             else:
                 out._lines.setdefault((dep.service, dep.template), []).append(dep)
@@ -215,7 +216,8 @@ def _incident(day: DayIncident, incident: Incident) -> dict[str, Any]:
                           "text": clip(day.trigger.text, MAX_TRIGGER_CHARS)}
     if day.evidence:
         lead = day.evidence[0]
-        line = lead.service if lead.template == ALL_LINES else f"{lead.template} in {lead.service}"
+        line = (lead.service if lead.template in (ALL_LINES, ALL_CALLS)
+                else f"{lead.template} in {lead.service}")
         out["lead"] = clip(f"{line}: {lead.describe()}", MAX_LEAD_CHARS)
     return out
 

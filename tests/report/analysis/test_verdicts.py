@@ -92,7 +92,7 @@ def verdicts(body: dict[str, Any]) -> dict[str, list[dict[str, Any]]]:
 
 def summary(body: dict[str, Any]) -> str:
     """What the rules model answers, read back as the gateway reads it."""
-    answer = analyze(extract_payload(rollup_messages(body, prompt_version="v4")))
+    answer = analyze(extract_payload(rollup_messages(body, prompt_version="v5")))
     return parse_rollup(json.dumps(answer))
 
 
@@ -161,14 +161,15 @@ def test_no_series_no_verdicts() -> None:
 
 def test_the_prompt_explains_the_verdicts_and_its_version_moved() -> None:
     body = payload("cart")
-    messages = rollup_messages(body, prompt_version="v4")
+    messages = rollup_messages(body, prompt_version="v5")
     system = messages[0]["content"]
     for needle in ("outranks judgement.pattern", "thin: a usual line that thinned out",
                    "never the trigger, cause or origin", "name that origin service",
-                   "the next step is at the origin", "kind standing: failing when the log"):
+                   "the next step is at the origin", "kind standing: failing when the log",
+                   "of kind slow: calls into that service"):
         assert needle in system, needle
     assert extract_payload(messages) == body
-    assert ModelSettings().prompt_version == "v4"  # cached roll-ups of the v3 text go
+    assert ModelSettings().prompt_version == "v5"  # cached roll-ups of the v4 text go
 
 
 # --- what the rules model and the simulated provider make of them ----------------------
@@ -246,6 +247,20 @@ def test_a_service_gone_quiet_while_the_incident_lasts_is_said_of_the_service() 
     assert quiet["expected"] > 30
     assert "api's volume fell from 10:50 (0 a minute against" in summary(body)
     assert "services" not in payload("early", source)["incident"]["baseline"]
+
+
+def test_calls_into_a_service_that_slowed_while_the_incident_lasts_are_said_of_it() -> None:
+    source = report()
+    source.hops = {"api": {m: {"6": 6} if not "10:50" <= m[11:] < "10:53" else {"13": 6}
+                           for m in HOUR}}
+    during = incident("lag", "Orders slow", "api", [("GET /orders done", 5)]).model_copy(
+        update={"first_seen": "2026-11-29T10:49:00Z", "last_seen": "2026-11-29T10:54:00Z"})
+    source.incidents.append(during)
+    [slow] = payload("lag", source)["incident"]["baseline"]["services"]
+    assert (slow["service"], slow["verdict"], slow["kind"]) == ("api", "departed", "slow")
+    assert (slow["first"], slow["observed"], slow["minutes"]) == ("2026-11-29T10:50", 6, 3)
+    assert "calls into api slowed from 10:50 (6 a minute against" in summary(
+        payload("lag", source))
 
 
 def test_a_failure_reading_the_verdicts_costs_only_the_verdicts(
