@@ -442,3 +442,28 @@ async def serve_chat(handler: Any) -> AsyncIterator[str]:
     (``http://host:port/v1``)."""
     async with serve_post("/v1/chat/completions", handler) as address:
         yield f"{address}/v1"
+
+
+def uncommitted(p: Any) -> dict[str, int]:
+    """Partitions a pipeline's worker groups have not committed to their end, lag by
+    name (``p``: the integration tests' pipeline)."""
+    from streams.app import ROLES, consumer_groups, consumer_offsets
+
+    settings = p.settings()
+    offsets = {}
+    for gid, topics in consumer_groups(settings, ROLES).items():
+        offsets.update(asyncio.run(consumer_offsets(settings, gid, topics)))
+    return {f"{topic}/{partition}": lag for (topic, partition), (_, lag) in offsets.items()
+            if lag}
+
+
+def commits_catch_up(p: Any, timeout: float = 90) -> None:
+    """Liveness of the commits: after an exact audit, the groups' commits reach the end
+    of every partition they read (none is held back by a record never acked; the trace
+    loop's last traces close once the inputs fall silent)."""
+    deadline = time.monotonic() + timeout
+    lagging = uncommitted(p)
+    while lagging and time.monotonic() < deadline:
+        time.sleep(2)
+        lagging = uncommitted(p)
+    assert not lagging, f"commits held back after the audit: {lagging}\n{p.worker_logs()}"

@@ -49,7 +49,7 @@ class TraceStep(Step):
         for part, messages in fetch.items():
             table = self.tables.get(part)
             if table is None:
-                table = self.tables[part] = TraceTable()
+                table = self.tables[part] = TraceTable(since=now)
             self.records_in.inc(len(messages))
             for m in messages:
                 handle = ctx.track(part, m.offset)

@@ -12,7 +12,9 @@ several input partitions, cleaned by several workers, so a trace closes only whe
 * no line of it came for ``HOLD_SECONDS`` (as tracing backends close a trace after an
   idle period), and
 * every input partition still sending has moved ``GRACE_MS`` past its last line in
-  event time (a partition far behind, a replay say, may still hold some of its lines).
+  event time (a partition far behind, a replay say, may still hold some of its lines),
+* and the table is ``IDLE_SECONDS`` old: a new owner has heard from every input that
+  is sending before it trusts the ones it heard from.
 
 Lines of a trace that arrive after it closed are dropped for ``REMEMBER_MS`` (their hops
 would be counted twice, from half a trace).
@@ -32,7 +34,7 @@ from streams.records import HopsUpdate, TraceHops, TraceMark, minute_of
 HOLD_SECONDS = 5.0
 GRACE_MS = 30_000
 REMEMBER_MS = 10 * 60_000
-IDLE_SECONDS = 30.0  # an input partition silent this long holds no trace open
+IDLE_SECONDS = 10.0  # an input partition silent this long holds no trace open
 
 
 def hop_bin(delay_ms: float) -> int:
@@ -75,8 +77,10 @@ class OpenTrace:
 class TraceTable:
     """The open traces of one traces-topic partition."""
 
-    def __init__(self, *, hold_seconds: float = HOLD_SECONDS, grace_ms: int = GRACE_MS,
-                 remember_ms: int = REMEMBER_MS, idle_seconds: float = IDLE_SECONDS) -> None:
+    def __init__(self, *, since: float = 0.0, hold_seconds: float = HOLD_SECONDS,
+                 grace_ms: int = GRACE_MS, remember_ms: int = REMEMBER_MS,
+                 idle_seconds: float = IDLE_SECONDS) -> None:
+        self.since = since  # when the table began (the injected clock)
         self.hold_seconds = hold_seconds
         self.grace_ms = grace_ms
         self.remember_ms = remember_ms
@@ -115,6 +119,8 @@ class TraceTable:
 
     def due(self, now: float) -> list[OpenTrace]:
         """Close and return the traces that are complete."""
+        if now - self.since < self.idle_seconds:
+            return []
         mark = self.watermark(now)
         done = [t for t, trace in self.open.items()
                 if now - trace.touched >= self.hold_seconds

@@ -7,7 +7,8 @@ whichever batch carried it and whichever report shard compacted it. One file goe
 through the real broker over four partitions, once with one worker and once with two
 in one consumer group (each mines templates and cuts batches on its own, and the
 reports are compacted in shards), and through ``retro postmortem``'s steps in memory:
-each must give the same incidents (origin, start, end, severity).
+each must give the same incidents (origin, start, end, severity), hops into services
+(``Report.hops``, from the trace stage) included.
 """
 
 from __future__ import annotations
@@ -24,7 +25,7 @@ from streams.report.analysis.postmortem import derive
 from streams.report.state.model import Report
 from streams.worker.offline import reports_of_files
 
-from helpers import free_port, shared_file
+from helpers import commits_catch_up, free_port, shared_file
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(600)]
 
@@ -107,6 +108,7 @@ def through_workers(p, paths: list[str], workers: int, wait_until
     assert result["ok"] and result["raw_records"] == total, (result, p.worker_logs())
     cleaned = [_cleaned(port) for port in ports]
     assert all(cleaned), f"a worker cleaned nothing: {cleaned}"
+    commits_catch_up(p)  # the traces' hops are in the reports too
     reports = asyncio.run(read_reports(p.settings()))
     return [reports[rid] for rid in sorted(reports)], result["dead_lettered"]
 
@@ -127,6 +129,7 @@ def _same_incidents(pipeline_factory, wait_until, paths: list[str], name: str) -
         assert [r.record_count for r in reports] == [r.record_count for r in memory]
         assert incidents_of(reports) == expected, (
             f"{name}: {workers} worker(s) differ from the in-memory run")
+        assert [r.hops for r in reports] == [r.hops for r in memory], name
     print(f"{name}: {len(expected)} incidents alike in memory, 1 and 2 workers; "
           + ", ".join(f"{k} {v:.0f} s" for k, v in took.items()))
     return expected

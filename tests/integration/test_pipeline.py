@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from helpers import free_port
+from helpers import commits_catch_up, free_port
 from helpers import start_fake_llm as _start_fake_llm
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(600)]
@@ -45,20 +45,6 @@ def _audit(p, wait: float = 240) -> dict:
     return result
 
 
-def _uncommitted(p) -> dict[str, int]:
-    """Input partitions the worker group has not committed to their end: lag by name."""
-    import asyncio
-
-    from streams.app import ROLES, consumer_groups, consumer_offsets
-
-    settings = p.settings()
-    offsets = {}
-    for gid, topics in consumer_groups(settings, ROLES).items():
-        offsets.update(asyncio.run(consumer_offsets(settings, gid, topics)))
-    return {f"{topic}/{partition}": lag for (topic, partition), (_, lag) in offsets.items()
-            if lag}
-
-
 def _consumer_groups(p) -> set[str]:
     """The consumer groups the broker knows."""
     import asyncio
@@ -76,17 +62,6 @@ def _consumer_groups(p) -> set[str]:
             await admin.close()
 
     return asyncio.run(listed())
-
-
-def _commits_catch_up(p, timeout: float = 90) -> None:
-    """Liveness of the commits: after an exact audit, the groups' commits reach the end
-    of every input partition (none is held back by a record never acked)."""
-    deadline = time.monotonic() + timeout
-    lagging = _uncommitted(p)
-    while lagging and time.monotonic() < deadline:
-        time.sleep(2)
-        lagging = _uncommitted(p)
-    assert not lagging, f"commits held back after the audit: {lagging}\n{p.worker_logs()}"
 
 
 def test_rules_model_end_to_end_report_and_views(pipeline_factory, tmp_path: Path,
@@ -307,7 +282,7 @@ def test_sigterm_with_batches_in_flight_drains_within_the_grace_and_loses_nothin
         result = _audit(p, wait=300)
         assert result["ok"], (result, p.worker_logs())
         assert result["raw_records"] == total
-        _commits_catch_up(p)
+        commits_catch_up(p)
     finally:
         fake.kill()
 
@@ -346,7 +321,7 @@ def test_crash_and_restart_counts_every_record_once(pipeline_factory, tmp_path: 
     result = _audit(p)
     assert result["ok"], (result, p.worker_logs())
     assert result["raw_records"] == total
-    _commits_catch_up(p)
+    commits_catch_up(p)
 
 
 def test_workers_joining_and_leaving_mid_stream_lose_nothing(pipeline_factory, tmp_path: Path,
@@ -377,7 +352,7 @@ def test_workers_joining_and_leaving_mid_stream_lose_nothing(pipeline_factory, t
     result = _audit(p)
     assert result["ok"], (result, p.worker_logs())
     assert result["raw_records"] == total
-    _commits_catch_up(p)
+    commits_catch_up(p)
 
 
 def test_multi_day_logs_through_crashes_and_a_rebalance_land_once(pipeline_factory,
@@ -419,7 +394,7 @@ def test_multi_day_logs_through_crashes_and_a_rebalance_land_once(pipeline_facto
     assert result["raw_records"] == total
     days = {rid.split("/")[0] for rid in _report_ids(p)}
     assert {"2026-11-28", "2026-11-29", "2026-11-30", "2026-12-01"} <= days, days
-    _commits_catch_up(p)
+    commits_catch_up(p)
 
 
 def _report_ids(p) -> list[str]:
@@ -462,6 +437,6 @@ def test_huge_raw_messages_are_dead_lettered_without_holding_their_partition(
     result = _audit(p)
     assert result["ok"], (result, p.worker_logs())
     assert result["raw_records"] == 103 and result["claimed"]["deadletter"] == 3
-    _commits_catch_up(p)
+    commits_catch_up(p)
     letters = json.loads(p.retro("deadletter", "--format", "json").stdout)
     assert letters["total"] == 3 and letters["by_reason"] == {"too_large": 3}

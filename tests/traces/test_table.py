@@ -40,7 +40,7 @@ def test_hop_bins_are_half_octaves_so_four_up_is_four_times_slower() -> None:
 
 
 def test_a_trace_closes_after_its_lines_stop_and_every_input_moved_past_it() -> None:
-    table = TraceTable(hold_seconds=5, grace_ms=30_000, idle_seconds=30)
+    table = TraceTable(since=-60, hold_seconds=5, grace_ms=30_000, idle_seconds=30)
     table.add(mark("t1", "gateway", 0, 1), ("traces", 0, 0), "a", now=0.0)
     table.add(mark("t1", "orders", 10, 2), ("traces", 0, 1), "b", now=1.0)
     table.add(mark("t2", "gateway", 31_000, 3), ("traces", 0, 2), "c", now=2.0)
@@ -51,7 +51,7 @@ def test_a_trace_closes_after_its_lines_stop_and_every_input_moved_past_it() -> 
 
 
 def test_an_input_behind_in_event_time_holds_traces_open_until_it_goes_idle() -> None:
-    table = TraceTable(hold_seconds=5, grace_ms=30_000, idle_seconds=30)
+    table = TraceTable(since=-60, hold_seconds=5, grace_ms=30_000, idle_seconds=30)
     table.add(mark("t1", "gateway", 0, 1), ("traces", 0, 0), None, now=0.0)
     table.add(mark("t1", "orders", 10, 2, partition=1), ("traces", 0, 1), None, now=0.0)
     table.add(mark("t8", "orders", 20, 4, partition=1), ("traces", 0, 3), None, now=10.0)
@@ -62,6 +62,17 @@ def test_an_input_behind_in_event_time_holds_traces_open_until_it_goes_idle() ->
     assert table.watermark(now=40.5) == epoch_ms(at(120_000))
     assert {next(iter(t.marks.values())).trace for t in table.due(now=40.5)} == {"t1", "t8"}
     assert table.watermark(now=100.0) == math.inf  # nothing sends: everything is in
+
+
+def test_a_new_table_closes_nothing_before_every_sending_input_was_heard() -> None:
+    table = TraceTable(since=0, hold_seconds=1, grace_ms=0, idle_seconds=10)
+    table.add(mark("t1", "gateway", 0, 1), ("traces", 0, 0), None, now=0.0)
+    table.add(mark("t1", "orders", 10, 2), ("traces", 0, 1), None, now=0.0)
+    table.add(mark("t2", "gateway", 60_000, 3), ("traces", 0, 2), None, now=9.0)
+    assert table.due(now=9.5) == []  # input partition 1 may not have said anything yet
+    table.add(mark("t1", "stock", 30, 4, partition=1), ("traces", 0, 3), None, now=9.9)
+    assert table.due(now=10.0) == []  # and it did: t1 goes on, held 1 s more
+    assert len(table.due(now=11.0)[0].marks) == 3
 
 
 def test_a_mark_sent_twice_counts_once_and_a_late_one_is_refused() -> None:
