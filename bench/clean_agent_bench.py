@@ -58,7 +58,8 @@ from streams.kafka.readers import read_topic
 from streams.kafka.topics import ensure_topics
 from streams.settings import Settings
 
-TOPIC_NAMES = ("raw", "fast", "slow", "deadletter", "fragments", "review", "reports")
+TOPIC_NAMES = ("raw", "fast", "slow", "deadletter", "fragments", "traces", "review",
+               "reports")
 
 
 @dataclass

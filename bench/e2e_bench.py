@@ -83,7 +83,7 @@ AUDIT_EVERY = 3.0
 # is known to within this, not within --poll
 TAIL_POLL = 0.25
 # Topics a pipeline run owns (raw is shared by every run and the baseline).
-PIPELINE_TOPICS = ("fast", "slow", "deadletter", "fragments", "review", "reports")
+PIPELINE_TOPICS = ("fast", "slow", "deadletter", "fragments", "traces", "review", "reports")
 STAGE_METRIC = re.compile(r'^retro_records_consumed_total\{stage="([^"]+)"\}\s+([0-9.eE+]+)',
                           re.MULTILINE)
 

@@ -77,8 +77,8 @@ class Pipeline:
             "RETRO_KAFKA__SESSION_TIMEOUT_SECONDS": "10",
             "RETRO_LOG_LEVEL": "INFO",
         }
-        for name in ("raw", "fast", "slow", "deadletter", "fragments", "review", "reports",
-                     "notifications"):
+        for name in ("raw", "fast", "slow", "deadletter", "fragments", "traces", "review",
+                     "reports", "notifications"):
             self.env[f"RETRO_TOPICS__{name.upper()}"] = f"{self.prefix}.{name}"
         self.env.update(extra_env)
         self.workers: list[subprocess.Popen[bytes]] = []

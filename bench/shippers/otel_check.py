@@ -74,7 +74,7 @@ def check(work: Path, bootstrap: str, args: argparse.Namespace) -> int:
     penv = {**os.environ, "RETRO_KAFKA__BOOTSTRAP": bootstrap, "RETRO_STATE_DIR": str(state),
             "RETRO_APP_ID": f"{prefix}-retro", "RETRO_WEB_PORT": str(_free_port()),
             "RETRO_TOPICS__RAW": ",".join(topics.values())}
-    for name in ("fast", "slow", "deadletter", "fragments", "review", "reports"):
+    for name in ("fast", "slow", "deadletter", "fragments", "traces", "review", "reports"):
         penv[f"RETRO_TOPICS__{name.upper()}"] = f"{prefix}.{name}"
     retro = [sys.executable, "-m", "streams"]
     with (state / "worker.log").open("wb") as log:

@@ -50,11 +50,13 @@ def epoch_ms(timestamp: str) -> int:
 def hops_of(marks: Iterable[TraceMark]) -> list[tuple[TraceMark, int]]:
     """(the service's first mark, the hop into it in ms) for every service of a trace
     but the one it began in: the time since the line just before, which another
-    service wrote."""
-    ordered = sorted(((epoch_ms(m.timestamp), m.id, m) for m in marks), key=lambda x: x[:2])
+    service wrote. Lines of one millisecond are ordered by service, never by where
+    they were read: a replay through other partitions times the same hops."""
+    ordered = sorted(((epoch_ms(m.timestamp), m.service, m.id, m) for m in marks),
+                     key=lambda x: x[:3])
     seen: set[str] = set()
     out = []
-    for i, (at, _, mark) in enumerate(ordered):
+    for i, (at, _, _, mark) in enumerate(ordered):
         if mark.service in seen:
             continue
         seen.add(mark.service)

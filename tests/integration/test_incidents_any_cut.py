@@ -113,6 +113,19 @@ def through_workers(p, paths: list[str], workers: int, wait_until
     return [reports[rid] for rid in sorted(reports)], result["dead_lettered"]
 
 
+def _hop_diff(got: list[Report], want: list[Report]) -> list[tuple[str, str, str, int, int]]:
+    out = []
+    for g, w in zip(got, want, strict=True):
+        for service in sorted(set(g.hops) | set(w.hops)):
+            a, b = g.hops.get(service, {}), w.hops.get(service, {})
+            for minute in sorted(set(a) | set(b)):
+                for k in sorted(set(a.get(minute, {})) | set(b.get(minute, {}))):
+                    x, y = a.get(minute, {}).get(k, 0), b.get(minute, {}).get(k, 0)
+                    if x != y:
+                        out.append((service, minute, k, x, y))
+    return out[:40]
+
+
 def _same_incidents(pipeline_factory, wait_until, paths: list[str], name: str) -> Incidents:
     pipelines = [pipeline_factory(RETRO_TOPICS__PARTITIONS=str(PARTITIONS)) for _ in (1, 2)]
     started = time.monotonic()
@@ -129,7 +142,8 @@ def _same_incidents(pipeline_factory, wait_until, paths: list[str], name: str) -
         assert [r.record_count for r in reports] == [r.record_count for r in memory]
         assert incidents_of(reports) == expected, (
             f"{name}: {workers} worker(s) differ from the in-memory run")
-        assert [r.hops for r in reports] == [r.hops for r in memory], name
+        assert [r.hops for r in reports] == [r.hops for r in memory], (name, _hop_diff(
+            reports, memory))
     print(f"{name}: {len(expected)} incidents alike in memory, 1 and 2 workers; "
           + ", ".join(f"{k} {v:.0f} s" for k, v in took.items()))
     return expected
