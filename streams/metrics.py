@@ -71,6 +71,12 @@ class Metrics:
             "retro_deadletter_total", "Records sent to the dead letter", ["stage", "reason"],
             registry=r,
         )
+        self.trace_marks = Counter(
+            "retro_trace_marks_total",
+            "Trace marks the trace stage read: timed (their trace's hops were sent), late "
+            "(their trace had closed), unreadable",
+            ["outcome"], registry=r,
+        )
         self.offset_rereads = Counter(
             "retro_offset_rereads_total",
             "Partitions re-read from their committed offset: a stage loop rejoined (an "

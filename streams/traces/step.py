@@ -25,6 +25,7 @@ from streams.traces.table import OpenTrace, TraceTable, hop_updates
 logger = logging.getLogger(__name__)
 
 _HEADERS = ((KIND_HEADER, HOPS_KIND.encode()),)
+CHECK_SECONDS = 0.5  # how often the open traces are looked over: each look costs all of them
 
 
 class TraceStep(Step):
@@ -38,8 +39,9 @@ class TraceStep(Step):
         self.fragments = settings.topics.fragments
         self.place = place
         self.clock = clock
-        self.records_in = metrics.records_in.labels("traces")
+        self.marks = {o: metrics.trace_marks.labels(o) for o in ("timed", "late", "unreadable")}
         self.tables: dict[Part, TraceTable] = {}
+        self._checked = -CHECK_SECONDS
 
     def begin(self, ctx: Context) -> None:
         self.tables.clear()
@@ -50,7 +52,6 @@ class TraceStep(Step):
             table = self.tables.get(part)
             if table is None:
                 table = self.tables[part] = TraceTable(since=now)
-            self.records_in.inc(len(messages))
             for m in messages:
                 handle = ctx.track(part, m.offset)
                 try:
@@ -58,14 +59,19 @@ class TraceStep(Step):
                 except ValueError as exc:  # not a mark: nothing to time, never a stuck partition
                     logger.warning("unreadable trace mark at %s[%s]@%s skipped: %s",
                                    m.topic, m.partition, m.offset, exc)
+                    self.marks["unreadable"].inc()
                     ctx.done(handle)
                     continue
                 if not table.add(mark, (m.topic, m.partition, m.offset), handle, now):
+                    self.marks["late"].inc()
                     ctx.done(handle)  # its trace was sent already: a late line
-        await self._send([t for table in self.tables.values() for t in table.due(now)], ctx)
+        await self.tick(ctx)
 
     async def tick(self, ctx: Context) -> None:
         now = self.clock()
+        if now - self._checked < CHECK_SECONDS:
+            return
+        self._checked = now
         await self._send([t for table in self.tables.values() for t in table.due(now)], ctx)
 
     async def revoked(self, parts: set[Any], ctx: Context) -> None:
@@ -78,6 +84,7 @@ class TraceStep(Step):
         if not closed:
             return
         handles = [h for trace in closed for h in trace.tags]
+        self.marks["timed"].inc(len(handles))
         outs = [Out(self.fragments, u.report_id.encode(), u.model_dump_json().encode(),
                     _HEADERS) for u in hop_updates(closed, self.place)]
         if not outs:  # traces of one service: no hop

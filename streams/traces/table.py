@@ -128,9 +128,10 @@ class TraceTable:
                 if now - trace.touched >= self.hold_seconds
                 and trace.last_ms + self.grace_ms <= mark]
         out = [self._close(t) for t in done]
-        if self.closed:
+        if self.closed:  # forgotten once the newest line is REMEMBER_MS past them
+            newest = max(ms for ms, _ in self.progress.values())
             self.closed = {t: last for t, last in self.closed.items()
-                           if last + self.remember_ms > mark}
+                           if last + self.remember_ms > newest}
         return out
 
     def flush(self) -> list[OpenTrace]:

@@ -26,14 +26,15 @@ def at(offset: int, value: bytes) -> Record:
     return Record(P0.topic, P0.partition, offset, key=b"t", value=value)
 
 
-def run_with_clock() -> tuple[MemoryRun, FakeClock]:
+def run_with_clock(metrics: Metrics | None = None) -> tuple[MemoryRun, FakeClock]:
     clock = FakeClock(100.0)
-    step = TraceStep(Settings(), Metrics(), lambda m: "2026-11-29/all", clock=clock)
+    step = TraceStep(Settings(), metrics or Metrics(), lambda m: "2026-11-29/all", clock=clock)
     return MemoryRun(step, [P0]), clock
 
 
 async def test_a_complete_trace_goes_to_its_report_and_then_its_marks_commit() -> None:
-    run, clock = run_with_clock()
+    metrics = Metrics()
+    run, clock = run_with_clock(metrics)
     await run.fetch(at(0, mark("t1", "gateway", 0, 1)), at(1, mark("t1", "orders", 9, 2)),
                     at(2, b"not a mark"))
     assert run.sent == [] and P0 not in run.committed  # t1 may get more lines
@@ -46,6 +47,11 @@ async def test_a_complete_trace_goes_to_its_report_and_then_its_marks_commit() -
     assert [t.hops for t in update.traces] == [[("orders", "2026-11-29T10:00", hop_bin(9))]]
     assert update.traces[0].covered == {"retro.traces/0": [[0, 1]]}
     assert run.committed[P0] == 3  # the bad mark is skipped, never holding the partition
+    await run.fetch(at(3, mark("t1", "stock", 30, 3)))  # t1 was sent: a line too late
+    assert run.committed[P0] == 4 and len(run.sent) == 1
+    marks = {o: metrics.registry.get_sample_value("retro_trace_marks_total", {"outcome": o})
+             for o in ("timed", "late", "unreadable")}
+    assert marks == {"timed": 2, "late": 1, "unreadable": 1}
 
 
 async def test_an_open_trace_holds_the_commit_and_is_read_again_after_a_rebalance() -> None:
