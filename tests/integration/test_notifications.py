@@ -5,12 +5,13 @@ The workload is a generated fault (``streams.dev.faults``, crash seed 1): a serv
 starts throwing at T and its callers fail on it; the offline rules model writes the
 fragments, and the report's incidents of the day come from its series. Its logs are
 produced in three slices, so the report says what the on-call would have seen live:
-first the failing service's own errors up to T+2 min (its callers' logs lag behind:
-an incident of medium severity), then everything up to T+12 min (the callers fail
-too: the incident escalates; callers' errors that do not name it are incidents of
-their own), then its end and 25 quiet minutes. Workers are
-killed and restarted between slices, and the report's versions split and join its
-runs as the batches come; what reached Alertmanager and the webhook is then counted.
+first the failing service's own errors up to T+1 min (its callers' logs lag behind:
+an incident of medium severity; a minute more of its new errors alone makes it high),
+then everything up to T+12 min (the callers fail too: the incident escalates;
+callers' errors that do not name it are incidents of their own), then its end and 25
+quiet minutes. Workers are killed and restarted between slices, and the report's
+versions split and join its runs as the batches come; what reached Alertmanager and
+the webhook is then counted.
 """
 
 from __future__ import annotations
@@ -38,7 +39,7 @@ pytestmark = [pytest.mark.integration, pytest.mark.timeout(240)]
 
 ALERTMANAGER = shutil.which("prometheus-alertmanager") or shutil.which("alertmanager")
 ROOT = Path(__file__).resolve().parents[2]
-CUTS = (timedelta(minutes=2), timedelta(minutes=12))  # after T: medium, then worse
+CUTS = (timedelta(minutes=1), timedelta(minutes=12))  # after T: medium, then worse
 REPORT = "2025-12-20/all"  # the day of crash seed 1
 _STAMP = re.compile(r"(\d{4}-\d\d-\d\d)[T ](\d\d:\d\d:\d\d)")
 _UUID = re.compile(r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}")
