@@ -74,6 +74,9 @@ class RunContext:
         if part in self.source.owned():
             self.source.seek(part, offset)
 
+    def forget(self, part: Part) -> None:
+        self.commits.acker.forget(part)
+
     def owned(self) -> set[Any]:
         return self.source.owned()
 

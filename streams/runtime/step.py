@@ -62,6 +62,11 @@ class Context(Protocol):
         """Not now: read ``part`` again from ``offset`` at a later fetch."""
         ...
 
+    def forget(self, part: Part) -> None:
+        """Drop the records of ``part`` not done yet: a rebalance reads every partition
+        again from its commit, so a step that lets its held records go gets them back."""
+        ...
+
     def owned(self) -> set[Any]:
         """The partitions this member owns now."""
         ...

@@ -4,9 +4,9 @@ The clean stage sends a mark for every dated record with a trace id to the trace
 topic, keyed by the trace id, so all lines of a request meet in one partition whatever
 worker cleaned them. Each partition's open traces wait in a ``TraceTable``; a trace
 that is complete goes to the reports of its services as hops (on the fragments topic,
-``KIND_HEADER`` "hops"), and its marks are done once those are delivered. A crash or a
-rebalance re-reads the marks of traces still open; a trace sent again is skipped by the
-report, which counts marks by their coordinates.
+``KIND_HEADER`` "hops"), and its marks are done once those are delivered. A crash, or a
+partition moving to another worker, re-reads the marks of traces still open; a trace
+sent again is skipped by the report, which counts marks by their coordinates.
 """
 
 from __future__ import annotations
@@ -75,10 +75,11 @@ class TraceStep(Step):
         await self._send([t for table in self.tables.values() for t in table.due(now)], ctx)
 
     async def revoked(self, parts: set[Any], ctx: Context) -> None:
-        """Open traces of partitions that move are dropped: their next owner reads their
-        marks again from the last commit."""
+        """Open traces are let go: after a rebalance every partition, kept or not, is
+        read again from its commit, so their marks come back (to whoever owns them)."""
         for part in parts:
             self.tables.pop(part, None)
+            ctx.forget(part)
 
     async def _send(self, closed: list[OpenTrace], ctx: Context) -> None:
         if not closed:

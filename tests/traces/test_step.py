@@ -64,5 +64,17 @@ async def test_an_open_trace_holds_the_commit_and_is_read_again_after_a_rebalanc
     [out] = run.sent
     assert [t.hops[0][0] for t in HopsUpdate.model_validate_json(out.value).traces] == ["orders"]
     assert P0 not in run.committed  # t2 was sent, but t1's first mark is still open
+    # a rebalance lets t1 go: the partition is read again from its commit (offset 0)
     await run.step.revoked({P0}, run.ctx)
-    assert run.step.tables == {}  # the next owner reads t1's marks again from offset 0
+    await run.assign(P0)
+    assert run.step.tables == {}
+    await run.fetch(*(at(i, v) for i, v in enumerate([
+        mark("t1", "gateway", 0, 1), mark("t2", "gateway", 50, 2), mark("t2", "orders", 70, 3),
+        mark("t1", "orders", 20, 4), mark("t3", "gateway", 45_000, 5)])))
+    clock.now += 40
+    await run.tick()
+    assert run.committed[P0] == 5  # t2 is sent again (its report skips it), t1 and t3 now
+    sent = [HopsUpdate.model_validate_json(o.value).traces for o in run.sent]
+    assert sorted(str(t.covered) for update in sent for t in update) == [
+        "{'retro.traces/0': [[0, 0], [3, 3]]}", "{'retro.traces/0': [[1, 2]]}",
+        "{'retro.traces/0': [[1, 2]]}"]
