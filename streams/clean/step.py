@@ -36,7 +36,7 @@ class Routed:
 
 def routed_records(cleaner: Cleaner, value: bytes | None, coord: Coord, source: str,
                    lane_key: bytes | None, received: datetime | None
-                   ) -> Iterator[tuple[str, bytes, bytes, str | None, bytes | None]]:
+                   ) -> Iterator[tuple[str, bytes, bytes, str | None, tuple[bytes, bytes] | None]]:
     """(lane, key, value, dead letter reason, trace mark) of each log record of one raw
     message (an envelope may carry many); never raises on bad input. The mark
     (``trace_mark``) is for the traces topic, keyed by its trace id.

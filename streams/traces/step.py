@@ -4,9 +4,10 @@ The clean stage sends a mark for every dated record with a trace id to the trace
 topic, keyed by the trace id, so all lines of a request meet in one partition whatever
 worker cleaned them. Each partition's open traces wait in a ``TraceTable``; a trace
 that is complete goes to the reports of its services as hops (on the fragments topic,
-``KIND_HEADER`` "hops"), and its marks are done once those are delivered. A crash, or a
-partition moving to another worker, re-reads the marks of traces still open; a trace
-sent again is skipped by the report, which counts marks by their coordinates.
+``KIND_HEADER`` "hops"), and its marks are done once those are delivered. A crash or a
+rebalance re-reads the marks of traces still open (after a rebalance Kafka reads every
+partition again from its commit); a trace sent again is skipped by the report, which
+counts marks by their coordinates.
 """
 
 from __future__ import annotations

@@ -54,7 +54,7 @@ from streams.report.analysis.causes import (
     kind_word,
     words,
 )
-from streams.report.analysis.departures import Findings, Walk
+from streams.report.analysis.departures import ALL_CALLS, ALL_LINES, Findings, Walk
 from streams.report.analysis.incidents import Change as IncidentChange
 from streams.report.analysis.incidents import DayIncident, find_incidents, find_unjudged
 from streams.report.analysis.origin import Origin, find_origin
@@ -275,9 +275,12 @@ def _lead_with_incident(pm: PostMortem) -> None:
                f"{top.trigger.service} ({clip(top.trigger.text, 120)})"
                if top.trigger is not None else "")
     others = len(pm.incidents) - 1
+    if lead.template in (ALL_LINES, ALL_CALLS):  # the service's own volume or calls
+        what = "" if lead.service == top.origin else f"{lead.service}, "
+    else:
+        what = f"{clip(lead.template, 100)} in {lead.service}, "
     sentence = (f"{top.origin} departed from its baseline at {pm.when(top.started)}"
-                f"{trigger} ({top.severity}): {clip(lead.template, 100)} in {lead.service}, "
-                f"{lead.describe()}{callers}."
+                f"{trigger} ({top.severity}): {what}{lead.describe()}{callers}."
                 + (f" {others} other incident(s) that day are listed below." if others else ""))
     pm.summary = [sentence, *pm.summary]
 

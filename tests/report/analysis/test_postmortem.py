@@ -431,6 +431,23 @@ def test_a_log_that_begins_mid_failure_is_titled_by_it_but_never_pages() -> None
             ] == [("db", "new"), ("api", "standing")]
 
 
+def test_a_service_whose_calls_slowed_leads_in_its_own_words() -> None:
+    report = report_of(routine(until=40))
+    minutes = [f"2026-11-29T09:{m:02d}" for m in range(40)]
+    report.series = {"api": {"GET /orders done": Series(
+        level="INFO", minutes=dict.fromkeys(minutes, 40))}}
+    # about 8 ms into db a call, 90 from 09:30 on
+    report.hops = {"db": {m: ({"7": 10} if m < "2026-11-29T09:30" else {"14": 10})
+                          for m in minutes}}
+    pm = derive(report)
+    assert pm.title == "db: calls into it slowed"
+    assert pm.summary[0].startswith("db departed from its baseline at 09:30:00 (high): slow: "
+                                    "10 calls into it took 4x its usual or longer")
+    doc = json.loads(render_json(report))
+    jsonschema.validate(doc, json.loads((ROOT / "schemas" / "report.schema.json").read_text()))
+    assert doc["postmortem"]["incidents"][0]["evidence"][0]["kind"] == "slow"
+
+
 def test_the_first_minutes_of_a_window_are_judged_against_the_window_before() -> None:
     evening = [f"2026-11-28T23:{m:02d}" for m in range(60)]
     midnight = [f"2026-11-29T00:{m:02d}" for m in range(3)]
