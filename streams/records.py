@@ -408,7 +408,10 @@ def trace_id_of(attributes: Mapping[str, Any]) -> str | None:
     return text
 
 
+@functools.lru_cache(maxsize=4096)
 def _trace_key(key: str) -> bool:
+    # remembered: the clean stage asks it of every attribute key of every record, and
+    # a stream's records share their keys
     return key.lower().translate(_KEY_SEPARATORS) in _TRACE_KEYS
 
 
