@@ -533,14 +533,22 @@ def trace_mark(fields: Mapping[str, Any]) -> tuple[bytes, bytes] | None:
     """(key, value) of the mark of a cleaned record's fields (``Cleaner.clean_fields``)
     on the traces topic, or None when it has no trace id or no time."""
     timestamp = fields.get("timestamp")
-    if not timestamp:
-        return None
-    trace = trace_id_of(fields.get("attributes") or {})
+    trace = trace_id_of(fields.get("attributes") or {}) if timestamp else None
     if trace is None:
         return None
     return trace.encode(), msgspec.json.encode({
         "trace": trace, "id": fields["id"], "service": fields.get("service") or fields["source"],
         "source": fields["source"], "timestamp": timestamp, "raw": fields["raw"]})
+
+
+def mark_of(record: LaneRecord) -> TraceMark | None:
+    """The mark ``trace_mark`` sends for a record, as the trace stage reads it back: for
+    the in-memory pipeline, which has the record rather than its fields."""
+    fields = {"id": record.id, "raw": record.raw, "source": record.source,
+              "service": record.service, "timestamp": record.timestamp,
+              "attributes": record.attributes}
+    sent = trace_mark(fields)
+    return None if sent is None else read_mark(sent[1])
 
 
 def read_mark(value: bytes) -> TraceMark:

@@ -17,7 +17,7 @@ from streams.clean.cleaner import Cleaner
 from streams.clean.offline import source_name
 from streams.gateway.rules.analyzer import analyze
 from streams.ingest.reader import iter_records, open_source
-from streams.records import Coord, DeadLetter, Fragment, LaneRecord, TraceMark, trace_id_of
+from streams.records import Coord, DeadLetter, Fragment, mark_of
 from streams.report.state.hops import apply_hops
 from streams.report.state.keys import link_windows, record_place
 from streams.report.state.merge import merge_all
@@ -66,7 +66,7 @@ def reports_of_files(paths: list[str], settings: Settings) -> tuple[list[Report]
                         if isinstance(cleaned, DeadLetter):
                             dead += 1
                             continue
-                        if (mark := _mark(cleaned)) is not None:
+                        if (mark := mark_of(cleaned)) is not None:
                             marks += 1
                             traces.add(mark, ("traces", 0, marks), None, 0.0)
                         for batch in windows[cleaned.lane].add(cleaned):
@@ -84,15 +84,6 @@ def reports_of_files(paths: list[str], settings: Settings) -> tuple[list[Report]
                                                    now=report.updated_at or "")[0]
     link_windows(reports)
     return list(reports.values()), dead
-
-
-def _mark(record: LaneRecord) -> TraceMark | None:
-    """The trace stage's mark of a record, as the clean stage sends it."""
-    trace = trace_id_of(record.attributes) if record.timestamp else None
-    if trace is None or record.timestamp is None:
-        return None
-    return TraceMark(trace, record.id, record.service or record.source, record.source,
-                     record.timestamp, record.raw)
 
 
 def _window(lane: str, settings: Settings, counter: TokenCounter) -> TokenWindow:

@@ -79,7 +79,7 @@ class Baseline:
     incidents: Sequence[DayIncident]
     judged_from: str | None = None
     _lines: dict[tuple[str, str], list[Departure]] = field(default_factory=dict)
-    _quiet: dict[str, list[Departure]] = field(default_factory=dict)
+    _services: dict[str, list[Departure]] = field(default_factory=dict)  # quiet, slow
     _chronic: set[tuple[str, str]] = field(default_factory=set)
     _unjudged: dict[tuple[str, str], Departure] = field(default_factory=dict)
     _roots: dict[str, dict[str, str]] = field(default_factory=dict)
@@ -90,7 +90,7 @@ class Baseline:
         out = cls(series, findings, incidents, judged_from=_judged_from(series))
         for dep in findings.departures:
             if dep.template in (ALL_LINES, ALL_CALLS):  # a service's volume or its calls
-                out._quiet.setdefault(dep.service, []).append(dep)
+                out._services.setdefault(dep.service, []).append(dep)
             else:
                 out._lines.setdefault((dep.service, dep.template), []).append(dep)
         out._chronic = set(findings.chronic)
@@ -105,9 +105,9 @@ class Baseline:
         per_template = [self._template(incident, t, refs) for t in templates]
         services = []
         for service in sorted(set(incident.services)):
-            quiet = [d for d in self._quiet.get(service, ()) if _during(d, incident)]
-            if quiet:
-                services.append({"service": service, **self._departed(quiet, refs)})
+            own = [d for d in self._services.get(service, ()) if _during(d, incident)]
+            if own:
+                services.append({"service": service, **self._departed(own, refs)})
         if not any(per_template) and not services:
             return per_template, None
         ranked = sorted(refs, key=self._rank)[:MAX_INCIDENTS]

@@ -17,6 +17,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any, Protocol
@@ -85,6 +86,13 @@ class _Pending:
     hops: list[HopsUpdate] = field(default_factory=list)
 
 
+# fragments-topic messages that are not fragments: how each is read, where it waits
+_UPDATES: dict[str, tuple[Callable[[bytes], Any], Callable[[_Pending], list[Any]]]] = {
+    HOPS_KIND: (HopsUpdate.model_validate_json, lambda work: work.hops),
+    ROLLUP_KIND: (RollupUpdate.from_json, lambda work: work.rollups),
+}
+
+
 @dataclass
 class _Buffer:
     """Fragments and roll-ups received since the last publication, by report."""
@@ -116,21 +124,14 @@ def _collect(message: Message, pending: dict[str, _Pending], metrics: Metrics
     returned as a review, so its records stay accounted for."""
     value = message.value or b""
     kind = _kind(message)
-    if kind == HOPS_KIND:
+    if kind in _UPDATES:
+        read, queue = _UPDATES[kind]
         try:
-            hops = HopsUpdate.model_validate_json(value)
-        except ValidationError as exc:
-            logger.error("unreadable hops skipped: %s", exc)
+            update = read(value)
+        except ValueError as exc:  # pydantic's ValidationError is one
+            logger.error("unreadable %s update skipped: %s", kind, exc)
             return None
-        pending.setdefault(hops.report_id, _Pending(message.partition)).hops.append(hops)
-        return None
-    if kind == ROLLUP_KIND:
-        try:
-            update = RollupUpdate.from_json(value)
-        except ValueError as exc:
-            logger.error("unreadable roll-up skipped: %s", exc)
-            return None
-        pending.setdefault(update.report_id, _Pending(message.partition)).rollups.append(update)
+        queue(pending.setdefault(update.report_id, _Pending(message.partition))).append(update)
         return None
     try:
         fragment = Fragment.model_validate_json(value)
