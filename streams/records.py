@@ -564,7 +564,9 @@ class TraceHops(BaseModel):
     """One trace's hops into the services of one report, with the marks they came from."""
 
     covered: dict[str, list[list[int]]]  # the marks: "topic/partition" -> offset ranges
-    hops: list[tuple[str, str, int]]  # (service, UTC minute, delay bin), one per hop
+    # (service, UTC minute, delay bin, caller: the service of the line just before), one
+    # per hop; an update of an older trace stage has no caller
+    hops: list[tuple[str, str, int, str] | tuple[str, str, int]]
 
 
 class HopsUpdate(BaseModel):

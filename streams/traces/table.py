@@ -47,11 +47,12 @@ def epoch_ms(timestamp: str) -> int:
     return int(datetime.fromisoformat(timestamp).timestamp() * 1000)
 
 
-def hops_of(marks: Iterable[TraceMark]) -> list[tuple[TraceMark, int]]:
-    """(the service's first mark, the hop into it in ms) for every service of a trace
-    but the one it began in: the time since the line just before, which another
-    service wrote. Lines of one millisecond are ordered by service, never by where
-    they were read: a replay through other partitions times the same hops."""
+def hops_of(marks: Iterable[TraceMark]) -> list[tuple[TraceMark, str, int]]:
+    """(the service's first mark, its caller, the hop into it in ms) for every service
+    of a trace but the one it began in: the time since the line just before, which
+    another service, its caller, wrote. Lines of one millisecond are ordered by
+    service, never by where they were read: a replay through other partitions times
+    the same hops."""
     ordered = sorted(((epoch_ms(m.timestamp), m.service, m.id, m) for m in marks),
                      key=lambda x: x[:3])
     seen: set[str] = set()
@@ -61,7 +62,7 @@ def hops_of(marks: Iterable[TraceMark]) -> list[tuple[TraceMark, int]]:
             continue
         seen.add(mark.service)
         if i:
-            out.append((mark, at - ordered[i - 1][0]))
+            out.append((mark, ordered[i - 1][3].service, at - ordered[i - 1][0]))
     return out
 
 
@@ -150,11 +151,12 @@ def hop_updates(traces: Iterable[OpenTrace], place: Callable[[TraceMark], str]
     record (``record_place``), here of the service's first line."""
     by_report: dict[str, list[TraceHops]] = {}
     for trace in traces:
-        per: dict[str, list[tuple[str, str, int]]] = {}
-        for mark, delay in hops_of(trace.marks.values()):
+        per: dict[str, list[tuple[str, str, int, str] | tuple[str, str, int]]] = {}
+        for mark, caller, delay in hops_of(trace.marks.values()):
             minute = minute_of(mark.timestamp)
             if minute is not None:
-                per.setdefault(place(mark), []).append((mark.service, minute, hop_bin(delay)))
+                per.setdefault(place(mark), []).append(
+                    (mark.service, minute, hop_bin(delay), caller))
         if not per:
             continue
         covered = Coverage.from_coords(trace.offsets).to_json()

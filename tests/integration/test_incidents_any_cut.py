@@ -8,7 +8,8 @@ through the real broker over four partitions, once with one worker and once with
 in one consumer group (each mines templates and cuts batches on its own, and the
 reports are compacted in shards), and through ``retro postmortem``'s steps in memory:
 each must give the same incidents (origin, start, end, severity), hops into services
-(``Report.hops``, from the trace stage) included.
+and the call graph they show (``Report.hops``, ``Report.calls``, from the trace stage)
+included.
 """
 
 from __future__ import annotations
@@ -144,6 +145,7 @@ def _same_incidents(pipeline_factory, wait_until, paths: list[str], name: str) -
             f"{name}: {workers} worker(s) differ from the in-memory run")
         assert [r.hops for r in reports] == [r.hops for r in memory], (name, _hop_diff(
             reports, memory))
+        assert [r.calls for r in reports] == [r.calls for r in memory], name
     print(f"{name}: {len(expected)} incidents alike in memory, 1 and 2 workers; "
           + ", ".join(f"{k} {v:.0f} s" for k, v in took.items()))
     return expected

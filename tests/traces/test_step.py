@@ -44,7 +44,8 @@ async def test_a_complete_trace_goes_to_its_report_and_then_its_marks_commit() -
     [out] = run.sent_to("retro.fragments")
     assert out.key == b"2026-11-29/all" and out.headers == ((KIND_HEADER, HOPS_KIND.encode()),)
     update = HopsUpdate.model_validate_json(out.value)
-    assert [t.hops for t in update.traces] == [[("orders", "2026-11-29T10:00", hop_bin(9))]]
+    assert [t.hops for t in update.traces] == [[("orders", "2026-11-29T10:00", hop_bin(9),
+                                                 "gateway")]]
     assert update.traces[0].covered == {"retro.traces/0": [[0, 1]]}
     assert run.committed[P0] == 3  # the bad mark is skipped, never holding the partition
     await run.fetch(at(3, mark("t1", "stock", 30, 3)))  # t1 was sent: a line too late

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import math
 
-from streams.records import Coord, HopsUpdate, TraceMark, read_mark, trace_mark
+from streams.records import Coord, HopsUpdate, TraceHops, TraceMark, read_mark, trace_mark
 from streams.schemas import load_schema, validator
 from streams.traces.table import TraceTable, epoch_ms, hop_bin, hop_updates, hops_of
 
@@ -27,9 +27,9 @@ def test_the_hop_into_a_service_runs_from_its_callers_line_just_before_its_first
     lines = [mark("t1", "gateway", 0, 1), mark("t1", "gateway", 5, 2),
              mark("t1", "orders", 12, 3), mark("t1", "orders", 40, 4),
              mark("t1", "stock", 300, 5), mark("t1", "orders", 310, 6)]
-    hops = {m.service: delay for m, delay in hops_of(reversed(lines))}
+    hops = {m.service: (caller, delay) for m, caller, delay in hops_of(reversed(lines))}
     # gateway began the request; orders' second line and its line after stock are no hops
-    assert hops == {"orders": 7, "stock": 260}
+    assert hops == {"orders": ("gateway", 7), "stock": ("orders", 260)}
 
 
 def test_hop_bins_are_half_octaves_so_four_up_is_four_times_slower() -> None:
@@ -94,8 +94,8 @@ def test_hop_updates_go_to_the_report_of_each_services_first_line() -> None:
     table.add(mark("t2", "gateway", 5, 9), ("retro.traces", 3, 20), None, now=0.0)
     updates = hop_updates(table.flush(), lambda m: m.timestamp[:16])  # a report a minute
     assert [(u.report_id, [t.hops for t in u.traces]) for u in updates] == [
-        ("2026-11-29T10:00", [[("orders", "2026-11-29T10:00", hop_bin(8))]]),
-        ("2026-11-29T10:01", [[("stock", "2026-11-29T10:01", hop_bin(64_992))]])]
+        ("2026-11-29T10:00", [[("orders", "2026-11-29T10:00", hop_bin(8), "gateway")]]),
+        ("2026-11-29T10:01", [[("stock", "2026-11-29T10:01", hop_bin(64_992), "orders")]])]
     # both carry all of t1's marks; t2, one service, has no hop and no update
     assert {str(u.traces[0].covered) for u in updates} == {"{'retro.traces/3': [[10, 12]]}"}
 
@@ -116,5 +116,9 @@ def test_marks_and_hop_updates_match_their_schemas() -> None:
               None, now=0.0)
     [update] = hop_updates(table.flush(), lambda m: "2026-11-29/all")
     assert list(validator("hops").iter_errors(update.model_dump(mode="json"))) == []
+    # an older trace stage's hops carry no caller, and still read
+    older = HopsUpdate(report_id="r", traces=[TraceHops(covered={"retro.traces/0": [[0, 1]]},
+                                                        hops=[("stock", "2026-11-29T10:00", 9)])])
+    assert list(validator("hops").iter_errors(older.model_dump(mode="json"))) == []
     assert set(load_schema("hops")["properties"]) == set(HopsUpdate.model_fields)
     assert set(load_schema("trace-mark")["properties"]) == set(TraceMark.__struct_fields__)

@@ -66,13 +66,14 @@ from __future__ import annotations
 import math
 from bisect import bisect_left
 from collections import deque
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
 from typing import Literal
 
 from streams.batch.covering import canonical_templates
 from streams.records import LEVEL_RANK, smallest_traces
+from streams.report.state.hops import add_calls
 from streams.report.state.minutes import MINUTE_FORMAT, add_minutes, parse_minute
 from streams.report.state.model import OTHER_TEMPLATES, Series
 from streams.report.state.series import (
@@ -114,9 +115,11 @@ ALL_CALLS = "(calls into it)"  # the template of a service's slow departure
 SLOW_BINS = 4  # half-octave hop bins (streams.traces.table.hop_bin): 4x the median
 MIN_SLOW = 3
 MIN_HOP_BASELINE = 20  # hops into a service in its baseline before they are judged
+MIN_CALL_HOPS = 3  # hops from a caller to a callee before the trace graph has the call
 
 Kind = Literal["new", "burst", "thin", "quiet", "slow", "standing", "early"]
 Hops = Mapping[str, Mapping[str, Mapping[str, int]]]  # service -> minute -> bin -> hops
+Calls = Mapping[str, Mapping[str, int]]  # caller -> callee -> hops (``Report.calls``)
 
 
 @dataclass(frozen=True, slots=True)
@@ -162,8 +165,9 @@ class Findings:
     departures: list[Departure] = field(default_factory=list)
     chronic: list[tuple[str, str]] = field(default_factory=list)  # (service, template)
     minutes: list[str] = field(default_factory=list)  # the minutes judged or learned from
-    # caller -> the services its lines ever named as called, failing or not: the call
-    # graph as the logs tell it, so a caller that goes quiet with its callee is its impact
+    # caller -> the services its lines ever named as called, failing or not, and those
+    # its requests reached next (at least ``MIN_CALL_HOPS`` hops): the call graph as the
+    # logs tell it, so a caller that goes quiet with its callee is its impact
     calls: dict[str, set[str]] = field(default_factory=dict)
     # failing when the report began and never chronic: most records first
     standing: list[Departure] = field(default_factory=list)
@@ -307,10 +311,10 @@ def _service_named(name: str, services: list[str]) -> str | None:
     return None
 
 
-def find_departures(series: Mapping[str, Mapping[str, Series]], hops: Hops | None = None
-                    ) -> Findings:
+def find_departures(series: Mapping[str, Mapping[str, Series]], hops: Hops | None = None,
+                    calls: Calls | None = None) -> Findings:
     """Walk the minutes of ``series`` in time order and judge each against its past."""
-    return Walk().findings(series, hops=hops)
+    return Walk().findings(series, hops=hops, calls=[calls] if calls else [])
 
 
 @dataclass
@@ -359,9 +363,11 @@ class Walk:
 
     def findings(self, series: Mapping[str, Mapping[str, Series]],
                  before: Mapping[str, Mapping[str, Series]] | None = None,
-                 hops: Hops | None = None, hops_before: Hops | None = None) -> Findings:
+                 hops: Hops | None = None, hops_before: Hops | None = None,
+                 calls: Iterable[Calls] = ()) -> Findings:
         """``hops``: the report's hops into services (``Report.hops``), judged with the
-        lines; ``hops_before``: the window before's."""
+        lines; ``hops_before``: the window before's; ``calls``: call graphs the traces
+        showed (``Report.calls``, the window before's too)."""
         folded = fold_series(series)
         services = sorted(folded)
         specs = {(service, template): s for service, templates in folded.items()
@@ -412,7 +418,12 @@ class Walk:
             _step_hops(state, minutes[i], by_minute.get(minutes[i], {}))
         if self._kept is None:
             self._kept = state.copy()
-        return _findings(state, lines, minutes, first, _opening(minutes, stream))
+        findings = _findings(state, lines, minutes, first, _opening(minutes, stream))
+        for caller, callees in add_calls(*calls).items():
+            seen = {c for c, n in callees.items() if n >= MIN_CALL_HOPS and c != caller}
+            if seen:
+                findings.calls.setdefault(caller, set()).update(seen)
+        return findings
 
     def _before(self, before: Mapping[str, Mapping[str, Series]], first: str
                 ) -> dict[tuple[str, str], Series]:

@@ -5,9 +5,12 @@ Departures (``streams.report.analysis.departures``) become incidents:
 1. **Whose departure is it.** A failing line that names a service it called (one of
    the records' services: "no instances available for X", ``http://X:8080/...``)
    counts for that callee, its own service is a **caller**. A service that goes quiet
-   or thins out within a minute of a service it calls doing so (the calls its lines
-   ever named) is a caller of that callee too: a slow callee holds its callers' work.
-   Every other departure counts for its own service. A logger or class is never a
+   or thins out within a minute of a service it calls going quiet, thinning out or
+   slowing is a caller of that callee too: a slow callee holds its callers' work. The
+   calls are those its lines ever named and those its requests' traces showed
+   (``Findings.calls``), followed through callees of callees to the nearest service
+   that departed, and on from it while that one was held too. Every other departure
+   counts for its own service. A logger or class is never a
    service: only names in the records' service field are.
 2. **Incidents over time.** Each service's departures form runs: a departure within
    ``GAP_MINUTES`` of the run's last one joins it, a later one opens a new incident.
@@ -160,6 +163,7 @@ def find_unjudged(findings: Findings) -> list[DayIncident]:
 
 
 SILENT = ("thin", "quiet")
+HOLDING = ("thin", "quiet", "slow")  # what a callee that holds its callers' work shows
 
 
 def _linked_by_traces(runs: list[tuple[str, list[Departure]]]
@@ -208,12 +212,12 @@ class _Near:
     def __init__(self, findings: Findings) -> None:
         self.calls = findings.calls
         self.departed: set[tuple[str, str]] = set()  # (service, minute) with own departures
-        self.silent: set[tuple[str, str]] = set()
+        self.holding: set[tuple[str, str]] = set()  # (service, minute): quiet, thin, slow
         self.naming: dict[tuple[str, str], set[str]] = {}  # failing lines' callees
         for d in findings.departures:
             self.departed.add((d.service, d.minute))
-            if d.kind in SILENT:
-                self.silent.add((d.service, d.minute))
+            if d.kind in HOLDING:
+                self.holding.add((d.service, d.minute))
             if d.failing and d.named:
                 self.naming.setdefault((d.service, d.minute), set()).update(d.named)
 
@@ -221,7 +225,7 @@ class _Near:
         """A callee its failure names (one that departed itself first, if any); a callee
         its service's other failures name in the same minutes (a caller's generic "500
         Internal Server Error" beside its "timed out calling X"); a callee that went
-        silent with it; else its own service."""
+        silent or slow with it; else its own service."""
         around = _around(dep.minute)
         if dep.failing:
             named = dep.named or tuple(sorted(
@@ -230,11 +234,25 @@ class _Near:
                 moved = [c for c in named if any((c, m) in self.departed for m in around)]
                 return (moved or list(named))[0]
         if dep.kind in SILENT:
-            held = sorted(c for c in self.calls.get(dep.service, ())
-                          if any((c, m) in self.silent for m in around))
-            if held:
-                return held[0]
+            held, by = dep.service, {dep.service}
+            while (nearest := self._holding(held, around, by)) is not None:
+                held = nearest
+                by.add(held)
+            return held
         return dep.service
+
+    def _holding(self, service: str, around: list[str], seen: set[str]) -> str | None:
+        """The nearest service ``service`` calls, directly or through others, that went
+        quiet, thin or slow in ``around`` (by name among the nearest); none in ``seen``."""
+        level = sorted(set(self.calls.get(service, ())) - seen)
+        reached = set(seen) | set(level)
+        while level:
+            for callee in level:
+                if any((callee, m) in self.holding for m in around):
+                    return callee
+            level = sorted({c for s in level for c in self.calls.get(s, ())} - reached)
+            reached.update(level)
+        return None
 
 
 def _around(minute: str) -> list[str]:

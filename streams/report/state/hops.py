@@ -2,7 +2,8 @@
 
 Each trace's hops come with the coordinates of the trace marks they were measured
 from; a trace whose marks the report already counted adds nothing, so the trace stage
-sending a trace again after a crash changes no count.
+sending a trace again after a crash changes no count. A hop's caller goes to the
+report's call graph (``Report.calls``): who called whom, as the requests showed it.
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ from streams.records import HopsUpdate
 from streams.report.state.model import Report
 
 Hops = Mapping[str, Mapping[str, Mapping[str, int]]]  # service -> minute -> bin -> hops
+Calls = Mapping[str, Mapping[str, int]]  # caller -> callee -> hops
 
 
 def apply_hops(report: Report, updates: Iterable[HopsUpdate], *, now: str
@@ -21,7 +23,7 @@ def apply_hops(report: Report, updates: Iterable[HopsUpdate], *, now: str
     """The report with the hops of traces it has not counted yet (pure: ``report`` is not
     modified), and whether any were new."""
     seen = Coverage.from_json(report.hops_covered)
-    added: list[tuple[str, str, int]] = []
+    added: list[tuple[str, str, int, str] | tuple[str, str, int]] = []
     for update in updates:
         for trace in update.traces:
             marks = Coverage.from_json(trace.covered)
@@ -33,6 +35,7 @@ def apply_hops(report: Report, updates: Iterable[HopsUpdate], *, now: str
         return report, False
     out = report.model_copy()
     out.hops = add_hops(report.hops, _tally(added))
+    out.calls = add_calls(report.calls, _callers(added))
     out.hops_covered = seen.to_json()
     out.version = report.version + 1
     out.updated_at = now
@@ -52,9 +55,29 @@ def add_hops(*tables: Hops) -> dict[str, dict[str, dict[str, int]]]:
     return out
 
 
-def _tally(hops: Iterable[tuple[str, str, int]]) -> Hops:
+def add_calls(*tables: Calls) -> dict[str, dict[str, int]]:
+    """The call graphs summed, each a new dict."""
+    out: dict[str, dict[str, int]] = {}
+    for table in tables:
+        for caller, callees in table.items():
+            mine = out.setdefault(caller, {})
+            for callee, n in callees.items():
+                mine[callee] = mine.get(callee, 0) + n
+    return out
+
+
+def _tally(hops: Iterable[tuple[str, str, int, str] | tuple[str, str, int]]) -> Hops:
     out: dict[str, dict[str, dict[str, int]]] = {}
-    for service, minute, b in hops:
+    for service, minute, b, *_ in hops:
         bins = out.setdefault(service, {}).setdefault(minute, {})
         bins[str(b)] = bins.get(str(b), 0) + 1
+    return out
+
+
+def _callers(hops: Iterable[tuple[str, str, int, str] | tuple[str, str, int]]) -> Calls:
+    out: dict[str, dict[str, int]] = {}
+    for service, _, _, *caller in hops:
+        if caller:
+            callees = out.setdefault(caller[0], {})
+            callees[service] = callees.get(service, 0) + 1
     return out

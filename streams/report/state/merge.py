@@ -40,7 +40,7 @@ from streams.errors import ValidationFailed
 from streams.intervals import Coverage
 from streams.records import Evidence, Fragment, smallest_traces
 from streams.report.state.evidence import fold_evidence
-from streams.report.state.hops import add_hops
+from streams.report.state.hops import add_calls, add_hops
 from streams.report.state.keys import format_time, parse_time
 from streams.report.state.minutes import add_minutes, add_service_minutes, share_minutes
 from streams.report.state.model import (
@@ -209,6 +209,7 @@ def compose(report_id: str, shards: list[Report]) -> Report:
     out.service_minutes = add_service_minutes(*(r.service_minutes for r in ordered))
     out.series = add_series(*(r.series for r in ordered))
     out.hops = add_hops(*(r.hops for r in ordered))
+    out.calls = add_calls(*(r.calls for r in ordered))
     marks = Coverage()
     for shard in ordered:
         marks = marks.union(Coverage.from_json(shard.hops_covered))

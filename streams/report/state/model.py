@@ -243,6 +243,8 @@ class Report(BaseModel):
     # service -> UTC minute -> hop-delay bin (``streams.traces.table.hop_bin``) -> hops
     # into the service that began then: how long its callers' requests took to reach it
     hops: dict[str, dict[str, dict[str, int]]] = Field(default_factory=dict)
+    # caller -> callee -> hops from one to the other: the call graph the requests showed
+    calls: dict[str, dict[str, int]] = Field(default_factory=dict)
     hops_covered: CoverageJSON = Field(default_factory=dict)  # the trace marks counted
     # the report of the window before, when a reader holds it: never stored or compared
     _previous: Report | None = PrivateAttr(default=None)
@@ -253,7 +255,7 @@ class Report(BaseModel):
         """Leave out ``service_minutes`` and ``series`` while no record is dated (a reader
         fills them back in)."""
         data = handler(self)
-        for name in ("service_minutes", "series", "hops", "hops_covered"):
+        for name in ("service_minutes", "series", "hops", "calls", "hops_covered"):
             if data.get(name) == {}:
                 del data[name]
         return data

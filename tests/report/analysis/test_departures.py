@@ -206,6 +206,25 @@ def test_a_caller_that_goes_quiet_with_its_callee_is_its_impact() -> None:
     assert [(i.origin, i.callers) for i in incidents] == [("db", ["api"])]
 
 
+def test_a_caller_that_goes_quiet_as_a_service_its_requests_reach_slows_is_its_impact(
+) -> None:
+    series = background()
+    series["web"] = {"page served": Series(level="INFO", minutes=steady(100))}
+    series["api"]["GET /orders done"] = Series(
+        level="INFO", minutes={**steady(40), **{m: 2 for m in HOUR[45:48]}})
+    usual = [6, 6, 7, 5, 6, 8, 6, 7]
+    slowed = calls_into("db", usual, {i: [15] * 8 for i in range(45, 48)})
+    # no line names db: the traces showed api's requests reaching db through a cache
+    graph = {"api": {"cache": 60}, "cache": {"db": 60}}
+    incidents = find_incidents(find_departures(series, hops=slowed, calls=graph))
+    assert [(i.origin, i.callers) for i in incidents] == [("db", ["api"])]
+    # a call the traces showed twice is not yet the call graph: api is its own incident
+    seldom = {"api": {"cache": 60}, "cache": {"db": 2}}
+    incidents = find_incidents(find_departures(series, hops=slowed, calls=seldom))
+    assert sorted((i.origin, tuple(i.callers)) for i in incidents) == [
+        ("api", ()), ("db", ())]
+
+
 def test_failures_that_share_trace_ids_are_one_incident_at_the_shared_dependency() -> None:
     series = background()
     series["web"] = {"page served": Series(level="INFO", minutes=steady(100))}

@@ -12,8 +12,9 @@ MINUTE = "2026-11-29T10:00"
 
 
 def trace(first: int, last: int, *hops: tuple[str, int]) -> TraceHops:
+    """Hops of one trace that the gateway began, each into a service it called."""
     return TraceHops(covered={"retro.traces/0": [[first, last]]},
-                     hops=[(service, MINUTE, b) for service, b in hops])
+                     hops=[(service, MINUTE, b, "gateway") for service, b in hops])
 
 
 def test_a_trace_sent_again_adds_nothing_and_order_does_not_matter() -> None:
@@ -21,6 +22,7 @@ def test_a_trace_sent_again_adds_nothing_and_order_does_not_matter() -> None:
     b = HopsUpdate(report_id="r", traces=[trace(3, 4, ("orders", 6))])
     once, changed = apply_hops(Report(id="r"), [a, b], now="t")
     assert changed and once.hops == {"orders": {MINUTE: {"6": 2}}, "stock": {MINUTE: {"9": 1}}}
+    assert once.calls == {"gateway": {"orders": 2, "stock": 1}}
     again, changed = apply_hops(once, [b, a], now="t2")
     assert not changed and again is once
     # a re-read after a crash may cut the same marks into other updates: still once each
@@ -44,4 +46,5 @@ def test_shards_of_a_report_add_their_hops() -> None:
         now="t")[0]
     whole = compose("r", [one, two])
     assert whole.hops == {"orders": {MINUTE: {"5": 2}}}
+    assert whole.calls == {"gateway": {"orders": 1}}  # the second shard's hop had no caller
     assert whole.hops_covered == {"retro.traces/0": [[0, 1]], "retro.traces/1": [[0, 0]]}
