@@ -48,7 +48,11 @@ from streams.settings import Settings
 logger = logging.getLogger(__name__)
 DERIVE_BACKOFF = 4.0  # a report's incidents take at most a fifth of the notifier's time
 
-TICK_SECONDS = 1.0  # at most one planning round this often, and at least one
+TICK_SECONDS = 1.0  # at least one planning round this often (refreshes, windows ending)
+# at most one this often: a version that changed a page waits for the next round, and
+# versions come every second or less while records flow, so a round a tick made most
+# pages wait most of a second (deriving is throttled per report by DERIVE_BACKOFF)
+ROUND_SECONDS = 0.2
 QUIET_SECONDS = 600.0  # a window no record reached this long, with a later one begun, is over
 
 
@@ -81,7 +85,8 @@ class NotifyStep(Step):
                  ready: asyncio.Event | None = None,
                  mono: Clock = time.monotonic, sleep: Sleep = asyncio.sleep,
                  wall: Callable[[], datetime] = lambda: datetime.now(UTC),
-                 tick_seconds: float = TICK_SECONDS) -> None:
+                 tick_seconds: float = TICK_SECONDS,
+                 round_seconds: float = ROUND_SECONDS) -> None:
         self.settings = settings
         self.metrics = metrics
         self.reports = reports
@@ -94,6 +99,7 @@ class NotifyStep(Step):
         self.sleep = sleep  # and wait with this sleep: tests pass a fake pair
         self.wall = wall
         self.tick_seconds = tick_seconds
+        self.round_seconds = round_seconds
         self.topic = settings.topics.notifications
         n = settings.notify
         self.planner = Planner(min_severity=n.min_severity, end_after=n.end_after_seconds,
@@ -201,14 +207,18 @@ class NotifyStep(Step):
             began = self.mono()
             if not self._between_owners and self.state.loaded:
                 await self.plan(ctx)
-            await self._wake(max(self.tick_seconds - (self.mono() - began), 0.0))
+            await self._wake(began)
 
-    async def _wake(self, rest: float) -> None:
-        await self.sleep(rest)  # at most one round a tick, however busy the reports are
-        if self.changed is None:
+    async def _wake(self, began: float) -> None:
+        """Until the next round: a tick after this one ``began``, or as soon as a report
+        changes but never within ``round_seconds`` of it, however busy the reports are."""
+        if self.changed is None:  # nothing tells of changes: a round a tick
+            await self.sleep(max(self.tick_seconds - (self.mono() - began), 0.0))
             return
+        await self.sleep(max(self.round_seconds - (self.mono() - began), 0.0))
         with contextlib.suppress(TimeoutError):
-            await asyncio.wait_for(self.changed.wait(), timeout=self.tick_seconds)
+            await asyncio.wait_for(self.changed.wait(),
+                                   timeout=max(self.tick_seconds - (self.mono() - began), 0.0))
         self.changed.clear()
 
     async def plan(self, ctx: Context) -> None:

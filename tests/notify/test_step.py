@@ -96,6 +96,14 @@ async def running(step: NotifyStep) -> tuple[MemoryRun, list[asyncio.Task[None]]
     return run, [asyncio.create_task(c) for c in step.senders(run.ctx)]
 
 
+def planning_task(step: NotifyStep, run: MemoryRun) -> asyncio.Task[None]:
+    """The planning loop as the worker runs it (the senders run from ``running``)."""
+    planning, *senders = step.background(run.ctx)
+    for sender in senders:
+        sender.close()
+    return asyncio.create_task(planning)
+
+
 async def until(condition: Callable[[], bool], what: str) -> None:
     for _ in range(1000):  # 10 s: a loaded machine is slow, a passing test is not
         if condition():
@@ -150,16 +158,34 @@ async def test_rounds_over_minutes_send_the_webhook_once_and_refresh_alertmanage
     hook, am, clock = Receiver(), Receiver(), FakeClock(until=300)
     step = make_step(Reports(incident_report()), hook, am, clock=clock)
     run, tasks = await running(step)
-    planning, *senders = step.background(run.ctx)
-    for sender in senders:  # already running from running()
-        sender.close()
-    tasks.append(asyncio.create_task(planning))
+    tasks.append(planning_task(step, run))
     await asyncio.wait_for(clock.reached.wait(), timeout=10)
     await settled(step)
     assert clock.slept == [step.tick_seconds] * 300  # a round a tick, the last at 300 s
     assert len(hook.got) == 1
     assert len(am.got) == 1 + 300 // SETTINGS.notify.refresh_seconds
     await stop(tasks)
+
+
+async def test_a_report_that_keeps_changing_is_planned_a_fifth_of_a_tick_apart() -> None:
+    """In the worker the store tells the loop of every new version: a page waits for the
+    next round, which comes ``round_seconds`` after the last one began, not a tick."""
+    clock = FakeClock(until=10)
+    step = make_step(Reports(incident_report()), Receiver(), Receiver(), clock=clock)
+    step.changed = AlwaysChanged()
+    run, tasks = await running(step)
+    tasks.append(planning_task(step, run))
+    await asyncio.wait_for(clock.reached.wait(), timeout=10)
+    assert step.round_seconds < step.tick_seconds
+    assert clock.slept == pytest.approx([step.round_seconds] * round(10 / step.round_seconds))
+    await stop(tasks)
+
+
+class AlwaysChanged(asyncio.Event):
+    """A store whose reports change between any two rounds."""
+
+    def clear(self) -> None:
+        self.set()
 
 
 async def test_open_alerts_are_posted_again_every_refresh() -> None:
@@ -300,10 +326,7 @@ async def test_a_planning_error_ends_the_membership_instead_of_going_quiet() -> 
 
     step = make_step(Broken(), Receiver(), Receiver())
     run, tasks = await running(step)
-    planning, *senders = step.background(run.ctx)
-    for sender in senders:  # already running from running()
-        sender.close()
-    tasks.append(asyncio.create_task(planning))
+    tasks.append(planning_task(step, run))
     await until(lambda: step.failure() is not None, "the failure")
     assert "planning failed" in str(step.failure()) and "a bug" in str(step.failure())
     await stop(tasks)
