@@ -22,6 +22,7 @@ would be counted twice, from half a trace).
 
 from __future__ import annotations
 
+import heapq
 import math
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
@@ -90,6 +91,9 @@ class TraceTable:
         self.idle_seconds = idle_seconds
         self.open: dict[str, OpenTrace] = {}
         self.closed: dict[str, int] = {}  # trace -> its last line, while late ones drop
+        # (last line, trace) of the closed ones, a heap: a check costs what it forgets,
+        # not all it remembers
+        self._closing: list[tuple[int, str]] = []
         # input partition -> (its latest line in event time, when a mark of it came)
         self.progress: dict[tuple[str, int], tuple[int, float]] = {}
         self.late = 0  # marks dropped because their trace had closed
@@ -129,10 +133,10 @@ class TraceTable:
                 if now - trace.touched >= self.hold_seconds
                 and trace.last_ms + self.grace_ms <= mark]
         out = [self._close(t) for t in done]
-        if self.closed:  # forgotten once the newest line is REMEMBER_MS past them
+        if self._closing:  # forgotten once the newest line is REMEMBER_MS past them
             newest = max(ms for ms, _ in self.progress.values())
-            self.closed = {t: last for t, last in self.closed.items()
-                           if last + self.remember_ms > newest}
+            while self._closing and self._closing[0][0] + self.remember_ms <= newest:
+                self.closed.pop(heapq.heappop(self._closing)[1], None)
         return out
 
     def flush(self) -> list[OpenTrace]:
@@ -142,6 +146,7 @@ class TraceTable:
     def _close(self, trace_id: str) -> OpenTrace:
         trace = self.open.pop(trace_id)
         self.closed[trace_id] = trace.last_ms
+        heapq.heappush(self._closing, (trace.last_ms, trace_id))
         return trace
 
 

@@ -87,6 +87,23 @@ def test_a_mark_sent_twice_counts_once_and_a_late_one_is_refused() -> None:
     assert table.late == 1 and not table.open
 
 
+def test_a_closed_trace_is_remembered_until_the_newest_line_is_far_past_its_last() -> None:
+    table = TraceTable(since=-60, hold_seconds=0, grace_ms=0, remember_ms=60_000,
+                       idle_seconds=30)
+    for i, trace in enumerate(["t1", "t2"]):  # t1's last line comes after t2's
+        table.add(mark(trace, "gateway", 1000 * i, 2 * i), ("traces", 0, 2 * i), None, now=0.0)
+    table.add(mark("t1", "orders", 5000, 9), ("traces", 0, 9), None, now=0.0)
+    assert len(table.due(now=1.0)) == 2 and set(table.closed) == {"t1", "t2"}
+    table.add(mark("t3", "gateway", 62_000, 10), ("traces", 0, 10), None, now=2.0)
+    table.due(now=2.0)  # the newest line is 61 s past t2's last and 57 s past t1's
+    assert "t2" not in table.closed and "t1" in table.closed
+    table.add(mark("t4", "gateway", 66_000, 11), ("traces", 0, 11), None, now=3.0)
+    table.due(now=3.0)
+    assert "t1" not in table.closed and "t3" in table.closed
+    # forgotten, a line of t1 opens it again rather than being dropped as late
+    assert table.add(mark("t1", "stock", 66_500, 12), ("traces", 0, 12), None, now=3.0)
+
+
 def test_hop_updates_go_to_the_report_of_each_services_first_line() -> None:
     table = TraceTable()
     for i, (service, ms) in enumerate([("gateway", 0), ("orders", 8), ("stock", 65_000)]):
