@@ -213,11 +213,14 @@ class _Near:
         self.calls = findings.calls
         self.departed: set[tuple[str, str]] = set()  # (service, minute) with own departures
         self.holding: set[tuple[str, str]] = set()  # (service, minute): quiet, thin, slow
+        self.silent: set[tuple[str, str]] = set()  # (service, minute): quiet, thin
         self.naming: dict[tuple[str, str], set[str]] = {}  # failing lines' callees
         for d in findings.departures:
             self.departed.add((d.service, d.minute))
             if d.kind in HOLDING:
                 self.holding.add((d.service, d.minute))
+            if d.kind in SILENT:
+                self.silent.add((d.service, d.minute))
             if d.failing and d.named:
                 self.naming.setdefault((d.service, d.minute), set()).update(d.named)
 
@@ -235,9 +238,13 @@ class _Near:
                 return (moved or list(named))[0]
         if dep.kind in SILENT:
             held, by = dep.service, {dep.service}
+            # a callee that went quiet or thinned out may be held in turn; a slowed one is
+            # where its callers' work waited
             while (nearest := self._holding(held, around, by)) is not None:
                 held = nearest
                 by.add(held)
+                if not any((held, m) in self.silent for m in around):
+                    break
             return held
         return dep.service
 
