@@ -10,8 +10,8 @@ Departures (``streams.report.analysis.departures``) become incidents:
    calls are those its lines ever named and those its requests' traces showed
    (``Findings.calls``), followed through callees of callees to the nearest service
    that departed, and on from it while that one was held too. Every other departure
-   counts for its own service. A logger or class is never a
-   service: only names in the records' service field are.
+   counts for its own service. A logger or class is never a service: only names in
+   the records' service field are.
 2. **Incidents over time.** Each service's departures form runs: a departure within
    ``GAP_MINUTES`` of the run's last one joins it, a later one opens a new incident.
 3. **Weight and severity.** An incident weighs the surprise (-log10 of the tail) of
