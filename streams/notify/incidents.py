@@ -84,8 +84,7 @@ def _alert(report: Report, inc: DayIncident, redactor: Redactor, *, closed: bool
 
 
 def _sentence(inc: DayIncident) -> str:
-    callers = (f"; {name_list(inc.callers, 3)} failed calling it" if inc.callers
-               else "; no caller reported it")
+    callers = f"; {inc.suffered('failed calling it')}" if inc.callers else "; no caller reported it"
     trigger = (f"; likely trigger: a change in {inc.trigger.service} at {inc.trigger.time} "
                f"({clip(inc.trigger.text, 80)})" if inc.trigger is not None else "")
     return (f"{inc.origin} departed from its baseline from {inc.started} to {inc.ended} "

@@ -43,6 +43,7 @@ from streams.records import Severity
 from streams.report.analysis.departures import Departure, Findings
 from streams.report.state.minutes import parse_minute
 from streams.report.state.model import SEVERITY_WEIGHT
+from streams.report.state.wording import name_list
 
 GAP_MINUTES = 2
 SILENT_WEIGHT = 0.5
@@ -73,6 +74,7 @@ class DayIncident:
     severity: Severity = "low"
     services: list[str] = field(default_factory=list)  # every service that departed
     callers: list[str] = field(default_factory=list)  # services whose failures named it
+    held: list[str] = field(default_factory=list)  # of those, ones that only went quiet
     evidence: list[Departure] = field(default_factory=list)  # the strongest few
     trigger: Change | None = None
     departures: int = 0
@@ -81,6 +83,15 @@ class DayIncident:
     def own_errors(self) -> bool:
         """Its origin's own lines at ERROR or above departed."""
         return any(d.error and d.service == self.origin for d in self.evidence)
+
+    def suffered(self, failed: str) -> str:
+        """Its callers for a sentence: those whose failures named it (``failed``: what
+        they did), then those that only went quiet or thinned out with it."""
+        failing = [c for c in self.callers if c not in self.held]
+        parts = [f"{name_list(failing, 3)} {failed}"] if failing else []
+        if self.held:
+            parts.append(f"{name_list(self.held, 3)}, which call it, went quiet")
+        return "; ".join(parts)
 
     @property
     def unjudged(self) -> bool:
@@ -270,9 +281,12 @@ def _around(minute: str) -> list[str]:
 def _incident(origin: str, run: list[Departure], changes: Sequence[Change]) -> DayIncident:
     weight = 0.0
     callers: set[str] = set()
+    failed: set[str] = set()
     for dep in run:
         if dep.service != origin:
             callers.add(dep.service)
+            if dep.failing:
+                failed.add(dep.service)
             weight += CALLER_WEIGHT * dep.surprise
         elif dep.error or dep.kind == "slow":  # its own failure, or its own requests timed
             weight += dep.surprise
@@ -297,7 +311,7 @@ def _incident(origin: str, run: list[Departure], changes: Sequence[Change]) -> D
     incident = DayIncident(
         origin=origin, started=_began(first), ended=_iso(last, plus=1), weight=weight,
         services=sorted({d.service for d in run} | {origin}), callers=sorted(callers),
-        evidence=evidence, departures=len(run))
+        held=sorted(callers - failed), evidence=evidence, departures=len(run))
     incident.severity = _severity(incident)
     incident.trigger = _trigger(incident, changes)
     return incident

@@ -270,8 +270,7 @@ def _lead_with_incident(pm: PostMortem) -> None:
         return
     pm.title = top.title
     lead = top.evidence[0]
-    callers = (f"; {name_list(top.callers, 3)} reported failures calling it"
-               if top.callers else "")
+    callers = f"; {top.suffered('reported failures calling it')}" if top.callers else ""
     trigger = (f", {between(top.trigger.time, top.started)} after a change in "
                f"{top.trigger.service} ({clip(top.trigger.text, 120)})"
                if top.trigger is not None else "")

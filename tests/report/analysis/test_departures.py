@@ -218,6 +218,7 @@ def test_a_caller_that_goes_quiet_as_a_service_its_requests_reach_slows_is_its_i
     graph = {"api": {"cache": 60}, "cache": {"db": 60}}
     incidents = find_incidents(find_departures(series, hops=slowed, calls=graph))
     assert [(i.origin, i.callers) for i in incidents] == [("db", ["api"])]
+    assert incidents[0].suffered("failed calling it") == "api, which call it, went quiet"
     # the cache between them goes quiet too: it was held, and so were its callers
     series["cache"] = {"hit": Series(level="INFO", minutes={
         **steady(50), **{m: 3 for m in HOUR[45:48]}})}
