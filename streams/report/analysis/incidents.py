@@ -73,7 +73,7 @@ class DayIncident:
     weight: float = 0.0
     severity: Severity = "low"
     services: list[str] = field(default_factory=list)  # every service that departed
-    callers: list[str] = field(default_factory=list)  # services whose failures named it
+    callers: list[str] = field(default_factory=list)  # failed calling it, or held by it
     held: list[str] = field(default_factory=list)  # of those, ones that only went quiet
     evidence: list[Departure] = field(default_factory=list)  # the strongest few
     trigger: Change | None = None
