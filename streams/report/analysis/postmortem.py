@@ -167,6 +167,7 @@ class PostMortem:
     incidents: list[DayIncident] = field(default_factory=list)
     chronic_lines: list[tuple[str, str]] = field(default_factory=list)  # (service, template)
     findings: Findings = field(default_factory=Findings)  # the departures behind ``incidents``
+    suspected: str = ""  # the summary's sentence on the first episode's suspected origin
 
     def when(self, value: str | None) -> str:
         return clock(value, dated=self.dated)
@@ -269,6 +270,9 @@ def _lead_with_incident(pm: PostMortem) -> None:
         _lead_with_unjudged(pm)
         return
     pm.title = top.title
+    if pm.suspected and pm.episodes[0].origin is not None \
+            and pm.episodes[0].origin.service != top.origin:
+        pm.summary.remove(pm.suspected)  # the episodes' guess would contradict the lead
     lead = top.evidence[0]
     callers = f"; {top.suffered('reported failures calling it')}" if top.callers else ""
     trigger = (f", {between(top.trigger.time, top.started)} after a change in "
@@ -570,7 +574,7 @@ def _narrate(pm: PostMortem, span: Span) -> None:
     errors = sum(c.count for c in ep.causes
                  if SEVERITY_WEIGHT.get(c.severity, 1) >= SEVERITY_WEIGHT["medium"])
     duration = between(ep.first_seen, ep.last_seen)
-    s1 = (f"{origin}From {pm.when(ep.first_seen)} to {pm.when(ep.last_seen)} ({duration}), "
+    s1 = (f"From {pm.when(ep.first_seen)} to {pm.when(ep.last_seen)} ({duration}), "
           f"{len(services)} service(s) failed ({where}): {top.title} ({top.severity}), "
           f"with {errors:,} error records in {len(ep.causes)} related cause(s).")
     if ep.trigger is not None:
@@ -592,7 +596,8 @@ def _narrate(pm: PostMortem, span: Span) -> None:
         s3 = f"Errors stopped at {pm.when(ep.last_seen)} with no mitigation visible in the logs."
     else:
         s3 = "Errors were still occurring when the logs end; no resolution is visible yet."
-    pm.summary = [s1, s2, s3]
+    pm.suspected = origin
+    pm.summary = [s for s in (origin, s1, s2, s3) if s]
     pm.actions = _actions(ep, pm)
     pm.went_well, pm.went_badly = _assessment(ep, pm, resolved)
     pm.timeline = _timeline(pm)
@@ -621,7 +626,7 @@ def _origin_sentence(ep: Episode, pm: PostMortem) -> str:
     callers = [c for c in origin.callers if c != origin.service]
     impact = (f"; errors in {name_list(callers, 3)} are its impact" if callers else "")
     return (f"Suspected origin: {origin.service}, first anomaly at "
-            f"{pm.when(origin.first_seen)} ({origin.reason}){impact}. ")
+            f"{pm.when(origin.first_seen)} ({origin.reason}){impact}.")
 
 
 def _fixes(ep: Episode) -> list[Change]:

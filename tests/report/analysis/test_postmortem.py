@@ -119,9 +119,9 @@ def test_trigger_detection_and_mitigation_are_found_from_change_events() -> None
     assert ep.origin is not None and ep.origin.service == "checkout"
     assert pm.title.startswith("Timeouts in checkout")
     assert "resolved in the logs at 09:27:00" in pm.status
-    assert len(pm.summary) == 3
-    assert "after a deploy (deploy v1.42.0 started) at 09:10:00" in pm.summary[1]
-    assert "after a rollback" in pm.summary[2]
+    assert len(pm.summary) == 4 and pm.summary[0].startswith("Suspected origin: checkout")
+    assert "after a deploy (deploy v1.42.0 started) at 09:10:00" in pm.summary[2]
+    assert "after a rollback" in pm.summary[3]
     kinds = {(a.priority, a.type) for a in pm.actions}
     assert ("P0", "mitigate") in kinds and ("P1", "prevent") in kinds
     assert any(w.startswith("An alert fired at 09:13:30") for w in pm.went_well)
@@ -431,14 +431,19 @@ def test_a_log_that_begins_mid_failure_is_titled_by_it_but_never_pages() -> None
             ] == [("db", "new"), ("api", "standing")]
 
 
-def test_a_service_whose_calls_slowed_leads_in_its_own_words() -> None:
-    report = report_of(routine(until=40))
+def slowed_db(report: Report) -> Report:
+    """``report`` with api's steady lines and calls into db: about 8 ms a call, 90 from
+    09:30 on."""
     minutes = [f"2026-11-29T09:{m:02d}" for m in range(40)]
     report.series = {"api": {"GET /orders done": Series(
         level="INFO", minutes=dict.fromkeys(minutes, 40))}}
-    # about 8 ms into db a call, 90 from 09:30 on
     report.hops = {"db": {m: ({"7": 10} if m < "2026-11-29T09:30" else {"14": 10})
                           for m in minutes}}
+    return report
+
+
+def test_a_service_whose_calls_slowed_leads_in_its_own_words() -> None:
+    report = slowed_db(report_of(routine(until=40)))
     pm = derive(report)
     assert pm.title == "db: calls into it slowed"
     assert pm.summary[0].startswith("db departed from its baseline at 09:30:00 (high): slow: "
@@ -465,3 +470,21 @@ def test_the_first_minutes_of_a_window_are_judged_against_the_window_before() ->
     incidents = derive(today).incidents
     assert [(i.origin, i.evidence[0].kind) for i in incidents] == [("db", "thin")]
     assert incidents[0].started == "2026-11-29T00:00:00Z"
+
+
+def test_the_episodes_suspected_origin_is_left_out_when_an_incident_of_another_leads(
+) -> None:
+    callers = [frag("Service discovery: no instances of a downstream service", minute=31,
+                    until=34, records=60, service=svc, severity="high",
+                    examples=["No instances available for inventory-service"])
+               for svc in ("checkout", "cart")]
+    own = frag("Unclassified ERROR events", minute=30, until=34, records=9,
+               service="inventory-service", cause="unclassified ERROR events: stock lookup failed",
+               template="stock lookup failed")
+    report = report_of(routine(until=40), *callers, own)
+    guessed = derive(report)
+    assert guessed.suspected and guessed.suspected in guessed.summary
+    pm = derive(slowed_db(report))
+    assert pm.title == "db: calls into it slowed"
+    assert pm.episodes[0].origin is not None and pm.episodes[0].origin.service != "db"
+    assert not any(s.startswith("Suspected origin") for s in pm.summary)
