@@ -73,7 +73,7 @@ from typing import Literal
 
 from streams.batch.covering import canonical_templates
 from streams.records import LEVEL_RANK, smallest_traces
-from streams.report.state.hops import add_calls
+from streams.report.state.hops import Calls, Hops, add_calls
 from streams.report.state.minutes import MINUTE_FORMAT, add_minutes, parse_minute
 from streams.report.state.model import OTHER_TEMPLATES, Series
 from streams.report.state.series import (
@@ -118,8 +118,6 @@ MIN_HOP_BASELINE = 20  # hops into a service in its baseline before they are jud
 MIN_CALL_HOPS = 3  # hops from a caller to a callee before the trace graph has the call
 
 Kind = Literal["new", "burst", "thin", "quiet", "slow", "standing", "early"]
-Hops = Mapping[str, Mapping[str, Mapping[str, int]]]  # service -> minute -> bin -> hops
-Calls = Mapping[str, Mapping[str, int]]  # caller -> callee -> hops (``Report.calls``)
 
 
 @dataclass(frozen=True, slots=True)
