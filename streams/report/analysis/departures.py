@@ -34,12 +34,15 @@ it (at most ``BASELINE_HOURS`` back), and then joins them. The statistics, state
   ``MIN_QUIET_EXPECTED``), with a lower tail below ``TAIL_P`` (the test of burst).
 * **slow**: calls into a service take far longer than they used to: of the minute's
   hops into it (``streams.traces``: from its caller's line to its own first line of
-  a request), at least ``MIN_SLOW`` took ``SLOW_BINS`` half-octaves (4x) past its
-  baseline's median hop or more, with a binomial upper tail below ``TAIL_P`` given
-  the baseline's share of such hops (counted plus one, of those plus two: a baseline
-  without one is not proof that they never happen); judged once the baseline holds
-  ``MIN_HOP_BASELINE`` hops. A slowed service (a delayed network, a starved CPU) shows
-  here while its own lines and its callers' may say nothing.
+  a request), at least ``MIN_SLOW`` took 4x, 16x or 64x (``SLOW_STEPS``) its
+  baseline's median hop or more, with a binomial upper tail below ``TAIL_P`` given the
+  share of such hops in its baseline, times the three thresholds tried. That share
+  borrows the one all services' baseline hops show, each against its own median, as
+  ``POOL_HOPS`` hops' worth: a service few requests reach has too few hops to know its
+  own tail, and a baseline without a slow hop is no proof that they never happen.
+  Judged once the baseline holds ``MIN_HOP_BASELINE`` hops. A slowed service (a
+  delayed network, a starved CPU) shows here while its own lines and its callers' may
+  say nothing.
 * **chronic**: a line at WARN or above present in at least ``CHRONIC_SHARE`` of at
   least ``CHRONIC_MIN_MINUTES`` baseline minutes: background, listed, never judged.
 * **standing**: a line at ERROR or above already written ``MIN_NEW`` times in the
@@ -112,9 +115,11 @@ FAILING_RANK = LEVEL_RANK["WARN"]
 ERROR_RANK = LEVEL_RANK["ERROR"]
 ALL_LINES = "(all lines)"  # the template of a service's quiet departure
 ALL_CALLS = "(calls into it)"  # the template of a service's slow departure
-SLOW_BINS = 4  # half-octave hop bins (streams.traces.table.hop_bin): 4x the median
+# half-octave hop bins (streams.traces.table.hop_bin) past the median: 4x, 16x, 64x
+SLOW_STEPS = (4, 8, 12)
 MIN_SLOW = 3
-MIN_HOP_BASELINE = 20  # hops into a service in its baseline before they are judged
+MIN_HOP_BASELINE = 5  # hops into a service in its baseline before they are judged
+POOL_HOPS = 20  # the weight, in hops, of all services' slow share in each one's own
 MIN_CALL_HOPS = 3  # hops from a caller to a callee before the trace graph has the call
 
 Kind = Literal["new", "burst", "thin", "quiet", "slow", "standing", "early"]
@@ -137,6 +142,7 @@ class Departure:
     first_seen: str | None = None  # its first failing record in this minute, else in the report
     error: bool = False  # the line is at ERROR or above: a failure, not a warning
     until: str | None = None  # a standing or early line's last minute
+    times: int = 0  # a slow departure's calls took this many times the usual or longer
 
     def describe(self) -> str:
         """A clause for a reader: what was counted against what."""
@@ -151,7 +157,7 @@ class Departure:
         if self.kind == "thin":
             return f"thinned out: {self.observed} a minute against {self.expected:.0f} usual"
         if self.kind == "slow":
-            return (f"slow: {self.observed} calls into it took 4x its usual or longer, "
+            return (f"slow: {self.observed} calls into it took {self.times}x its usual or longer, "
                     f"{self.expected:.1f} expected")
         return f"volume fell: {self.observed} records a minute against {self.expected:.0f}"
 
@@ -480,10 +486,11 @@ def _step_hops(state: _State, minute: str, hops: Mapping[str, dict[int, int]]) -
     start = when - timedelta(hours=BASELINE_HOURS)
     for base in state.hops.values():
         base.forget_before(start)
+    pool = _slow_shares(state.hops.values())
     for service in sorted(hops):
         bins = hops[service]
         base = state.hops.setdefault(service, _Hops())
-        found = _slow(service, base, minute, bins)
+        found = _slow(service, base, minute, bins, pool)
         state.hops_walked += sum(bins.values())
         if found is not None:
             state.found.append((None, found))
@@ -494,19 +501,44 @@ def _step_hops(state: _State, minute: str, hops: Mapping[str, dict[int, int]]) -
         base.learn(when, bins)
 
 
-def _slow(service: str, base: _Hops, minute: str, bins: Mapping[int, int]) -> Departure | None:
+def _slow_shares(bases: Iterable[_Hops]) -> dict[int, float]:
+    """Per threshold of ``SLOW_STEPS``, the share of all services' baseline hops that
+    took that many bins past their own service's median (counted plus one, of those
+    plus two)."""
+    slow = dict.fromkeys(SLOW_STEPS, 0)
+    count = 0
+    for base in bases:
+        if base.count:
+            median = base.median()
+            for step in SLOW_STEPS:
+                slow[step] += sum(n for b, n in base.bins.items() if b >= median + step)
+            count += base.count
+    return {step: (k + 1) / (count + 2) for step, k in slow.items()}
+
+
+def _slow(service: str, base: _Hops, minute: str, bins: Mapping[int, int],
+          pool: Mapping[int, float]) -> Departure | None:
+    """The most telling of the ``SLOW_STEPS`` thresholds (its tail times their number):
+    a few calls a hundred times slower tell what many four times slower would."""
     if base.count < MIN_HOP_BASELINE:
         return None
-    slow = base.median() + SLOW_BINS
-    x = sum(n for b, n in bins.items() if b >= slow)
-    if x < MIN_SLOW:
-        return None
+    median = base.median()
     n = sum(bins.values())
-    q = (sum(m for b, m in base.bins.items() if b >= slow) + 1) / (base.count + 2)
-    p = _binomial_upper(x, n, q)
-    if p >= TAIL_P:
+    best: tuple[float, int, int, float] | None = None  # (p, step, x, q)
+    for step in SLOW_STEPS:
+        x = sum(k for b, k in bins.items() if b >= median + step)
+        if x < MIN_SLOW:
+            break
+        own = sum(k for b, k in base.bins.items() if b >= median + step)
+        q = (own + POOL_HOPS * pool[step]) / (base.count + POOL_HOPS)
+        p = min(1.0, _binomial_upper(x, n, q) * len(SLOW_STEPS))
+        if best is None or p <= best[0]:  # a tie: the larger slowness says more
+            best = (p, step, x, q)
+    if best is None or best[0] >= TAIL_P:
         return None
-    return Departure(minute, service, ALL_CALLS, "slow", x, q * n, _surprise(p), False)
+    p, step, x, q = best
+    return Departure(minute, service, ALL_CALLS, "slow", x, q * n, _surprise(p), False,
+                     times=2 ** (step // 2))
 
 
 def _opening(minutes: list[str], stream: Mapping[str, int]) -> list[str]:
