@@ -134,11 +134,16 @@ def build_app(settings: Settings, *, roles: tuple[str, ...] = ROLES,
         if settings.report.rollup_seconds > 0:
             worker.gateways = worker.gateways or build_gateways(settings, metrics=metrics)
             rollup = worker.gateways.fast
+        # the notifier and the roll-ups read the reports the views read: the roll-ups
+        # for the window before, the baseline of a window's first hours
+        follower = worker.follower = (ReportFollower(settings) if settings.notify.configured
+                                      or rollup is not None else None)
         worker.loops.append(trace_loop(settings, metrics, gid))
-        worker.loops.append(compact_loop(settings, metrics, gid, gateway=rollup))
-        if settings.notify.configured:  # the notifier reads the reports the views read
-            worker.follower = ReportFollower(settings)
-            worker.loops.append(notify_loop(settings, metrics, gid, worker.follower))
+        worker.loops.append(compact_loop(
+            settings, metrics, gid, gateway=rollup,
+            window_before=follower.reports.share_before if follower is not None else None))
+        if follower is not None and settings.notify.configured:
+            worker.loops.append(notify_loop(settings, metrics, gid, follower))
     for loop in worker.loops:
         _run_as_task(app, loop)
     health = StallDetector(stall_seconds=settings.stall_seconds)

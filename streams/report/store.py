@@ -13,7 +13,7 @@ import logging
 from typing import Any
 
 from streams.kafka.readers import follow, latest_per_key
-from streams.report.state.keys import previous_window, report_of
+from streams.report.state.keys import SHARD_MARK, previous_window, report_of
 from streams.report.state.merge import compose
 from streams.report.state.model import Report
 from streams.settings import Settings
@@ -72,6 +72,15 @@ class LatestReports:
             before = previous_window(report_id, self._keys)
             report.follows(self._composed(before) if before is not None else None)
         return report
+
+    def share_before(self, key: str) -> Report | None:
+        """The share of the window before that ``key`` (a compaction key) continues:
+        the same share, as records keep their raw partition from one window to the next."""
+        before = previous_window(key, self._keys)
+        if before is None:
+            return None
+        _, mark, share = key.partition(SHARD_MARK)
+        return self._shard(f"{before}{mark}{share}")
 
     def _composed(self, report_id: str) -> Report | None:
         """Composed again only when one of its shares has a newer version: the notifier

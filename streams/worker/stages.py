@@ -19,7 +19,7 @@ from streams.kafka.connect import QUIET_FETCH_WAIT_MS
 from streams.kafka.inputs import input_pattern
 from streams.kafka.readers import LatestPerKey, Reader
 from streams.metrics import Metrics
-from streams.report.compactor.step import CompactStep
+from streams.report.compactor.step import CompactStep, WindowBefore
 from streams.report.ops.redrive import RedriveGate, RedriveStep
 from streams.report.state.keys import record_place
 from streams.runtime.loop import StageLoop, Subscription
@@ -118,13 +118,15 @@ def trace_loop(settings: Settings, metrics: Metrics, worker_group: str) -> Stage
 
 
 def compact_loop(settings: Settings, metrics: Metrics, worker_group: str, *,
-                 gateway: Gateway | None = None) -> StageLoop:
+                 gateway: Gateway | None = None,
+                 window_before: WindowBefore | None = None) -> StageLoop:
     """Fragments -> merged into the reports loaded from the compacted topic -> reports;
-    ``gateway`` writes the incidents' roll-ups when RETRO_REPORT__ROLLUP_SECONDS is set."""
+    ``gateway`` writes the incidents' roll-ups when RETRO_REPORT__ROLLUP_SECONDS is set,
+    judging a window's first hours against ``window_before``'s report."""
     s = settings
     # the reports of the fragments partitions the loop owns, by their keys' partition there
     reports = LatestPerKey(s, s.topics.reports, homes=s.topics.fragments)
-    step = CompactStep(s, metrics, reports, gateway=gateway)
+    step = CompactStep(s, metrics, reports, gateway=gateway, window_before=window_before)
     options = {"max_partition_fetch_bytes": max(1024 * 1024, s.kafka.max_message_bytes),
                "fetch_max_wait_ms": QUIET_FETCH_WAIT_MS}
     return StageLoop(step, s, metrics, group=fragments_group(worker_group),

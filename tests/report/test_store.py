@@ -75,6 +75,17 @@ def test_a_report_knows_the_report_of_its_window_before() -> None:
     assert latest.get("undated/all").previous is None
 
 
+def test_a_share_continues_the_same_share_of_the_window_before() -> None:
+    latest = LatestReports()
+    for key in ("2026-11-28/all#1", "2026-11-29/all#0", "2026-11-29/all#1", "2026-11-28/db"):
+        latest.put(key.encode(), _bytes(key, 1))
+    assert latest.share_before("2026-11-29/all#1").id == "2026-11-28/all#1"
+    assert latest.share_before("2026-11-29/all#0") is None  # yesterday had no share 0
+    assert latest.share_before("2026-11-28/all#1") is None
+    latest.put(b"2026-11-29/db", _bytes("2026-11-29/db", 1))
+    assert latest.share_before("2026-11-29/db").id == "2026-11-28/db"
+
+
 def test_a_sharded_report_is_composed_again_only_when_a_share_changed() -> None:
     latest = LatestReports()
     latest.put(b"2026-11-29/all#0", _bytes("2026-11-29/all#0", 1))

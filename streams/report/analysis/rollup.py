@@ -206,14 +206,16 @@ def judge_incident(incident: Incident, pm: PostMortem) -> dict[str, Any] | None:
 
 # the last report derived (the object, and its version and count in case it was changed in
 # place), and its post-mortem
-_LAST: list[tuple[Report, tuple[int, int, str | None], PostMortem | None]] = []
+_LAST: list[tuple[Report, tuple[object, ...], PostMortem | None]] = []
 
 
 def _derived(report: Report) -> PostMortem | None:
     """The report's post-mortem, derived once for all incidents of one roll-up pass (the
     pass hands the same report object for each); None if deriving fails, so a post-mortem
     bug costs the judgement, never the summary."""
-    stamp = (report.version, report.record_count, report.updated_at)
+    before = report.previous
+    stamp = (report.version, report.record_count, report.updated_at, id(before),
+             None if before is None else before.version)
     if _LAST and _LAST[0][0] is report and _LAST[0][1] == stamp:
         return _LAST[0][2]
     try:

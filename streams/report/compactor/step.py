@@ -40,6 +40,9 @@ from streams.settings import Settings
 
 logger = logging.getLogger(__name__)
 
+# a compaction key -> the report of its window before, as the reports topic holds it
+WindowBefore = Callable[[str], Report | None]
+
 
 class ReportSource(Protocol):
     """Reads the latest report versions back from the compacted reports topic."""
@@ -169,14 +172,19 @@ def _kind(message: Any) -> str | None:
 
 
 async def rollup_pass(items: list[tuple[str, str]], parsed: ParsedReports, gateway: Gateway,
-                      settings: Settings, send_update: Any) -> None:
+                      settings: Settings, send_update: Any,
+                      window_before: WindowBefore | None = None) -> None:
     """One model call per incident that grew since its summary; each summary is sent
-    with ``send_update(report_id, value)`` to be merged like a fragment."""
+    with ``send_update(report_id, value)`` to be merged like a fragment. With
+    ``window_before`` (a compaction key -> the report of its window before), a day's
+    first hours are judged against yesterday's last, as the views judge them."""
     model = settings.model
     for report_id, stored in items:
         report = parsed.get(report_id, stored)
         if report is None:
             continue
+        if window_before is not None:
+            report.follows(window_before(report_id))
         for incident in report.incidents:
             if not needs_rollup(incident):
                 continue
@@ -201,12 +209,13 @@ class CompactStep(Step):
     name = "compactor loop"
 
     def __init__(self, settings: Settings, metrics: Metrics, source: ReportSource, *,
-                 gateway: Gateway | None = None,
+                 gateway: Gateway | None = None, window_before: WindowBefore | None = None,
                  clock: Clock = time.monotonic, sleep: Sleep = asyncio.sleep) -> None:
         self.settings = settings
         self.metrics = metrics
         self.source = source
         self.gateway = gateway
+        self.window_before = window_before  # the roll-ups' baseline of a window's first hours
         self.clock = clock  # publishing is due by this clock
         self.sleep = sleep  # and the roll-ups wait with this sleep: tests pass a fake pair
         # compaction key -> latest JSON, of the fragments partitions assigned and loaded
@@ -332,7 +341,7 @@ class CompactStep(Step):
         while True:
             await self.sleep(self.settings.report.rollup_seconds)
             await rollup_pass(list(self.reports.items()), self.parsed, gateway,
-                              self.settings, send_update)
+                              self.settings, send_update, self.window_before)
 
     async def drain(self, ctx: Context) -> None:
         """Publish what is buffered."""

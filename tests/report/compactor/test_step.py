@@ -7,9 +7,10 @@ import asyncio
 
 import pytest
 
+from streams.batch.prompt import extract_payload
 from streams.metrics import Metrics
-from streams.report.compactor.step import CompactStep, ParsedReports
-from streams.report.state.model import Report
+from streams.report.compactor.step import CompactStep, ParsedReports, rollup_pass
+from streams.report.state.model import Incident, Report, Series, TemplateEvidence
 from streams.runtime.memory import MemoryRun, Part, Record
 from streams.settings import KafkaSettings, ReportSettings, Settings
 from tests.helpers import FakeClock, make_fragment, pool_and_disk_report
@@ -220,6 +221,44 @@ def test_the_rollups_run_every_rollup_seconds_of_the_clock_given() -> None:
     assert clock.slept == [60, 60, 60]
     assert len(report.incidents) > 0
     assert len(asked) == len(run.sent_to(FRAGMENTS)) == 3 * len(report.incidents)
+
+
+def test_a_rollup_judges_a_days_first_minutes_against_the_day_before() -> None:
+    """A line failing since yesterday evening is chronic at 00:03, not unknown: the pass
+    reads the report of the window before, as the views do."""
+    def day(rid: str, minutes: list[str]) -> Report:
+        return Report(id=rid, series={"api": {
+            "GET /orders done": Series(level="INFO", minutes=dict.fromkeys(minutes, 80)),
+            "payment call failed": Series(level="ERROR", minutes=dict.fromkeys(minutes, 6))}})
+
+    yesterday = day("2026-11-28/all", [f"2026-11-28T23:{m:02d}" for m in range(60)])
+    today = day("2026-11-29/all", [f"2026-11-29T00:{m:02d}" for m in range(4)])
+    today.incidents = [Incident(
+        key="pay", event="Payment call failures", cause="payment calls fail", severity="high",
+        services=["api"], first_seen="2026-11-29T00:00:00Z", last_seen="2026-11-29T00:03:59Z",
+        count=24, evidence=[TemplateEvidence(template="payment call failed", count=24)])]
+
+    def verdict(window_before: dict[str, Report] | None) -> str:
+        asked: list[list[dict]] = []
+
+        class Summaries:
+            async def summarize(self, messages: list[dict], **_: object) -> tuple[str, None]:
+                asked.append(messages)
+                return "Payments fail.", None
+
+        async def sent(report_id: str, value: bytes) -> None:
+            pass
+
+        asyncio.run(rollup_pass(
+            [(today.id, today.to_json())], ParsedReports(), Summaries(),  # type: ignore[arg-type]
+            SETTINGS, sent, None if window_before is None else window_before.get))
+        [template] = extract_payload(asked[0])["incident"]["templates"]
+        [said] = template["baseline"]
+        return said["verdict"]
+
+    assert verdict({today.id: yesterday}) == "chronic"
+    assert verdict(None) == "unknown"  # without it the log only began at midnight
+    assert verdict({}) == "unknown"  # nor while the day before is not read yet
 
 
 def test_a_long_publish_interval_is_not_taken_for_a_held_fragment() -> None:
