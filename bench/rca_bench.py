@@ -795,8 +795,9 @@ def main() -> int:
                          for s in result["windows_summary"]]))
             print()
         if trimmed:
-            cuts = {name: window_summary(score_windows(ws, got, trim=name))
-                    for name, ws in trimmed.items()}
+            cut_rows = {name: score_windows(ws, got, trim=name) for name, ws in trimmed.items()}
+            result["trimmed_windows"] = cut_rows
+            cuts = {name: window_summary(rows) for name, rows in cut_rows.items()}
             if "windows" in parts and windows:
                 cuts = {"as labelled": result["windows_summary"], **cuts}
             result["trimmed"] = cuts
