@@ -90,7 +90,7 @@ class TraceTable:
         self.remember_ms = remember_ms
         self.idle_seconds = idle_seconds
         self.open: dict[str, OpenTrace] = {}
-        self.closed: dict[str, int] = {}  # trace -> its last line, while late ones drop
+        self.closed: set[str] = set()  # traces whose late lines drop
         # (last line, trace) of the closed ones, a heap: a check costs what it forgets,
         # not all it remembers
         self._closing: list[tuple[int, str]] = []
@@ -136,7 +136,7 @@ class TraceTable:
         if self._closing:  # forgotten once the newest line is REMEMBER_MS past them
             newest = max(ms for ms, _ in self.progress.values())
             while self._closing and self._closing[0][0] + self.remember_ms <= newest:
-                self.closed.pop(heapq.heappop(self._closing)[1], None)
+                self.closed.discard(heapq.heappop(self._closing)[1])
         return out
 
     def flush(self) -> list[OpenTrace]:
@@ -145,7 +145,7 @@ class TraceTable:
 
     def _close(self, trace_id: str) -> OpenTrace:
         trace = self.open.pop(trace_id)
-        self.closed[trace_id] = trace.last_ms
+        self.closed.add(trace_id)
         heapq.heappush(self._closing, (trace.last_ms, trace_id))
         return trace
 
