@@ -40,9 +40,10 @@ it (at most ``BASELINE_HOURS`` back), and then joins them. The statistics, state
   borrows the one all services' baseline hops show, each against its own median, as
   ``POOL_HOPS`` hops' worth: a service few requests reach has too few hops to know its
   own tail, and a baseline without a slow hop is no proof that they never happen.
-  Judged once the baseline holds ``MIN_HOP_BASELINE`` hops. A slowed service (a
-  delayed network, a starved CPU) shows here while its own lines and its callers' may
-  say nothing.
+  Judged once the baseline holds ``MIN_HOP_BASELINE`` hops, and at 4x once it holds
+  ``MIN_OWN_SPREAD``: that near the median services' spreads differ, so its own hops
+  must tell. A slowed service (a delayed network, a starved CPU) shows here while its
+  own lines and its callers' may say nothing.
 * **chronic**: a line at WARN or above present in at least ``CHRONIC_SHARE`` of at
   least ``CHRONIC_MIN_MINUTES`` baseline minutes: background, listed, never judged.
 * **standing**: a line at ERROR or above already written ``MIN_NEW`` times in the
@@ -119,6 +120,9 @@ ALL_CALLS = "(calls into it)"  # the template of a service's slow departure
 SLOW_STEPS = (4, 8, 12)
 MIN_SLOW = 3
 MIN_HOP_BASELINE = 5  # hops into a service in its baseline before they are judged
+# ... before 4x its median is: services' spreads differ that near the median, so its own
+# hops must tell; calls 16x or 64x slower are rare everywhere
+MIN_OWN_SPREAD = 20
 POOL_HOPS = 20  # the weight, in hops, of all services' slow share in each one's own
 MIN_CALL_HOPS = 3  # hops from a caller to a callee before the trace graph has the call
 
@@ -526,6 +530,8 @@ def _slow(service: str, base: _Hops, minute: str, bins: Mapping[int, int],
     n = sum(bins.values())
     best: tuple[float, int, int, float] | None = None  # (p, step, x, q)
     for step in SLOW_STEPS:
+        if step == SLOW_STEPS[0] and base.count < MIN_OWN_SPREAD:
+            continue
         x = sum(k for b, k in bins.items() if b >= median + step)
         if x < MIN_SLOW:
             break

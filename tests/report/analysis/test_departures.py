@@ -100,7 +100,7 @@ def test_calls_into_a_service_that_take_four_times_longer_depart_and_a_wobble_do
 
 def test_a_seldom_called_service_is_judged_by_the_tail_all_services_share() -> None:
     """Eight calls into db are too few to know its own tail: the other services' calls,
-    each against its own median, tell how often a call takes 4x or 64x its usual."""
+    each against its own median, tell how often a call takes 16x or 64x its usual."""
     def hops(api_usual: list[int], db_slow: list[int]) -> dict[str, dict[str, dict[str, int]]]:
         out = calls_into("api", api_usual, {})
         out["db"] = {m: {"6": 1, "7": 1} for m in HOUR[40:44]} | {
@@ -108,15 +108,18 @@ def test_a_seldom_called_service_is_judged_by_the_tail_all_services_share() -> N
         return out
 
     steady_api = [6, 6, 7, 5, 6, 8, 6, 7]
-    noisy_api = [6, 6, 6, 6, 6, 6, 11, 11]  # a quarter of its calls take 4x its usual
-    four_times = [11, 11, 11, 6]
-    [slow] = find_departures(background(), hops=hops(steady_api, four_times)).departures
-    assert (slow.service, slow.kind, slow.observed, slow.times) == ("db", "slow", 3, 4)
-    assert find_departures(background(), hops=hops(noisy_api, four_times)).departures == []
+    noisy_api = [6, 6, 6, 6, 6, 6, 15, 15]  # a quarter of its calls take 16x its usual
+    sixteen_times = [15, 15, 15, 6]
+    [slow] = find_departures(background(), hops=hops(steady_api, sixteen_times)).departures
+    assert (slow.service, slow.kind, slow.observed, slow.times) == ("db", "slow", 3, 16)
+    assert find_departures(background(), hops=hops(noisy_api, sixteen_times)).departures == []
     # a hundred times its usual is rare anywhere: it departs beside the noisy one too
     [slow] = find_departures(background(), hops=hops(noisy_api, [20, 20, 20, 6])).departures
     assert (slow.service, slow.observed, slow.times) == ("db", 3, 64)
     assert "3 calls into it took 64x its usual or longer" in slow.describe()
+    # near the median services differ: 4x is judged only on db's own twenty hops
+    four_times = [11, 11, 11, 6]
+    assert find_departures(background(), hops=hops(steady_api, four_times)).departures == []
 
 
 def test_a_new_routine_line_is_not_a_departure() -> None:
