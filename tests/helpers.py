@@ -10,6 +10,7 @@ import asyncio
 import base64
 import contextlib
 import json
+import random
 import shutil
 import socket
 import subprocess
@@ -85,6 +86,32 @@ def ci_tool(name: str) -> str | None:
     """A command-line tool that .ci/test builds into .ci-cache/go/bin, else one on PATH."""
     built = REPO / ".ci-cache" / "go" / "bin" / name
     return str(built) if built.is_file() else shutil.which(name)
+
+
+def write_requests(path: Path, *, geo_slower: float) -> None:
+    """Ten minutes of JSON lines, nothing above INFO: web calls db 60 times a minute
+    and geo 4 times, each request under one trace id (web's call, the callee's answer,
+    web's reply); from 10:04 geo answers ``geo_slower`` times later than before."""
+    rng = random.Random(7)
+    start = datetime(2026, 11, 29, 10, 0, tzinfo=UTC)
+    lines: list[tuple[datetime, str]] = []
+
+    def emit(t: datetime, service: str, msg: str, trace: str) -> None:
+        lines.append((t, json.dumps({"time": t.isoformat(timespec="milliseconds")
+                                     .replace("+00:00", "Z"), "level": "info",
+                                     "service": service, "msg": msg, "trace_id": trace})))
+
+    for minute in range(10):
+        for callee, per_minute, usual_ms in (("db", 60, 4.0), ("geo", 4, 8.0)):
+            slower = geo_slower if callee == "geo" and minute >= 4 else 1.0
+            for _ in range(per_minute):
+                t = start + timedelta(minutes=minute, seconds=rng.uniform(0, 50))
+                trace = f"{rng.getrandbits(128):032x}"
+                took = timedelta(milliseconds=usual_ms * rng.uniform(0.7, 1.5) * slower)
+                emit(t, "web", f"calling {callee}", trace)
+                emit(t + took, callee, "lookup answered", trace)
+                emit(t + took + timedelta(milliseconds=1), "web", f"{callee} answered", trace)
+    path.write_text("".join(text + "\n" for _, text in sorted(lines)), encoding="utf-8")
 
 
 def iso_z(at: datetime) -> str:

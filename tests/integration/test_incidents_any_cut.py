@@ -26,7 +26,7 @@ from streams.report.analysis.postmortem import derive
 from streams.report.state.model import Report
 from streams.worker.offline import reports_of_files
 
-from helpers import commits_catch_up, free_port, shared_file
+from helpers import commits_catch_up, free_port, shared_file, write_requests
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(600)]
 
@@ -133,6 +133,7 @@ def _same_incidents(pipeline_factory, wait_until, paths: list[str], name: str) -
     memory, dead = reports_of_files(paths, pipelines[0].settings())
     expected = incidents_of(memory)
     assert expected, f"{name}: the in-memory run found no incident"
+    assert any(r.hops for r in memory) and any(r.calls for r in memory), name
     took = {"memory": time.monotonic() - started}
     for workers, p in zip((1, 2), pipelines, strict=True):
         began = time.monotonic()
@@ -161,11 +162,17 @@ def test_a_shared_fault_window_gives_the_same_incidents_on_one_and_two_workers(
 
 def test_a_generated_fault_gives_the_same_incidents_on_one_and_two_workers(
         pipeline_factory, wait_until, tmp_path: Path) -> None:
-    """Runs without ../shared: a generated hour of five services, one of them crashing."""
+    """Runs without ../shared: a generated hour of five services, one of them crashing,
+    and ten minutes of traced requests into a service that slows (its hops and the
+    call graph come from the trace stage)."""
     from streams.batch.callees import same_service
     from streams.dev.faults import write_case
 
     case = write_case(tmp_path / "case", "crash", 3)
-    found = _same_incidents(pipeline_factory, wait_until, [str(f) for f in case.files],
-                            f"generated {case.truth.kind}")
+    requests = tmp_path / "requests.jsonl"
+    write_requests(requests, geo_slower=150)
+    found = _same_incidents(pipeline_factory, wait_until,
+                            [*(str(f) for f in case.files), str(requests)],
+                            f"generated {case.truth.kind} and traced requests")
     assert any(same_service(origin, case.truth.service) for origin, *_ in found), found
+    assert ("geo", "2026-11-29T10:04:00Z") in {(origin, started) for origin, started, *_ in found}

@@ -3,8 +3,6 @@
 from __future__ import annotations
 
 import json
-import random
-from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pytest
@@ -17,7 +15,7 @@ from streams.report.state.merge import compose
 from streams.settings import Settings
 from streams.worker.offline import reports_of_files
 
-from helpers import shared_file
+from helpers import shared_file, write_requests
 
 # the same records cut into batches of three and of hundreds, in both lanes
 SMALL_BATCHES = Settings(fast={"max_records": 3}, slow={"max_records": 3})
@@ -90,32 +88,6 @@ def test_a_file_across_midnight_gives_each_day_the_day_before(tmp_path: Path) ->
     assert [r.id for r in reports] == ["2026-11-28/all", "2026-11-29/all"]
     assert reports[0].previous is None
     assert reports[1].previous is reports[0]
-
-
-def write_requests(path: Path, *, geo_slower: float) -> None:
-    """Ten minutes of JSON lines, nothing above INFO: web calls db 60 times a minute
-    and geo 4 times, each request under one trace id (web's call, the callee's answer,
-    web's reply); from 10:04 geo answers ``geo_slower`` times later than before."""
-    rng = random.Random(7)
-    start = datetime(2026, 11, 29, 10, 0, tzinfo=UTC)
-    lines: list[tuple[datetime, str]] = []
-
-    def emit(t: datetime, service: str, msg: str, trace: str) -> None:
-        lines.append((t, json.dumps({"time": t.isoformat(timespec="milliseconds")
-                                     .replace("+00:00", "Z"), "level": "info",
-                                     "service": service, "msg": msg, "trace_id": trace})))
-
-    for minute in range(10):
-        for callee, per_minute, usual_ms in (("db", 60, 4.0), ("geo", 4, 8.0)):
-            slower = geo_slower if callee == "geo" and minute >= 4 else 1.0
-            for _ in range(per_minute):
-                t = start + timedelta(minutes=minute, seconds=rng.uniform(0, 50))
-                trace = f"{rng.getrandbits(128):032x}"
-                took = timedelta(milliseconds=usual_ms * rng.uniform(0.7, 1.5) * slower)
-                emit(t, "web", f"calling {callee}", trace)
-                emit(t + took, callee, "lookup answered", trace)
-                emit(t + took + timedelta(milliseconds=1), "web", f"{callee} answered", trace)
-    path.write_text("".join(text + "\n" for _, text in sorted(lines)), encoding="utf-8")
 
 
 def test_a_seldom_called_service_slowed_a_hundredfold_is_named_from_its_traces_alone(
