@@ -161,8 +161,8 @@ class Departure:
         if self.kind == "thin":
             return f"thinned out: {self.observed} a minute against {self.expected:.0f} usual"
         if self.kind == "slow":
-            return (f"slow: {self.observed} calls into it took {self.times}x its usual or longer, "
-                    f"{self.expected:.1f} expected")
+            return (f"slow: {self.observed} calls into it took {self.times}x its usual or "
+                    f"longer, {self.expected:.2g} expected")  # often far below one
         return f"volume fell: {self.observed} records a minute against {self.expected:.0f}"
 
 
