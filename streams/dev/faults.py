@@ -29,9 +29,13 @@ faults at known times, each in another service, each over within a quarter of an
 * ``vanishing``: the service keeps logging, but a line it writes right after another
   one, one for one, thins out (an early return, a swallowed exception); nothing at
   WARN or above, from anyone;
-* ``slow``: the service's own lines thin out, nothing at WARN or above of its own;
-  its callers log timeouts that name it by URL or host (``http://svc:8080/...``,
-  ``No instances available for svc``).
+* ``slow``: the service's own lines thin out, nothing at WARN or above of its own, and
+  the requests it still answers wait seconds; its callers log timeouts that name it by
+  URL or host (``http://svc:8080/...``, ``No instances available for svc``).
+
+A request from one service to another carries one trace id, as instrumented services
+print it (logback's MDC, OpenTelemetry's logging fields, JSON, logfmt): the caller's
+line as it sends, the callee's as it answers, the caller's as the answer comes back.
 
 Every day also has **chronic** noise: one or two callers that fail to find a callee
 (retired, or running but never discovered) in every minute of the day, fault or not,
@@ -75,6 +79,9 @@ _ROUTINE = (
     "health check passed ({ms} ms)",
     "scheduled job {res}-compaction finished, {n} rows",
 )
+# a caller's line as it sends a request, and the callee's as it answers (one trace id)
+_CALL_SENT = ("sending {op} to {dst}", "-> {dst} /v1/{res}/{id}", "calling {dst} for {res}")
+_CALL_SERVED = ("served /v1/{res} in {ms} ms", "{res} lookup answered", "request handled: {res}")
 _CALL_OK = (
     "POST http://{dst}:8080/v1/{res} -> 200 ({ms} ms)",
     "call to {dst} succeeded in {ms}ms",
@@ -294,11 +301,14 @@ def _crash(rng: random.Random, svc: _Service, begin: datetime, end: datetime) ->
 
 
 def _callers(rng: random.Random, svc: _Service, dst: str, kind: Kind, begin: datetime,
-             end: datetime, options: tuple[str, ...] | None = None) -> None:
-    """A caller notices some seconds after the fault, and logs it on most calls until it ends."""
+             end: datetime, options: tuple[str, ...] | None = None, *,
+             sends: bool = False) -> None:
+    """A caller notices some seconds after the fault, and logs it on most calls until it
+    ends; ``sends``: it still sends its requests (to a slow callee), none comes back."""
     # no call to it succeeds meanwhile
     svc.lines = [x for x in svc.lines
-                 if not (begin <= x.time < end and x.level != "ERROR" and dst in x.message)]
+                 if not (begin <= x.time < end and x.level != "ERROR" and dst in x.message
+                         and not (sends and x.step == "call"))]
     if options is None:
         options = _CALLER_CRASH if kind == "crash" else _CALLER_TIMEOUT
     mine = rng.sample(options, rng.randint(2, 3))  # one client library, a few phrasings
@@ -451,9 +461,14 @@ def write_day(folder: Path, seed: int, *, quiet: bool = False) -> DayCase:
     for caller, callee in chronic:  # no call to it ever succeeds
         calls[caller] = [c for c in calls[caller] if c != callee]
 
+    served: list[tuple[str, datetime, str]] = []
     for svc in services.values():
-        _day_routine(rng, svc, start, end, rng.uniform(5.0, 10.0), calls[svc.name])
+        _day_routine(rng, svc, start, end, rng.uniform(5.0, 10.0), calls[svc.name], served)
         _chronic(rng, svc, start, end)
+    for dst, at, trace in served:
+        callee = services[dst]
+        callee.lines.append(_Line(at, "INFO", callee.loggers[0], _fill(
+            rng, rng.choice(_CALL_SERVED)), trace_id=trace, step="served"))
     for caller, callee in chronic:
         _missing(rng, services[caller], callee, start, end)
 
@@ -470,8 +485,11 @@ def write_day(folder: Path, seed: int, *, quiet: bool = False) -> DayCase:
             svc.lines.append(_Line(until, "INFO", svc.loggers[0], _RESTART.format(
                 cls=f"{name.title()}Application", sec=f"{rng.uniform(8, 30):.3f}",
                 sec2=f"{rng.uniform(31, 40):.3f}")))
-        elif kind == "slow":
+        elif kind == "slow":  # and the requests it still answers wait seconds
             _thin(rng, svc, at, until, keep=rng.uniform(0.3, 0.5))
+            for x in svc.lines:
+                if x.step == "served" and at <= x.time < until:
+                    x.time += timedelta(seconds=rng.uniform(0.5, 3.0))
         else:  # vanishing: the line after the first of its busiest flow, mostly gone
             drop = rng.uniform(0.7, 0.9)
             svc.lines = [x for x in svc.lines if not (
@@ -481,7 +499,7 @@ def write_day(folder: Path, seed: int, *, quiet: bool = False) -> DayCase:
             options = _CALLER_SLOW if kind == "slow" else None
             for caller in callers:
                 _callers(rng, services[caller], name, "crash" if kind == "crash" else "silent",
-                         at, until, options)
+                         at, until, options, sends=kind == "slow")
         faults.append(Fault(name, at, kind, until, callers, line, follows))
     faults.sort(key=lambda f: f.time)
 
@@ -514,8 +532,10 @@ def _day_service(rng: random.Random, name: str) -> _Service:
 
 
 def _day_routine(rng: random.Random, svc: _Service, start: datetime, end: datetime,
-                 gap: float, calls: list[str]) -> None:
-    """Units of work (two lines, one right after the other), calls and other routine."""
+                 gap: float, calls: list[str], served: list[tuple[str, datetime, str]]
+                 ) -> None:
+    """Units of work (two lines, one right after the other), calls and other routine;
+    each call's answer goes to ``served`` as (callee, when, trace id)."""
     for t in _poisson(rng, start, end, gap):
         r = rng.random()
         trace = f"{rng.getrandbits(128):032x}"
@@ -528,9 +548,16 @@ def _day_routine(rng: random.Random, svc: _Service, start: datetime, end: dateti
             then = t + timedelta(milliseconds=rng.randint(2, 60))
             svc.lines.append(_Line(then, "INFO", logger, _fill(rng, second, **known),
                                    trace_id=trace, step=f"{n}b"))
-        elif calls and r < 0.75:
-            text = _fill(rng, rng.choice(_CALL_OK), dst=rng.choice(calls))
-            svc.lines.append(_Line(t, "INFO", rng.choice(svc.loggers), text, trace_id=trace))
+        elif calls and r < 0.75:  # a request to another service, one trace id through it
+            dst, logger = rng.choice(calls), rng.choice(svc.loggers)
+            svc.lines.append(_Line(t, "INFO", logger, _fill(
+                rng, rng.choice(_CALL_SENT), dst=dst, op=rng.choice(_OPS)),
+                trace_id=trace, step="call"))
+            took = timedelta(milliseconds=rng.uniform(3, 40))
+            served.append((dst, t + took, trace))
+            text = _fill(rng, rng.choice(_CALL_OK), dst=dst)
+            svc.lines.append(_Line(t + took + timedelta(milliseconds=rng.randint(1, 5)),
+                                   "INFO", logger, text, trace_id=trace))
         else:
             level: Level = "DEBUG" if rng.random() < 0.05 else "INFO"
             svc.lines.append(_Line(t, level, rng.choice(svc.loggers),
@@ -627,7 +654,9 @@ def _log4j(svc: _Service, line: _Line) -> str:
     t = line.time
     stamp = f"{t:%Y-%m-%d %H:%M:%S},{t.microsecond // 1000:03d}"
     thread = f"http-nio-8080-exec-{t.microsecond % 10 + 1}"
-    text = f"{stamp} {line.level:<5} [{thread}] {line.logger} - {line.message}"
+    # logback's MDC of an instrumented service, as TraceID: <hex> SpanID: <hex>
+    ids = f"TraceID: {line.trace_id} SpanID: {line.trace_id[-16:]} " if line.trace_id else ""
+    text = f"{stamp} {line.level:<5} [{thread}] {line.logger} - {ids}{line.message}"
     return "\n".join([text, *(f"\tat {f}" for f in line.trace)])
 
 
@@ -664,7 +693,10 @@ def _python(svc: _Service, line: _Line) -> str:
     # a traceback follows on its own lines, as logger.exception writes it
     t = line.time
     stamp = f"{t:%Y-%m-%d %H:%M:%S},{t.microsecond // 1000:03d}"
-    text = f"{stamp} {_PY_LEVEL[line.level]:<8} {line.logger}: {line.message}"
+    # OpenTelemetry's logging instrumentation adds the span's ids to the format
+    ids = (f"[trace_id={line.trace_id} span_id={line.trace_id[-16:]}] " if line.trace_id
+           else "")
+    text = f"{stamp} {_PY_LEVEL[line.level]:<8} {line.logger}: {ids}{line.message}"
     return "\n".join([text, *line.trace])
 
 

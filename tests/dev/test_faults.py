@@ -6,6 +6,7 @@ import json
 import re
 from dataclasses import dataclass
 from datetime import datetime, timedelta
+from itertools import pairwise
 from pathlib import Path
 
 import pytest
@@ -25,7 +26,7 @@ from streams.dev.faults import (
     write_day,
 )
 from streams.ingest.reader import iter_records, open_source
-from streams.records import NormalizedRecord, RawCoord
+from streams.records import NormalizedRecord, RawCoord, service_of, trace_id_of
 from streams.settings import Settings
 
 
@@ -289,3 +290,34 @@ def test_every_line_of_a_day_cleans_with_its_time(tmp_path: Path) -> None:
         records = [r for recs in cleaned(case).values() for r in recs]
         assert len(records) > 10_000
         assert all(day.start <= at(r) <= day.end + timedelta(seconds=1) for r in records)
+
+
+def test_a_days_requests_carry_one_trace_id_from_caller_to_callee(tmp_path: Path) -> None:
+    """Every format writes the trace id of a call (logback's MDC, OpenTelemetry's logging
+    fields, JSON, logfmt): the callee answers within 40 ms, and seconds later while it
+    is the slow fault; a caller keeps sending to it meanwhile."""
+    day = write_day(tmp_path, 1)
+    [slow] = [f for f in day.faults if f.kind == "slow"]
+    case = Case(day.name, day.files, Truth("quiet", None, None), day.start, day.end)
+    traces: dict[str, list[tuple[datetime, str]]] = {}
+    for record in (r for recs in cleaned(case).values() for r in recs):
+        trace = trace_id_of(record.attributes)
+        if trace is not None:
+            traces.setdefault(trace, []).append((at(record), service_of(record)))
+    usual: list[float] = []
+    slowed: list[float] = []
+    edge = timedelta(seconds=1)
+    for marks in traces.values():
+        marks.sort()
+        (sent, caller), (answered, callee) = next(
+            ((a, b) for a, b in pairwise(marks) if a[1] != b[1]),
+            (marks[0], marks[0]))
+        if callee == caller:
+            continue  # a unit of work of one service
+        took = (answered - sent).total_seconds()
+        if callee == slow.service and slow.time + edge <= sent < slow.end - edge:
+            slowed.append(took)
+        elif callee != slow.service or not slow.time - edge <= sent < slow.end + 4 * edge:
+            usual.append(took)
+    assert len(usual) > 1000 and max(usual) <= 0.05
+    assert len(slowed) >= 5 and min(slowed) >= 0.5
