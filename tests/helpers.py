@@ -97,9 +97,8 @@ def write_requests(path: Path, *, geo_slower: float) -> None:
     lines: list[tuple[datetime, str]] = []
 
     def emit(t: datetime, service: str, msg: str, trace: str) -> None:
-        lines.append((t, json.dumps({"time": t.isoformat(timespec="milliseconds")
-                                     .replace("+00:00", "Z"), "level": "info",
-                                     "service": service, "msg": msg, "trace_id": trace})))
+        lines.append((t, json.dumps({"time": iso_z(t), "level": "info", "service": service,
+                                     "msg": msg, "trace_id": trace})))
 
     for minute in range(10):
         for callee, per_minute, usual_ms in (("db", 60, 4.0), ("geo", 4, 8.0)):
