@@ -46,9 +46,10 @@ it (at most ``BASELINE_HOURS`` back), and then joins them. The statistics, state
   own lines and its callers' may say nothing.
 * **chronic**: a line at WARN or above present in at least ``CHRONIC_SHARE`` of at
   least ``CHRONIC_MIN_MINUTES`` baseline minutes: background, listed, never judged.
-* **standing**: a line at ERROR or above already written ``MIN_NEW`` times in the
-  report's opening minutes (those before the stream held ``MIN_BASELINE_RECORDS``
-  records, which nothing can be judged in) and never found chronic: the log began
+* **standing**: a line at ERROR or above written in the report's opening minutes
+  (those before the stream held ``MIN_BASELINE_RECORDS`` records, which nothing can be
+  judged in), ``MIN_NEW`` times there or in the minute after them (a log cut
+  mid-minute opens with a few seconds), and never found chronic: the log began
   while it was failing, so there is no past to judge it against. Not a departure (no
   statistic), it is kept apart (``Findings.standing``) and only titles a report that
   has no incident.
@@ -621,14 +622,16 @@ def _findings(state: _State, lines: list[_Line], minutes: list[str], first: str 
         if line.named:
             findings.calls.setdefault(line.service, set()).update(line.named)
     if minutes and minutes[0] == first:  # the window began the stream: no past at all
-        findings.standing, findings.early = _unjudged(lines, opening, state.chronic)
+        after = minutes[len(opening)] if len(minutes) > len(opening) else None
+        findings.standing, findings.early = _unjudged(lines, opening, after, state.chronic)
     return findings
 
 
-def _unjudged(lines: list[_Line], opening: list[str], chronic: set[tuple[str, str]]
-              ) -> tuple[list[Departure], list[Departure]]:
+def _unjudged(lines: list[_Line], opening: list[str], after: str | None,
+              chronic: set[tuple[str, str]]) -> tuple[list[Departure], list[Departure]]:
     """(standing, early) error lines that never proved chronic, most records first:
-    standing ones were written ``MIN_NEW`` times in the opening minutes, early ones
+    standing ones were written in the opening minutes, ``MIN_NEW`` times there or in the
+    minute ``after`` them (a log cut mid-minute opens with a few seconds), early ones
     began after them and the new test still waits on them when the walk ends. A log
     that starts mid-incident, or a minute before one, names its failing service even
     without a past."""
@@ -637,7 +640,8 @@ def _unjudged(lines: list[_Line], opening: list[str], chronic: set[tuple[str, st
         if not line.error or line.template == OTHER_TEMPLATES \
                 or (line.service, line.template) in chronic:
             continue
-        if sum(line.minutes.get(m, 0) for m in opening) >= MIN_NEW:
+        opened = sum(line.minutes.get(m, 0) for m in opening)
+        if opened >= MIN_NEW or (opened and line.minutes.get(after or "", 0) >= MIN_NEW):
             standing.append(_unjudged_line(line, opening[0], "standing"))
         elif not line.count and line.unseen[0] >= MIN_NEW:
             early.append(_unjudged_line(line, min(line.minutes), "early"))

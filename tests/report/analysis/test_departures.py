@@ -349,6 +349,25 @@ def test_a_log_that_begins_in_the_last_seconds_of_a_minute_is_judged_from_a_full
     assert [(d.template, d.observed) for d in found.standing] == [("payment call failed", 16)]
 
 
+def test_a_log_cut_seconds_into_a_failure_names_it_from_the_minute_after() -> None:
+    # a busy stream's first few seconds hold the records of a baseline but one of the
+    # failing line: the full minute after them tells it was failing all along
+    short = HOUR[:3]
+    done = Series(level="INFO", minutes={**steady(300, short), short[0]: 110})
+
+    def standing(failed: dict[str, int]) -> list[tuple[str, int]]:
+        series = {"api": {"GET /orders done": done,
+                          "payment call failed": Series(level="ERROR", minutes=failed)}}
+        found = find_departures(series)
+        return [(d.template, d.observed) for d in found.standing]
+
+    assert standing({short[0]: 1, short[1]: 8, short[2]: 8}) == [("payment call failed", 17)]
+    # two a minute after it: too few to tell, as in the opening minutes themselves
+    assert standing({short[0]: 1, short[1]: 2, short[2]: 2}) == []
+    # first written after the opening: not standing (the new test judges it)
+    assert standing({short[1]: 8, short[2]: 8}) == []
+
+
 def test_a_standing_error_that_proves_chronic_is_background_not_standing() -> None:
     series = background()
     series["api"]["payment call failed"] = Series(level="ERROR", minutes=steady(6))
