@@ -271,6 +271,12 @@ class _Hops:
                 return b
         return 0
 
+    def tails(self) -> tuple[int, dict[int, int]]:
+        """Its median bin, and per step of ``SLOW_STEPS`` its hops that many bins past it."""
+        median = self.median()
+        return median, {step: sum(n for b, n in self.bins.items() if b >= median + step)
+                        for step in SLOW_STEPS}
+
 
 def fold_series(series: Mapping[str, Mapping[str, Series]]) -> dict[str, dict[str, Series]]:
     """Each service's templates folded to their canonical form (counts summed)."""
@@ -491,11 +497,12 @@ def _step_hops(state: _State, minute: str, hops: Mapping[str, dict[int, int]]) -
     start = when - timedelta(hours=BASELINE_HOURS)
     for base in state.hops.values():
         base.forget_before(start)
-    pool = _slow_shares(state.hops.values())
+    tails = {service: base.tails() for service, base in state.hops.items() if base.count}
+    pool = _slow_shares(state.hops, tails)
     for service in sorted(hops):
         bins = hops[service]
         base = state.hops.setdefault(service, _Hops())
-        found = _slow(service, base, minute, bins, pool)
+        found = _slow(service, base, tails.get(service), minute, bins, pool)
         state.hops_walked += sum(bins.values())
         if found is not None:
             state.found.append((None, found))
@@ -506,28 +513,24 @@ def _step_hops(state: _State, minute: str, hops: Mapping[str, dict[int, int]]) -
         base.learn(when, bins)
 
 
-def _slow_shares(bases: Iterable[_Hops]) -> dict[int, float]:
+def _slow_shares(bases: Mapping[str, _Hops],
+                 tails: Mapping[str, tuple[int, dict[int, int]]]) -> dict[int, float]:
     """Per threshold of ``SLOW_STEPS``, the share of all services' baseline hops that
-    took that many bins past their own service's median (counted plus one, of those
-    plus two)."""
-    slow = dict.fromkeys(SLOW_STEPS, 0)
-    count = 0
-    for base in bases:
-        if base.count:
-            median = base.median()
-            for step in SLOW_STEPS:
-                slow[step] += sum(n for b, n in base.bins.items() if b >= median + step)
-            count += base.count
-    return {step: (k + 1) / (count + 2) for step, k in slow.items()}
+    took that many bins past their own service's median (``tails``; counted plus one,
+    of those plus two)."""
+    count = sum(bases[service].count for service in tails)
+    return {step: (sum(own[step] for _, own in tails.values()) + 1) / (count + 2)
+            for step in SLOW_STEPS}
 
 
-def _slow(service: str, base: _Hops, minute: str, bins: Mapping[int, int],
-          pool: Mapping[int, float]) -> Departure | None:
+def _slow(service: str, base: _Hops, tails: tuple[int, dict[int, int]] | None, minute: str,
+          bins: Mapping[int, int], pool: Mapping[int, float]) -> Departure | None:
     """The most telling of the ``SLOW_STEPS`` thresholds (its tail times their number):
-    a few calls a hundred times slower tell what many four times slower would."""
-    if base.count < MIN_HOP_BASELINE:
+    a few calls a hundred times slower tell what many four times slower would.
+    ``tails``: its baseline's (``_Hops.tails``)."""
+    if base.count < MIN_HOP_BASELINE or tails is None:
         return None
-    median = base.median()
+    median, past = tails
     n = sum(bins.values())
     best: tuple[float, int, int, float] | None = None  # (p, step, x, q)
     for step in SLOW_STEPS:
@@ -536,8 +539,7 @@ def _slow(service: str, base: _Hops, minute: str, bins: Mapping[int, int],
         x = sum(k for b, k in bins.items() if b >= median + step)
         if x < MIN_SLOW:
             break
-        own = sum(k for b, k in base.bins.items() if b >= median + step)
-        q = (own + POOL_HOPS * pool[step]) / (base.count + POOL_HOPS)
+        q = (past[step] + POOL_HOPS * pool[step]) / (base.count + POOL_HOPS)
         p = min(1.0, _binomial_upper(x, n, q) * len(SLOW_STEPS))
         if best is None or p <= best[0]:  # a tie: the larger slowness says more
             best = (p, step, x, q)
