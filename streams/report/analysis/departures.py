@@ -61,7 +61,8 @@ it (at most ``BASELINE_HOURS`` back), and then joins them. The statistics, state
 Nothing is judged before a template's baseline holds ``MIN_BASELINE_RECORDS`` records
 of the whole stream. A departing line's minute stays out of its own baseline, so an
 incident does not teach the baseline that it is normal, until it has departed
-``ABSORB_MINUTES`` minutes running: then it is the new normal. Templates are folded
+``ABSORB_MINUTES`` minutes running: then it is the new normal. So is a first
+appearance the new test has waited on that long without deciding it. Templates are folded
 per service to their canonical form first, so workers that mined a line differently
 still count it as one.
 """
@@ -602,6 +603,7 @@ def _step(state: _State, lines: list[_Line], by_service: Mapping[str, list[_Line
             line.departed_run += 1
             continue
         line.departed_run = 0
+        line.unseen = (0, 0)  # a first appearance never proved new is the new normal too
         line.learn(when, x, total)
     state.learned.append((when, total))
     state.walked.append(minute)

@@ -53,6 +53,23 @@ def test_a_new_error_line_departs_and_an_old_one_does_not() -> None:
     assert not [d for d in found.departures if d.template == "payment call failed"]
 
 
+def test_a_line_too_early_to_call_new_that_goes_on_every_minute_becomes_background(
+        ) -> None:
+    # judged from the second minute on: three records against a one-minute baseline of
+    # half its volume cannot prove new, and one a minute after that never will
+    busy = {**steady(200), HOUR[0]: 100}
+    series = {"api": {"GET /orders done": Series(level="INFO", minutes=busy),
+                      "retry scheduled": Series(level="ERROR", minutes={
+                          HOUR[1]: 3, **steady(1, HOUR[2:])})}}
+    found = find_departures(series)
+    assert not found.departures
+    assert found.chronic == [("api", "retry scheduled")]  # learned once it stayed
+    # gone after its first minute: nothing to learn, never background
+    series["api"]["retry scheduled"] = Series(level="ERROR", minutes={HOUR[1]: 3})
+    found = find_departures(series)
+    assert not found.departures and not found.chronic
+
+
 def test_a_new_error_that_slows_to_two_a_minute_goes_on_and_one_that_began_so_does_not(
 ) -> None:
     series = background()
