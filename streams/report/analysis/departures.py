@@ -62,9 +62,9 @@ Nothing is judged before a template's baseline holds ``MIN_BASELINE_RECORDS`` re
 of the whole stream. A departing line's minute stays out of its own baseline, so an
 incident does not teach the baseline that it is normal, until it has departed
 ``ABSORB_MINUTES`` minutes running: then it is the new normal. So is a first
-appearance the new test has waited on that long without deciding it. Templates are folded
-per service to their canonical form first, so workers that mined a line differently
-still count it as one.
+appearance the new test has waited on that long without deciding it. Templates are
+folded per service to their canonical form first, so workers that mined a line
+differently still count it as one.
 """
 
 from __future__ import annotations
