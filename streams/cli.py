@@ -384,8 +384,9 @@ def cmd_fake_llm(args: argparse.Namespace, settings: Settings) -> int:
 
     try:
         config = FakeLLMConfig(
-            model=args.model, rpm=args.rpm, tpm=args.tpm, context=args.context,
-            base_latency=args.base_latency, per_input_token=args.per_input_token,
+            model=args.model, rpm=args.rpm, tpm=args.tpm, window_seconds=args.window_seconds,
+            context=args.context, base_latency=args.base_latency,
+            per_input_token=args.per_input_token,
             per_output_token=args.per_output_token, error_rate=args.error_rate,
             timeout_rate=args.timeout_rate, malformed_rate=args.malformed_rate,
             wrong_ids_rate=args.wrong_ids_rate, truncate_rate=args.truncate_rate,
@@ -557,9 +558,11 @@ def make_parser() -> argparse.ArgumentParser:
     f.add_argument("--port", type=int, default=8000, help="port to listen on (default 8000)")
     f.add_argument("--model", default="fake-gpt", help="model name it answers to")
     f.add_argument("--rpm", type=int, metavar="N",
-                   help="requests per sliding minute before 429 (default unlimited)")
+                   help="requests per sliding window before 429 (default unlimited)")
     f.add_argument("--tpm", type=int, metavar="N",
-                   help="prompt + max_tokens per sliding minute before 429 (default unlimited)")
+                   help="prompt + max_tokens per sliding window before 429 (default unlimited)")
+    f.add_argument("--window-seconds", type=float, default=60.0, metavar="SECONDS",
+                   help="the sliding window --rpm and --tpm count in (default 60: a minute)")
     f.add_argument("--context", type=int, default=8192, metavar="TOKENS",
                    help="context window; longer prompts get 400 context_length_exceeded")
     f.add_argument("--base-latency", type=float, default=0.02, metavar="SECONDS",

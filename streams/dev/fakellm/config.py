@@ -19,6 +19,7 @@ _NULLABLE = {"rpm", "tpm", "api_key"}
 _RATE_FIELDS = {"error_rate", "timeout_rate", "malformed_rate", "wrong_ids_rate",
                 "truncate_rate", "context_error_rate"}
 _MAY_BE_ZERO = {"seed", "truncate_min_tokens", "context_error_min_tokens"}
+_ABOVE_ZERO = {"window_seconds"}  # a window of 0 s would never limit anything
 
 
 @dataclass
@@ -26,8 +27,11 @@ class FakeLLMConfig:
     """What the simulated provider does; mutable at run time (tests switch faults)."""
 
     model: str = "fake-gpt"
-    rpm: int | None = None  # requests per sliding minute; None: unlimited
-    tpm: int | None = None  # prompt + max_tokens per sliding minute; None: unlimited
+    rpm: int | None = None  # requests per sliding window; None: unlimited
+    tpm: int | None = None  # prompt + max_tokens per sliding window; None: unlimited
+    # the window rpm and tpm count in: a minute, as providers count; tests shorten it so
+    # that a 429's Retry-After costs seconds, not a minute
+    window_seconds: float = WINDOW_SECONDS
     context: int = 8192
     base_latency: float = 0.02  # seconds per request
     per_input_token: float = 0.00002  # seconds per prompt token
@@ -67,6 +71,9 @@ class FakeLLMConfig:
                 floor = 0 if name in _MAY_BE_ZERO else 1
                 ok = ok and (name == "seed" or value >= floor)
                 wanted = f"an integer >= {floor}"
+            elif name in _ABOVE_ZERO:
+                ok = isinstance(value, int | float) and not isinstance(value, bool)
+                ok, wanted = ok and 0 < value < math.inf, "a number above 0"
             else:
                 top = 1.0 if name in _RATE_FIELDS else math.inf
                 ok = isinstance(value, int | float) and not isinstance(value, bool)

@@ -17,7 +17,12 @@ from aiohttp import web
 
 from streams.batch.prompt import extract_payload
 from streams.clock import Clock, Sleep
-from streams.dev.fakellm.config import FakeLLMConfig, FakeLLMStats, SlidingWindow
+from streams.dev.fakellm.config import (
+    WINDOW_SECONDS,
+    FakeLLMConfig,
+    FakeLLMStats,
+    SlidingWindow,
+)
 from streams.dev.fakellm.judge import answer as model_answer
 from streams.errors import MalformedOutput
 from streams.tokens import TokenCounter
@@ -50,7 +55,8 @@ class FakeProvider:
         """Forget stats, records and rate windows; reseed the fault generator."""
         self.stats = FakeLLMStats()
         self.records: deque[dict[str, Any]] = deque(maxlen=self.config.max_recorded)
-        self._requests, self._tokens = SlidingWindow(), SlidingWindow()
+        seconds = self.config.window_seconds
+        self._requests, self._tokens = SlidingWindow(seconds), SlidingWindow(seconds)
         self._rng = random.Random(self.config.seed)
 
     def close(self) -> None:
@@ -231,8 +237,10 @@ class FakeProvider:
         for kind, window, limit, need in limits:
             if limit is None or (wait := window.wait(now, limit, need)) <= 0:
                 continue
+            per = ("min" if cfg.window_seconds == WINDOW_SECONDS
+                   else f"{cfg.window_seconds:g} s")  # a provider's own words, unless shortened
             message = (
-                f"Rate limit reached for {cfg.model} on {kind} per min: Limit {limit}, "
+                f"Rate limit reached for {cfg.model} on {kind} per {per}: Limit {limit}, "
                 f"Used {window.used(now)}, Requested {need}. Please try again in {wait:.3f}s."
             )
             if need > limit:
@@ -322,6 +330,8 @@ class FakeProvider:
             self._rng = random.Random(self.config.seed)
         if "max_recorded" in changes:
             self.records = deque(self.records, maxlen=self.config.max_recorded)
+        if "window_seconds" in changes:
+            self._requests.seconds = self._tokens.seconds = self.config.window_seconds
         logger.info("fake LLM config patched: %s", sorted(changes))
         return web.json_response(self.config.public())
 

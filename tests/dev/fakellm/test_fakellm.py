@@ -228,6 +228,25 @@ async def test_tpm_limit_counts_prompt_and_max_tokens(
     assert int(headers["x-ratelimit-remaining-tokens"]) == cost // 2
 
 
+async def test_a_shorter_window_limits_per_window_and_says_so(
+    server: FakeLLMServer, http: aiohttp.ClientSession, clock: FakeClock
+) -> None:
+    root = server.base_url.removesuffix("/v1")
+    async with http.post(f"{root}/_fake/config",
+                         json={"rpm": 1, "window_seconds": 10}) as response:
+        assert response.status == 200
+    assert (await post(http, server, chat_body()))[0] == 200
+    clock.advance(4)
+    status, headers, _ = await post(http, server, chat_body())
+    assert status == 429
+    assert int(headers["Retry-After"]) == 6  # the first request leaves the window in 6 s
+    assert headers["x-ratelimit-reset-requests"] == "6s"
+    assert "on requests per 10 s" in (await post(http, server, chat_body()))[2]["error"]["message"]
+    clock.advance(6)
+    assert (await post(http, server, chat_body()))[0] == 200
+    assert FakeLLMConfig().window_seconds == 60.0  # a minute unless told
+
+
 async def test_request_larger_than_tpm_is_refused(
     server: FakeLLMServer, http: aiohttp.ClientSession
 ) -> None:
@@ -478,7 +497,8 @@ async def test_requests_are_recorded_and_bounded(
 
 
 def test_config_rejects_impossible_values() -> None:
-    for bad in ({"rpm": 0}, {"error_rate": 1.5}, {"context": 2.5}, {"base_latency": -1}):
+    for bad in ({"rpm": 0}, {"error_rate": 1.5}, {"context": 2.5}, {"base_latency": -1},
+                {"window_seconds": 0}):
         with pytest.raises(ValueError, match=next(iter(bad))):
             FakeLLMConfig(**bad)
     config = FakeLLMConfig()
