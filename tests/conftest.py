@@ -115,22 +115,34 @@ class Pipeline:
         return proc
 
     def kill(self, proc: subprocess.Popen[bytes], sig: int = signal.SIGKILL) -> None:
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(proc.pid, sig)
-        try:
-            proc.wait(timeout=60)
-        except subprocess.TimeoutExpired:
-            os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait(timeout=30)
+        _signal(proc, sig)
+        _reap(proc)
 
     def worker_logs(self) -> str:
         return "\n".join(p.read_text(errors="replace")[-4000:]
                          for p in sorted(self.state_dir.glob("worker-*.log")))
 
     def close(self) -> None:
-        for proc in self.workers:
-            if proc.poll() is None:
-                self.kill(proc, signal.SIGTERM)
+        # every worker is told first, so their shutdowns overlap rather than add up
+        running = [proc for proc in self.workers if proc.poll() is None]
+        for proc in running:
+            _signal(proc, signal.SIGTERM)
+        for proc in running:
+            _reap(proc)
+
+
+def _signal(proc: subprocess.Popen[bytes], sig: int) -> None:
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(proc.pid, sig)
+
+
+def _reap(proc: subprocess.Popen[bytes]) -> None:
+    """Wait for a signalled worker; SIGKILL it if it is still there after a minute."""
+    try:
+        proc.wait(timeout=60)
+    except subprocess.TimeoutExpired:
+        _signal(proc, signal.SIGKILL)
+        proc.wait(timeout=30)
 
 
 @contextlib.contextmanager

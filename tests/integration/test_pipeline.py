@@ -217,9 +217,11 @@ def test_faulty_provider_loses_nothing(pipeline_factory, tmp_path: Path) -> None
     """429s with Retry-After, 5xx, malformed JSON and wrong ids: every record still
     ends in exactly one report, review or dead letter, and no secret reaches the model."""
     port = free_port()
-    # rpm 5: even the smallest run's batches (8 requests without ../shared) overrun it
-    fake = _start_fake_llm(tmp_path, port, "--rpm", "5", "--error-rate", "0.15",
-                           "--malformed-rate", "0.1", "--wrong-ids-rate", "0.1", "--seed", "3")
+    # 5 requests a window: even the smallest run's batches (8 requests without ../shared)
+    # overrun it; a 10 s window makes each 429's Retry-After cost seconds, not a minute
+    fake = _start_fake_llm(tmp_path, port, "--rpm", "5", "--window-seconds", "10",
+                           "--error-rate", "0.15", "--malformed-rate", "0.1",
+                           "--wrong-ids-rate", "0.1", "--seed", "3")
     try:
         p = pipeline_factory(
             RETRO_MODEL__BASE_URL=f"http://127.0.0.1:{port}/v1",
@@ -308,7 +310,8 @@ def _fake_requests(port: int) -> list:
 def test_crash_and_restart_counts_every_record_once(pipeline_factory, tmp_path: Path,
                                                     wait_until) -> None:
     """SIGKILL twice mid-stream: every record is still counted once."""
-    p = pipeline_factory()
+    # a SIGKILLed worker's partitions move once its session ends: the broker's minimum
+    p = pipeline_factory(RETRO_KAFKA__SESSION_TIMEOUT_SECONDS="6")
     paths = _sample(tmp_path, 3000)
     worker = p.start_worker()
     time.sleep(3)
@@ -337,13 +340,17 @@ def test_workers_joining_and_leaving_mid_stream_lose_nothing(pipeline_factory, t
     worker, consumed = workers.start, workers.consumed
 
     worker(0)
-    paths = _sample(tmp_path, 3000)
-    with ThreadPoolExecutor(1) as pool:  # about 60 s of records, spread over 4 partitions
+    paths = _sample(tmp_path, 1500)
+    # about 30 s of records, spread over 4 partitions: the join and the leave take about
+    # 10 s, so records still flow through both on a loaded machine
+    with ThreadPoolExecutor(1) as pool:
         producing = pool.submit(p.retro, "produce", "--quiet", "--spread", "4", "--rate", "50",
                                 *paths)
-        wait_until(lambda: consumed(0) > 0, timeout=120, what="the first worker consuming")
+        wait_until(lambda: consumed(0) > 0, timeout=120, interval=0.5,
+                   what="the first worker consuming")
         second = worker(1)
-        wait_until(lambda: consumed(1) > 0, timeout=120, what="the second worker consuming")
+        wait_until(lambda: consumed(1) > 0, timeout=120, interval=0.5,
+                   what="the second worker consuming")
         assert not producing.done(), "records stopped flowing before the second worker joined"
         time.sleep(3)
         p.kill(second, signal.SIGTERM)  # scale in: its partitions go back to the first
@@ -365,26 +372,33 @@ def test_multi_day_logs_through_crashes_and_a_rebalance_land_once(pipeline_facto
 
     from streams.dev.sample import write_multiday
 
-    p = pipeline_factory()
+    # a SIGKILLed worker's partitions move once its session ends: the broker's minimum
+    p = pipeline_factory(RETRO_KAFKA__SESSION_TIMEOUT_SECONDS="6")
     workers = _Workers(p)
     worker, consumed = workers.start, workers.consumed
     paths = [str(x) for x in write_multiday(tmp_path / "multiday", records=3000, days=4)]
     bgl = SHARED / "loghub" / "BGL" / "BGL_2k.log"
     if bgl.exists():
         paths.append(str(bgl))
+    # about 55 s of records, with or without BGL: the crashes and the second worker's
+    # stay take about 30 s, so records still flow through all of them on a loaded machine
+    rate = sum(_lines(path) for path in paths) / 55
 
     first = worker(0)
     with ThreadPoolExecutor(1) as pool:
         producing = pool.submit(p.retro, "produce", "--quiet", "--spread", "4", "--rate",
-                                "60", *paths)
+                                f"{rate:.0f}", *paths)
         for _ in range(2):
-            wait_until(lambda: consumed(0) > 0, timeout=120, what="the worker consuming")
+            wait_until(lambda: consumed(0) > 0, timeout=120, interval=0.5,
+                       what="the worker consuming")
             time.sleep(4)
             p.kill(first, signal.SIGKILL)
             first = worker(0)
-        wait_until(lambda: consumed(0) > 0, timeout=120, what="the restarted worker")
+        wait_until(lambda: consumed(0) > 0, timeout=120, interval=0.5,
+                   what="the restarted worker")
         second = worker(1)
-        wait_until(lambda: consumed(1) > 0, timeout=120, what="the second worker consuming")
+        wait_until(lambda: consumed(1) > 0, timeout=120, interval=0.5,
+                   what="the second worker consuming")
         time.sleep(3)
         p.kill(second, signal.SIGTERM)
         assert not producing.done(), "records stopped flowing before the second worker left"
@@ -395,6 +409,11 @@ def test_multi_day_logs_through_crashes_and_a_rebalance_land_once(pipeline_facto
     days = {rid.split("/")[0] for rid in _report_ids(p)}
     assert {"2026-11-28", "2026-11-29", "2026-11-30", "2026-12-01"} <= days, days
     commits_catch_up(p)
+
+
+def _lines(path: str) -> int:
+    with open(path, "rb") as f:
+        return sum(1 for _ in f)
 
 
 def _report_ids(p) -> list[str]:
