@@ -16,6 +16,7 @@ import subprocess
 import time
 from collections import Counter
 from collections.abc import Iterable, Mapping
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 from streams.dev.broker import launcher
@@ -173,8 +174,10 @@ class LocalCluster:
                 time.sleep(0.1)
 
     def stop(self) -> bool:
-        """Stop every node; True if one was running."""
-        stopped = [node.stop() for node in self.nodes.values()]
+        """Stop every node at once; True if one was running. One at a time, the last
+        node has lost its quorum and waits out its shutdown timeout."""
+        with ThreadPoolExecutor(max(1, len(self.nodes))) as pool:
+            stopped = list(pool.map(lambda node: node.stop(), self.nodes.values()))
         self.jars.state_file.unlink(missing_ok=True)
         return any(stopped)
 
