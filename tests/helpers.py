@@ -26,6 +26,7 @@ import pytest
 
 from streams.clean.cleaner import Cleaner
 from streams.gateway.backends import ChatRequest, ChatResult, HandlerBackend
+from streams.ports import free_port
 from streams.records import Evidence, Fragment, NormalizedRecord, RawCoord, TimeWindow
 from streams.report.state.merge import merge
 from streams.report.state.model import Report
@@ -230,11 +231,7 @@ def answers(*replies: ChatResult | Exception,
     return HandlerBackend(answer)
 
 
-def free_port() -> int:
-    """A loopback port that was free a moment ago (bound, then released)."""
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
+__all__ = ["free_port"]  # re-exported: tests import it from here
 
 
 def fake_control(port: int, path: str, patch: dict | None = None) -> dict:

@@ -34,14 +34,6 @@ def port_free(host: str, port: int) -> bool:
     return True
 
 
-def free_port(host: str) -> int:
-    """A port nothing listens on now, chosen by the kernel."""
-    family = socket.AF_INET6 if ":" in host else socket.AF_INET
-    with socket.socket(family, socket.SOCK_STREAM) as s:
-        s.bind((host, 0))
-        return int(s.getsockname()[1])
-
-
 def check_web_port(host: str, port: int) -> None:
     """Fail before starting, naming the setting, when the HTTP port is taken.
 

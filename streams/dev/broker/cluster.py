@@ -23,6 +23,7 @@ from streams.dev.broker import launcher
 from streams.dev.broker.launcher import DEFAULT_KAFKA_VERSION, LocalBroker
 from streams.errors import BrokerError
 from streams.kafka.local import pid_alive, port_open
+from streams.ports import free_port
 
 
 def min_insync(brokers: int) -> int:
@@ -208,7 +209,7 @@ class LocalCluster:
             doc = json.loads(self.cluster_file.read_text())
             return {int(i): (int(p[0]), int(p[1])) for i, p in doc["nodes"].items()}
         except (OSError, ValueError, KeyError, TypeError, IndexError):
-            return {i: (launcher._free_port(), launcher._free_port()) for i in self.nodes}
+            return {i: (free_port(), free_port()) for i in self.nodes}
 
     def _cluster_id(self) -> str:
         path = self.root / "cluster.id"

@@ -27,6 +27,7 @@ from typing import Any
 from streams.dev.broker import secure
 from streams.errors import BrokerError
 from streams.kafka.local import BrokerState, local_broker_state, pid_alive, port_open
+from streams.ports import free_port
 
 logger = logging.getLogger(__name__)
 
@@ -191,10 +192,10 @@ class LocalBroker:
             previous = json.loads(self.ports_file.read_text())
             port, controller_port = int(previous["port"]), int(previous["controller_port"])
         except (OSError, ValueError, KeyError, TypeError):
-            return _free_port(), _free_port()
+            return free_port(), free_port()
         if _bindable(port) and _bindable(controller_port):
             return port, controller_port
-        fresh = _free_port(), _free_port()
+        fresh = free_port(), free_port()
         logger.warning("port %s or %s of the previous start is taken; the broker now listens "
                        "on 127.0.0.1:%s: restart clients that were started before",
                        port, controller_port, fresh[0])
@@ -342,12 +343,6 @@ def _cluster_id() -> str:
         cid = base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
         if not cid.startswith("-"):
             return cid
-
-
-def _free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def _bindable(port: int) -> bool:

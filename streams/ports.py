@@ -1,0 +1,38 @@
+"""A free TCP port for a server started a moment later (the demo's views, the local
+broker, the tests' workers)."""
+
+from __future__ import annotations
+
+import random
+import socket
+from pathlib import Path
+
+EPHEMERAL_RANGE = Path("/proc/sys/net/ipv4/ip_local_port_range")
+LOWEST_PICKED = 10000
+_PICKS = random.SystemRandom()  # a program that seeds random must not make runs pick alike
+
+
+def free_port(host: str = "127.0.0.1") -> int:
+    """A port nothing listens on now, for a process that binds it a moment later.
+
+    Picked at random below the kernel's ephemeral range when that is known: outgoing
+    connections and port-0 binds never take one of those in the meantime, so only
+    another pick like this one (one in thousands) can. Else the kernel's choice.
+    """
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    try:
+        low = int(EPHEMERAL_RANGE.read_text().split()[0])
+    except (OSError, ValueError, IndexError):
+        low = 0
+    if low - LOWEST_PICKED >= 1000:
+        for _ in range(50):
+            port = _PICKS.randrange(LOWEST_PICKED, low)
+            with socket.socket(family, socket.SOCK_STREAM) as s:
+                try:
+                    s.bind((host, port))
+                except OSError:
+                    continue
+                return port
+    with socket.socket(family, socket.SOCK_STREAM) as s:
+        s.bind((host, 0))
+        return int(s.getsockname()[1])
