@@ -21,7 +21,7 @@ PACKAGE = Path(__file__).resolve().parents[1] / "streams"
 # Lower numbers sit lower in the house; an import may only point to the same or lower.
 LEVELS: dict[str, int] = {
     "errors": 0, "intervals": 0, "records": 0, "schemas": 0, "settings": 0, "metrics": 0,
-    "clock": 0, "tokens": 0, "redact": 0,
+    "clock": 0, "tokens": 0, "redact": 0, "ports": 0,
     "kafka": 1, "runtime": 2,
     "ingest": 2, "clean": 3, "traces": 4, "batch": 4, "gateway": 5, "report": 6, "notify": 7,
     "worker": 8, "app": 9, "runner": 10,
