@@ -26,7 +26,7 @@ import pytest
 
 from streams.clean.cleaner import Cleaner
 from streams.gateway.backends import ChatRequest, ChatResult, HandlerBackend
-from streams.ports import free_port
+from streams.ports import free_port as free_port  # tests import it from here
 from streams.records import Evidence, Fragment, NormalizedRecord, RawCoord, TimeWindow
 from streams.report.state.merge import merge
 from streams.report.state.model import Report
@@ -229,9 +229,6 @@ def answers(*replies: ChatResult | Exception,
         return play()
 
     return HandlerBackend(answer)
-
-
-__all__ = ["free_port"]  # re-exported: tests import it from here
 
 
 def fake_control(port: int, path: str, patch: dict | None = None) -> dict:
