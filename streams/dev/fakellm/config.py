@@ -71,13 +71,13 @@ class FakeLLMConfig:
                 floor = 0 if name in _MAY_BE_ZERO else 1
                 ok = ok and (name == "seed" or value >= floor)
                 wanted = f"an integer >= {floor}"
-            elif name in _ABOVE_ZERO:
-                ok = isinstance(value, int | float) and not isinstance(value, bool)
-                ok, wanted = ok and 0 < value < math.inf, "a number above 0"
             else:
-                top = 1.0 if name in _RATE_FIELDS else math.inf
-                ok = isinstance(value, int | float) and not isinstance(value, bool)
-                ok, wanted = ok and 0 <= value <= top, f"a number in [0, {top}]"
+                number = isinstance(value, int | float) and not isinstance(value, bool)
+                if name in _ABOVE_ZERO:
+                    ok, wanted = number and 0 < value < math.inf, "a number above 0"
+                else:
+                    top = 1.0 if name in _RATE_FIELDS else math.inf
+                    ok, wanted = number and 0 <= value <= top, f"a number in [0, {top}]"
             if not ok:
                 raise ValueError(f"{name} must be {wanted}, got {value!r}")
 
