@@ -40,10 +40,11 @@ it (at most ``BASELINE_HOURS`` back), and then joins them. The statistics, state
   borrows the one all services' baseline hops show, each against its own median, as
   ``POOL_HOPS`` hops' worth: a service few requests reach has too few hops to know its
   own tail, and a baseline without a slow hop is no proof that they never happen.
-  Judged once the baseline holds ``MIN_HOP_BASELINE`` hops, and at 4x once it holds
-  ``MIN_OWN_SPREAD``: that near the median services' spreads differ, so its own hops
-  must tell. A slowed service (a delayed network, a starved CPU) shows here while its
-  own lines and its callers' may say nothing.
+  Each step is judged once the baseline holds ``STEP_HOPS`` hops (20 at 4x, 5 at 16x,
+  2 at 64x): near the median services' spreads differ, so its own hops must tell, and
+  a median of a few hops may be off by more than 4x but not by 64x. A slowed service
+  (a delayed network, a starved CPU) shows here while its own lines and its callers'
+  may say nothing.
 * **chronic**: a line at WARN or above present in at least ``CHRONIC_SHARE`` of at
   least ``CHRONIC_MIN_MINUTES`` baseline minutes: background, listed, never judged.
 * **standing**: a line at ERROR or above written in the report's opening minutes
@@ -121,10 +122,10 @@ ALL_CALLS = "(calls into it)"  # the template of a service's slow departure
 # half-octave hop bins (streams.traces.table.hop_bin) past the median: 4x, 16x, 64x
 SLOW_STEPS = (4, 8, 12)
 MIN_SLOW = 3
-MIN_HOP_BASELINE = 5  # hops into a service in its baseline before they are judged
-# ... before 4x its median is: services' spreads differ that near the median, so its own
-# hops must tell; calls 16x or 64x slower are rare everywhere
-MIN_OWN_SPREAD = 20
+# hops into a service in its baseline before each step is judged: near the median
+# services' spreads differ, so its own hops must tell; a median of two hops may be a few
+# bins off, which a call 64x slower outruns, and calls that slow are rare everywhere
+STEP_HOPS = (20, 5, 2)
 POOL_HOPS = 20  # the weight, in hops, of all services' slow share in each one's own
 MIN_CALL_HOPS = 3  # hops from a caller to a callee before the trace graph has the call
 
@@ -529,13 +530,13 @@ def _slow(service: str, base: _Hops, tails: tuple[int, dict[int, int]] | None, m
     """The most telling of the ``SLOW_STEPS`` thresholds (its tail times their number):
     a few calls a hundred times slower tell what many four times slower would.
     ``tails``: its baseline's (``_Hops.tails``)."""
-    if base.count < MIN_HOP_BASELINE or tails is None:
+    if tails is None:
         return None
     median, past = tails
     n = sum(bins.values())
     best: tuple[float, int, int, float] | None = None  # (p, step, x, q)
-    for step in SLOW_STEPS:
-        if step == SLOW_STEPS[0] and base.count < MIN_OWN_SPREAD:
+    for step, own in zip(SLOW_STEPS, STEP_HOPS, strict=True):
+        if base.count < own:
             continue
         x = sum(k for b, k in bins.items() if b >= median + step)
         if x < MIN_SLOW:

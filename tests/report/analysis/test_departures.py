@@ -142,6 +142,21 @@ def test_a_seldom_called_service_is_judged_by_the_tail_all_services_share() -> N
     assert find_departures(background(), hops=hops(steady_api, four_times)).departures == []
 
 
+
+def test_two_calls_in_a_baseline_judge_a_call_64x_slower_and_not_one_16x() -> None:
+    """A log that begins a minute before a service slows holds two of its calls: their
+    median may be a few bins off, which 64x outruns and 16x may not."""
+    def hops(usual: list[int], slowed: list[int]) -> dict[str, dict[str, dict[str, int]]]:
+        out = calls_into("api", [6, 6, 7, 5, 6, 8, 6, 7], {})
+        out["db"] = {HOUR[43]: {str(b): usual.count(b) for b in set(usual)},
+                     HOUR[44]: {str(b): slowed.count(b) for b in set(slowed)}}
+        return out
+
+    [slow] = find_departures(background(), hops=hops([6, 7], [20, 20, 20, 6])).departures
+    assert (slow.service, slow.minute, slow.observed, slow.times) == ("db", HOUR[44], 3, 64)
+    assert find_departures(background(), hops=hops([6, 7], [15, 15, 15, 6])).departures == []
+    assert find_departures(background(), hops=hops([6], [20, 20, 20, 6])).departures == []
+
 def test_a_new_routine_line_is_not_a_departure() -> None:
     series = background()
     series["api"]["cache warmed"] = Series(level="INFO", minutes={m: 6 for m in HOUR[40:45]})
