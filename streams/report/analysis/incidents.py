@@ -18,7 +18,8 @@ Departures (``streams.report.analysis.departures``) become incidents:
    its departures: a failing line's in full, a thinning line's or a quiet service's
    at ``SILENT_WEIGHT`` (they are subtler and noisier), its callers' at
    ``CALLER_WEIGHT``. Below ``MIN_WEIGHT`` it is noise and dropped. The severity
-   grows with the weight and with callers that suffered.
+   grows with the weight and with callers that suffered; calls into the origin timed
+   far slower are its own failure here, as its error lines are.
 4. **Unjudged conditions.** Error lines the report began with and that never proved
    chronic (``Findings.standing``), and those begun too soon after it for the baseline
    to judge (``Findings.early``), are one low incident per service (a named callee's
@@ -330,7 +331,9 @@ def _began(first: Departure) -> str:
 
 
 def _severity(incident: DayIncident) -> Severity:
-    own_failing = any(d.service == incident.origin and d.failing for d in incident.evidence)
+    # its own requests timed far slower is its own failure, as its error lines are
+    own_failing = any(d.service == incident.origin and (d.failing or d.kind == "slow")
+                      for d in incident.evidence)
     if incident.weight >= 64 and len(incident.callers) >= 2:
         return "critical"
     if incident.weight >= 24 or (incident.callers and own_failing and incident.weight >= 16):

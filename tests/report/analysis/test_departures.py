@@ -108,6 +108,12 @@ def test_calls_into_a_service_that_take_four_times_longer_depart_and_a_wobble_do
         ("db", "slow", HOUR[45], 7)]
     [incident] = find_incidents(found)
     assert (incident.origin, incident.title) == ("db", "db: calls into it slowed")
+    # its own requests timed so slow are its own failure, as its errors would be: medium
+    assert incident.severity == "medium"
+    # three such calls among thirty-three are a weaker sign: low
+    fewer = calls_into("db", usual, {45: [11] * 3 + [6] * 30})
+    [incident] = find_incidents(find_departures(background(), hops=fewer))
+    assert (incident.origin, incident.severity) == ("db", "low")
     # twice as slow, or four times for two calls in a minute: not enough to tell
     twice = calls_into("db", usual, {45: [8, 8, 9, 7, 8, 10, 8, 9]})
     assert kinds(background()) == set() == {
