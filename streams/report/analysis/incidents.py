@@ -331,7 +331,7 @@ def _began(first: Departure) -> str:
 
 
 def _severity(incident: DayIncident) -> Severity:
-    # its own requests timed far slower is its own failure, as its error lines are
+    # calls into it timed far slower are its own failure, as its error lines are
     own_failing = any(d.service == incident.origin and (d.failing or d.kind == "slow")
                       for d in incident.evidence)
     if incident.weight >= 64 and len(incident.callers) >= 2:

@@ -108,7 +108,7 @@ def test_calls_into_a_service_that_take_four_times_longer_depart_and_a_wobble_do
         ("db", "slow", HOUR[45], 7)]
     [incident] = find_incidents(found)
     assert (incident.origin, incident.title) == ("db", "db: calls into it slowed")
-    # its own requests timed so slow are its own failure, as its errors would be: medium
+    # calls into it this slow are its own failure, as its errors would be: medium
     assert incident.severity == "medium"
     # three such calls among thirty-three are a weaker sign: low
     fewer = calls_into("db", usual, {45: [11] * 3 + [6] * 30})
@@ -148,7 +148,6 @@ def test_a_seldom_called_service_is_judged_by_the_tail_all_services_share() -> N
     assert find_departures(background(), hops=hops(steady_api, four_times)).departures == []
 
 
-
 def test_two_calls_in_a_baseline_judge_a_call_64x_slower_and_not_one_16x() -> None:
     """A log that begins a minute before a service slows holds two of its calls: their
     median may be a few bins off, which 64x outruns and 16x may not."""
@@ -162,6 +161,7 @@ def test_two_calls_in_a_baseline_judge_a_call_64x_slower_and_not_one_16x() -> No
     assert (slow.service, slow.minute, slow.observed, slow.times) == ("db", HOUR[44], 3, 64)
     assert find_departures(background(), hops=hops([6, 7], [15, 15, 15, 6])).departures == []
     assert find_departures(background(), hops=hops([6], [20, 20, 20, 6])).departures == []
+
 
 def test_a_new_routine_line_is_not_a_departure() -> None:
     series = background()
