@@ -380,7 +380,7 @@ def _redrive(settings: Settings, chosen: list[Any], *, which: str) -> int:
 
 def cmd_fake_llm(args: argparse.Namespace, settings: Settings) -> int:
     from streams.dev.fakellm import FakeLLMConfig, serve
-    from streams.worker.web import port_free
+    from streams.ports import port_free
 
     try:
         config = FakeLLMConfig(

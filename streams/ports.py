@@ -1,5 +1,5 @@
-"""A free TCP port for a server started a moment later (the demo's views, the local
-broker, the tests' workers)."""
+"""Free TCP ports: one for a server started a moment later (the demo's views, the local
+broker, the tests' workers), and whether a given one is free."""
 
 from __future__ import annotations
 
@@ -10,6 +10,18 @@ from pathlib import Path
 EPHEMERAL_RANGE = Path("/proc/sys/net/ipv4/ip_local_port_range")
 LOWEST_PICKED = 10000
 _PICKS = random.SystemRandom()  # a program that seeds random must not make runs pick alike
+
+
+def port_free(host: str, port: int) -> bool:
+    """Whether a server could listen on host:port now (servers bind with SO_REUSEADDR)."""
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    with socket.socket(family, socket.SOCK_STREAM) as s:
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            s.bind((host, port))
+        except OSError:
+            return False
+    return True
 
 
 def free_port(host: str = "127.0.0.1") -> int:

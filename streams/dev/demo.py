@@ -35,7 +35,7 @@ from streams.notify.incidents import alerts_for
 from streams.notify.ledger import Notices, recognised
 from streams.notify.sinks import configured_urls
 from streams.notify.step import latest_windows, window_over
-from streams.ports import free_port
+from streams.ports import free_port, port_free
 from streams.report.analysis.rollup import needs_rollup
 from streams.report.ops.audit import audit_until_clean, dumps
 from streams.report.state.keys import UNDATED
@@ -43,7 +43,7 @@ from streams.report.state.model import SEVERITY_WEIGHT
 from streams.report.store import read_reports
 from streams.report.views.view import render_reports
 from streams.settings import Settings, sink_urls
-from streams.worker.web import check_web_port, port_free
+from streams.worker.web import check_web_port
 
 SKIP_SUFFIXES = ("_structured.csv", "_templates.csv", ".json", ".md")
 SKIP_NAMES = {"LICENSE", "CITATION"}

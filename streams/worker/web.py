@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import asyncio
 import functools
-import socket
 from collections.abc import Awaitable, Callable
 from typing import Any
 
@@ -14,24 +13,13 @@ from streams.errors import PortInUse
 from streams.kafka.probe import BrokerProbe
 from streams.kafka.stall import StallDetector
 from streams.metrics import Metrics
+from streams.ports import port_free
 from streams.report.store import ReportFollower
 from streams.report.views.view import render_html, render_index_html, top_incident
 from streams.worker.web_auth import COOKIE, authorized
 
 Handler = Callable[..., Awaitable[Any]]
 PROBE_SECONDS = 2.0  # between readiness probes of the bootstrap servers
-
-
-def port_free(host: str, port: int) -> bool:
-    """Whether a server could listen on host:port now (aiohttp binds with SO_REUSEADDR)."""
-    family = socket.AF_INET6 if ":" in host else socket.AF_INET
-    with socket.socket(family, socket.SOCK_STREAM) as s:
-        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        try:
-            s.bind((host, port))
-        except OSError:
-            return False
-    return True
 
 
 def check_web_port(host: str, port: int) -> None:

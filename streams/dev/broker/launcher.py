@@ -14,7 +14,6 @@ import logging
 import os
 import shutil
 import signal
-import socket
 import subprocess
 import time
 import uuid
@@ -27,7 +26,7 @@ from typing import Any
 from streams.dev.broker import secure
 from streams.errors import BrokerError
 from streams.kafka.local import BrokerState, local_broker_state, pid_alive, port_open
-from streams.ports import free_port
+from streams.ports import free_port, port_free
 
 logger = logging.getLogger(__name__)
 
@@ -193,7 +192,7 @@ class LocalBroker:
             port, controller_port = int(previous["port"]), int(previous["controller_port"])
         except (OSError, ValueError, KeyError, TypeError):
             return free_port(), free_port()
-        if _bindable(port) and _bindable(controller_port):
+        if port_free("127.0.0.1", port) and port_free("127.0.0.1", controller_port):
             return port, controller_port
         fresh = free_port(), free_port()
         logger.warning("port %s or %s of the previous start is taken; the broker now listens "
@@ -343,13 +342,3 @@ def _cluster_id() -> str:
         cid = base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
         if not cid.startswith("-"):
             return cid
-
-
-def _bindable(port: int) -> bool:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        try:
-            s.bind(("127.0.0.1", port))
-        except OSError:
-            return False
-    return True
