@@ -19,7 +19,8 @@ Departures (``streams.report.analysis.departures``) become incidents:
    at ``SILENT_WEIGHT`` (they are subtler and noisier), its callers' at
    ``CALLER_WEIGHT``. Below ``MIN_WEIGHT`` it is noise and dropped. The severity
    grows with the weight and with callers that suffered; calls into the origin timed
-   far slower are its own failure here, as its error lines are.
+   far slower, and a usual line it stopped writing, are its own failure here, as its
+   error lines are.
 4. **Unjudged conditions.** Error lines the report began with and that never proved
    chronic (``Findings.standing``), and those begun too soon after it for the baseline
    to judge (``Findings.early``), are one low incident per service (a named callee's
@@ -176,6 +177,7 @@ def find_unjudged(findings: Findings) -> list[DayIncident]:
 
 SILENT = ("thin", "quiet")
 HOLDING = ("thin", "quiet", "slow")  # what a callee that holds its callers' work shows
+OWN_SILENT = ("thin", "slow")  # departures without an error line that are its own failure
 
 
 def _linked_by_traces(runs: list[tuple[str, list[Departure]]]
@@ -331,8 +333,10 @@ def _began(first: Departure) -> str:
 
 
 def _severity(incident: DayIncident) -> Severity:
-    # calls into it timed far slower are its own failure, as its error lines are
-    own_failing = any(d.service == incident.origin and (d.failing or d.kind == "slow")
+    # calls into it timed far slower, or a usual line it stopped writing (an early
+    # return), are its own failure, as its error lines are; a volume drop is not: less
+    # traffic sent to it explains one as well
+    own_failing = any(d.service == incident.origin and (d.failing or d.kind in OWN_SILENT)
                       for d in incident.evidence)
     if incident.weight >= 64 and len(incident.callers) >= 2:
         return "critical"

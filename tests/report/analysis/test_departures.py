@@ -189,6 +189,16 @@ def test_a_usual_line_that_thins_out_while_its_partner_goes_on_departs() -> None
     thin = [d for d in found.departures if d.kind == "thin"]
     assert {d.template for d in thin} == {"row returned"}
     assert {d.minute for d in thin} == set(HOUR[45:48])
+    # a line it stopped writing for three minutes is its own failure, as an error is
+    [incident] = find_incidents(found)
+    assert (incident.origin, incident.title, incident.severity) == (
+        "db", "db: a usual line thins out", "medium")
+    # one such minute is a weaker sign: low
+    once = varying()
+    once[HOUR[45]] = 3
+    series["db"]["row returned"] = Series(level="INFO", minutes=once)
+    [incident] = find_incidents(find_departures(series))
+    assert (incident.origin, incident.severity) == ("db", "low")
 
 
 def varying() -> dict[str, int]:
