@@ -177,7 +177,10 @@ def find_unjudged(findings: Findings) -> list[DayIncident]:
 
 SILENT = ("thin", "quiet")
 HOLDING = ("thin", "quiet", "slow")  # what a callee that holds its callers' work shows
-OWN_SILENT = ("thin", "slow")  # departures without an error line that are its own failure
+# without an error line still its own failure: calls into it timed far slower, a usual
+# line it stopped writing (an early return); a volume drop is not, as less traffic
+# sent to it explains one as well
+OWN_FAILURE = ("slow", "thin")
 
 
 def _linked_by_traces(runs: list[tuple[str, list[Departure]]]
@@ -333,10 +336,7 @@ def _began(first: Departure) -> str:
 
 
 def _severity(incident: DayIncident) -> Severity:
-    # calls into it timed far slower, or a usual line it stopped writing (an early
-    # return), are its own failure, as its error lines are; a volume drop is not: less
-    # traffic sent to it explains one as well
-    own_failing = any(d.service == incident.origin and (d.failing or d.kind in OWN_SILENT)
+    own_failing = any(d.service == incident.origin and (d.failing or d.kind in OWN_FAILURE)
                       for d in incident.evidence)
     if incident.weight >= 64 and len(incident.callers) >= 2:
         return "critical"
