@@ -12,10 +12,13 @@ LOWEST_PICKED = 10000
 _PICKS = random.SystemRandom()  # a program that seeds random must not make runs pick alike
 
 
+def _family(host: str) -> socket.AddressFamily:
+    return socket.AF_INET6 if ":" in host else socket.AF_INET
+
+
 def port_free(host: str, port: int) -> bool:
     """Whether a server could listen on host:port now (servers bind with SO_REUSEADDR)."""
-    family = socket.AF_INET6 if ":" in host else socket.AF_INET
-    with socket.socket(family, socket.SOCK_STREAM) as s:
+    with socket.socket(_family(host), socket.SOCK_STREAM) as s:
         s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         try:
             s.bind((host, port))
@@ -31,7 +34,7 @@ def free_port(host: str = "127.0.0.1") -> int:
     connections and port-0 binds never take one of those in the meantime, so only
     another pick like this one (one in thousands) can. Else the kernel's choice.
     """
-    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    family = _family(host)
     try:
         low = int(EPHEMERAL_RANGE.read_text().split()[0])
     except (OSError, ValueError, IndexError):

@@ -90,13 +90,18 @@ def calls_into(service: str, usual: list[int], slow: dict[int, list[int]]
                ) -> dict[str, dict[str, dict[str, int]]]:
     """Hops into ``service`` (``Report.hops``): each minute ``usual`` bins, except the
     minutes of ``slow`` (by index in HOUR)."""
-    minutes = {}
-    for i, minute in enumerate(HOUR):
-        bins: dict[str, int] = {}
-        for b in slow.get(i, usual):
-            bins[str(b)] = bins.get(str(b), 0) + 1
-        minutes[minute] = bins
-    return {service: minutes}
+    return {service: {minute: bins(slow.get(i, usual)) for i, minute in enumerate(HOUR)}}
+
+
+def bins(calls: list[int]) -> dict[str, int]:
+    """One minute's hops by delay bin, one call a bin each."""
+    return {str(b): calls.count(b) for b in sorted(set(calls))}
+
+
+def api_and_db(api_usual: list[int], db: dict[str, list[int]]
+               ) -> dict[str, dict[str, dict[str, int]]]:
+    """api called all hour (``calls_into``), db only in the minutes of ``db``."""
+    return calls_into("api", api_usual, {}) | {"db": {m: bins(x) for m, x in db.items()}}
 
 
 def test_calls_into_a_service_that_take_four_times_longer_depart_and_a_wobble_does_not(
@@ -126,10 +131,7 @@ def test_a_seldom_called_service_is_judged_by_the_tail_all_services_share() -> N
     """Eight calls into db are too few to know its own tail: the other services' calls,
     each against its own median, tell how often a call takes 16x or 64x its usual."""
     def hops(api_usual: list[int], db_slow: list[int]) -> dict[str, dict[str, dict[str, int]]]:
-        out = calls_into("api", api_usual, {})
-        out["db"] = {m: {"6": 1, "7": 1} for m in HOUR[40:44]} | {
-            HOUR[44]: {str(b): db_slow.count(b) for b in set(db_slow)}}
-        return out
+        return api_and_db(api_usual, {m: [6, 7] for m in HOUR[40:44]} | {HOUR[44]: db_slow})
 
     steady_api = [6, 6, 7, 5, 6, 8, 6, 7]
     noisy_api = [6, 6, 6, 6, 6, 6, 15, 15]  # a quarter of its calls take 16x its usual
@@ -152,10 +154,7 @@ def test_two_calls_in_a_baseline_judge_a_call_64x_slower_and_not_one_16x() -> No
     """A log that begins a minute before a service slows holds two of its calls: their
     median may be a few bins off, which 64x outruns and 16x may not."""
     def hops(usual: list[int], slowed: list[int]) -> dict[str, dict[str, dict[str, int]]]:
-        out = calls_into("api", [6, 6, 7, 5, 6, 8, 6, 7], {})
-        out["db"] = {HOUR[43]: {str(b): usual.count(b) for b in set(usual)},
-                     HOUR[44]: {str(b): slowed.count(b) for b in set(slowed)}}
-        return out
+        return api_and_db([6, 6, 7, 5, 6, 8, 6, 7], {HOUR[43]: usual, HOUR[44]: slowed})
 
     [slow] = find_departures(background(), hops=hops([6, 7], [20, 20, 20, 6])).departures
     assert (slow.service, slow.minute, slow.observed, slow.times) == ("db", HOUR[44], 3, 64)
