@@ -30,8 +30,9 @@ faults at known times, each in another service, each over within a quarter of an
   one, one for one, thins out (an early return, a swallowed exception); nothing at
   WARN or above, from anyone;
 * ``slow``: the service's own lines thin out, nothing at WARN or above of its own, and
-  the requests it still answers wait seconds; its callers log timeouts that name it by
-  URL or host (``http://svc:8080/...``, ``No instances available for svc``).
+  the requests it still answers wait seconds, as do its own calls out (its callees
+  look slow with it); its callers log timeouts that name it by URL or host
+  (``http://svc:8080/...``, ``No instances available for svc``).
 
 A request from one service to another carries one trace id, as instrumented services
 print it (logback's MDC, OpenTelemetry's logging fields, JSON, logfmt): the caller's
@@ -490,6 +491,7 @@ def write_day(folder: Path, seed: int, *, quiet: bool = False) -> DayCase:
             for x in svc.lines:
                 if x.step == "served" and at <= x.time < until:
                     x.time += timedelta(seconds=rng.uniform(0.5, 3.0))
+            _delay_calls_out(random.Random(f"{name}-{at}"), svc, services, at, until)
         else:  # vanishing: the line after the first of its busiest flow, mostly gone
             drop = rng.uniform(0.7, 0.9)
             svc.lines = [x for x in svc.lines if not (
@@ -509,6 +511,19 @@ def write_day(folder: Path, seed: int, *, quiet: bool = False) -> DayCase:
         files = tuple(_write(folder, svc) for svc in services.values())
     return DayCase(f"day-{label}-{seed}", files, tuple(faults), tuple(names), tuple(chronic),
                    layout, start, end)
+
+
+def _delay_calls_out(rng: random.Random, svc: _Service, services: dict[str, _Service],
+                     begin: datetime, end: datetime) -> None:
+    """A slow service (a starved CPU, a delayed network) is slow to send its own calls
+    too: each reaches its callee, and its answer comes back, up to seconds later."""
+    lag = {x.trace_id: timedelta(seconds=rng.uniform(0.5, 3.0)) for x in svc.lines
+           if x.step == "call" and begin <= x.time < end and x.trace_id}
+    for other in services.values():
+        for x in other.lines:
+            if x.trace_id in lag and (x.step == "served" or (
+                    other is svc and x.step == "" and x.level == "INFO")):
+                x.time += lag[x.trace_id]
 
 
 def _day_service(rng: random.Random, name: str) -> _Service:

@@ -295,7 +295,8 @@ def test_every_line_of_a_day_cleans_with_its_time(tmp_path: Path) -> None:
 def test_a_days_requests_carry_one_trace_id_from_caller_to_callee(tmp_path: Path) -> None:
     """Every format writes the trace id of a call (logback's MDC, OpenTelemetry's logging
     fields, JSON, logfmt): the callee answers within 40 ms, and seconds later while it
-    is the slow fault; a caller keeps sending to it meanwhile."""
+    is the slow fault, or its caller is (a slow service is slow to send, too); a caller
+    keeps sending to it meanwhile."""
     day = write_day(tmp_path, 1)
     [slow] = [f for f in day.faults if f.kind == "slow"]
     case = Case(day.name, day.files, Truth("quiet", None, None), day.start, day.end)
@@ -306,6 +307,7 @@ def test_a_days_requests_carry_one_trace_id_from_caller_to_callee(tmp_path: Path
             traces.setdefault(trace, []).append((at(record), service_of(record)))
     usual: list[float] = []
     slowed: list[float] = []
+    sent_late: list[float] = []
     edge = timedelta(seconds=1)
     for marks in traces.values():
         marks.sort()
@@ -315,9 +317,12 @@ def test_a_days_requests_carry_one_trace_id_from_caller_to_callee(tmp_path: Path
         if callee == caller:
             continue  # a unit of work of one service
         took = (answered - sent).total_seconds()
-        if callee == slow.service and slow.time + edge <= sent < slow.end - edge:
-            slowed.append(took)
-        elif callee != slow.service or not slow.time - edge <= sent < slow.end + 4 * edge:
+        during = slow.time + edge <= sent < slow.end - edge
+        near = slow.time - edge <= sent < slow.end + 4 * edge
+        if slow.service in (callee, caller) and during:
+            (slowed if callee == slow.service else sent_late).append(took)
+        elif slow.service not in (callee, caller) or not near:
             usual.append(took)
     assert len(usual) > 1000 and max(usual) <= 0.05
     assert len(slowed) >= 5 and min(slowed) >= 0.5
+    assert len(sent_late) >= 5 and min(sent_late) >= 0.5

@@ -9,8 +9,11 @@ Departures (``streams.report.analysis.departures``) become incidents:
    slowing is a caller of that callee too: a slow callee holds its callers' work. The
    calls are those its lines ever named and those its requests' traces showed
    (``Findings.calls``), followed through callees of callees to the nearest service
-   that departed, and on from it while that one was held too. Every other departure
-   counts for its own service. A logger or class is never a service: only names in
+   that departed, and on from it while that one was held too. A call is timed from
+   its caller's line, so a slow caller (a starved CPU, a delayed network) sends late:
+   a callee's slow calls in the minute its caller slowed, or the minute after, count
+   for that caller, the callee one of its services but not a caller. Every other
+   departure counts for its own service. A logger or class is never a service: only names in
    the records' service field are.
 2. **Incidents over time.** Each service's departures form runs: a departure within
    ``GAP_MINUTES`` of the run's last one joins it, a later one opens a new incident.
@@ -149,7 +152,7 @@ def find_incidents(findings: Findings, changes: Sequence[Change] = ()) -> list[D
             own.append([dep])
     linked = _linked_by_traces([(origin, run) for origin, service_runs in runs.items()
                                 for run in service_runs])
-    incidents = [_incident(origin, run, changes) for origin, run in linked]
+    incidents = [_incident(origin, run, changes, near.downstream) for origin, run in linked]
     kept = [i for i in incidents if i.weight >= MIN_WEIGHT]
     # equal weights: an origin's own errors before mere warnings, then the newest
     return sorted(kept, key=lambda i: (-SEVERITY_WEIGHT[i.severity], -i.weight,
@@ -231,13 +234,18 @@ class _Near:
         self.departed: set[tuple[str, str]] = set()  # (service, minute) with own departures
         self.holding: set[tuple[str, str]] = set()  # (service, minute): quiet, thin, slow
         self.silent: set[tuple[str, str]] = set()  # (service, minute): quiet, thin
+        self.slow: set[tuple[str, str]] = set()  # (service, minute): calls into it slowed
         self.naming: dict[tuple[str, str], set[str]] = {}  # failing lines' callees
+        # slow departures that count for a caller slowed with them, not for their service
+        self.downstream: set[tuple[str, str]] = set()  # (service, minute)
         for d in findings.departures:
             self.departed.add((d.service, d.minute))
             if d.kind in HOLDING:
                 self.holding.add((d.service, d.minute))
             if d.kind in SILENT:
                 self.silent.add((d.service, d.minute))
+            if d.kind == "slow":
+                self.slow.add((d.service, d.minute))
             if d.failing and d.named:
                 self.naming.setdefault((d.service, d.minute), set()).update(d.named)
 
@@ -263,7 +271,25 @@ class _Near:
                 if not any((held, m) in self.silent for m in around):
                     break
             return held
+        if dep.kind == "slow":
+            by = self._slowed_caller(dep.service, dep.minute, {dep.service})
+            if by is not None:
+                self.downstream.add((dep.service, dep.minute))
+                return by
         return dep.service
+
+    def _slowed_caller(self, service: str, minute: str, seen: set[str]) -> str | None:
+        """A call into ``service`` is timed from its caller's line: a caller that slowed in
+        the same minute or the one before (a starved CPU, a delayed network) delays its
+        calls out as well as the calls into it. The furthest such caller up, by name."""
+        earlier = _around(minute)[:2]
+        callers = sorted(c for c, callees in self.calls.items()
+                         if service in callees and c not in seen
+                         and any((c, m) in self.slow for m in earlier))
+        if not callers:
+            return None
+        seen.update(callers)
+        return self._slowed_caller(callers[0], minute, seen) or callers[0]
 
     def _holding(self, service: str, around: list[str], seen: set[str]) -> str | None:
         """The nearest service ``service`` calls, directly or through others, that went
@@ -284,13 +310,16 @@ def _around(minute: str) -> list[str]:
     return [(when + timedelta(minutes=d)).strftime("%Y-%m-%dT%H:%M") for d in (-1, 0, 1)]
 
 
-def _incident(origin: str, run: list[Departure], changes: Sequence[Change]) -> DayIncident:
+def _incident(origin: str, run: list[Departure], changes: Sequence[Change],
+              downstream: set[tuple[str, str]]) -> DayIncident:
+    """``downstream``: (service, minute) of slow departures that count for a caller."""
     weight = 0.0
     callers: set[str] = set()
     failed: set[str] = set()
     for dep in run:
         if dep.service != origin:
-            callers.add(dep.service)
+            if (dep.service, dep.minute) not in downstream:
+                callers.add(dep.service)
             if dep.failing:
                 failed.add(dep.service)
             weight += CALLER_WEIGHT * dep.surprise

@@ -306,6 +306,28 @@ def test_a_caller_that_goes_quiet_as_a_service_its_requests_reach_slows_is_its_i
         ("api", ()), ("db", ())]
 
 
+def test_a_callee_slowed_with_its_caller_is_the_callers_and_one_slowed_first_its_own(
+) -> None:
+    """A call is timed from its caller's line: a starved or delayed caller sends late, so
+    the services it calls look slow in the same minutes. A callee that slowed before its
+    caller (a caller that waited on it) is an incident of its own."""
+    usual = [6, 6, 7, 5, 6, 8, 6, 7]
+    slow = [15] * 8
+
+    def incidents(api: dict[int, list[int]], db: dict[int, list[int]]
+                  ) -> list[tuple[str, list[str], list[str]]]:
+        hops = calls_into("api", usual, api) | calls_into("db", usual, db)
+        found = find_departures(background(), hops=hops, calls={"api": {"db": 60}})
+        return [(i.origin, i.services, i.callers) for i in find_incidents(found)]
+
+    # db is not api's caller: it is no caller of the incident, but one of its services
+    assert incidents({45: slow}, {45: slow}) == [("api", ["api", "db"], [])]
+    assert incidents({44: slow}, {45: slow}) == [("api", ["api", "db"], [])]
+    assert sorted(incidents({46: slow}, {45: slow})) == [
+        ("api", ["api"], []), ("db", ["db"], [])]
+    assert incidents({}, {45: slow}) == [("db", ["db"], [])]
+
+
 def test_failures_that_share_trace_ids_are_one_incident_at_the_shared_dependency() -> None:
     series = background()
     series["web"] = {"page served": Series(level="INFO", minutes=steady(100))}
