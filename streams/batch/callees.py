@@ -1,7 +1,9 @@
 """Which other service a log line says it called: the names callers' errors give.
 
 When a service fails, its callers say so in their own words: "no instances available
-for X", "connection refused to X", "X returned 503", a URL ``http://X:8080/...``. The
+for X", "connection refused to X", "X returned 503", a URL ``http://X:8080/...``, or the
+path of the request that failed (``"path":"/api/v1/xservice/..."``, as an error body
+the caller quotes gives it). The
 batch stage counts those names per template (``Evidence.named``) so the report can
 point a caller's failure at its callee; the analysis only believes a name that matches
 a service seen in the records' service field.
@@ -50,6 +52,11 @@ _FAILED_CALL = re.compile(  # "X returned 503", "503 from X", "X: 502 Bad Gatewa
 _FAILED_CALL_HINT = re.compile(
     r"\s(?:returned|responded|answered|gave)\s|5\d\d\s+(?:from|by)\s", re.IGNORECASE)
 _URL_HOST = re.compile(r"\bhttps?://(?P<name>[A-Za-z][\w-]{2,62})(?:[.:/]|\b)")
+# the path of a request: a URL's, or the "path" field of an error body (Spring Boot's,
+# NestJS's); its first segments may name the service that answered it
+_REQUEST_PATH = re.compile(
+    r"(?:\bhttps?://[\w.-]+(?::\d+)?|[\"']path[\"']\s*:\s*[\"'])(?P<path>/[\w./-]+)")
+PATH_SEGMENTS = 3  # /api/v1/<service>/...: further segments are resources, not services
 
 
 def name_words(name: str) -> frozenset[str]:
@@ -67,8 +74,8 @@ def same_service(a: str, b: str) -> bool:
 
 def named_services(texts: Iterable[str], *, urls: bool = False) -> list[str]:
     """Services a failure names as the one it called, in order of appearance; with
-    ``urls``, the hosts of the URLs it names too (a caller's error that quotes the
-    request it sent)."""
+    ``urls``, the hosts of the URLs it names and the first segments of the request
+    paths too (a caller's error that quotes the request it sent)."""
     out: list[str] = []
     for text in texts:
         for m in _NAMED.finditer(text):
@@ -79,6 +86,8 @@ def named_services(texts: Iterable[str], *, urls: bool = False) -> list[str]:
             out.append((m["a"] or m["b"]).rstrip(".-"))
         for m in _URL_HOST.finditer(text) if urls else ():
             out.append(m["name"].rstrip(".-"))
+        for m in _REQUEST_PATH.finditer(text) if urls else ():
+            out.extend(s for s in m["path"].split("/")[1:PATH_SEGMENTS + 1] if s)
     return [n for n in dict.fromkeys(out) if name_words(n)]
 
 

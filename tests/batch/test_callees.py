@@ -1,4 +1,5 @@
-"""The prefilter of the failed-call pattern never skips a text the pattern matches."""
+"""The names a failure gives for the service it called, and the prefilter of the
+failed-call pattern, which never skips a text the pattern matches."""
 
 from __future__ import annotations
 
@@ -29,3 +30,18 @@ def test_the_failed_calls_are_still_named() -> None:
     assert named_services(["got 502 from inventory-db"]) == ["inventory-db"]
     assert named_services(["auth responded with HTTP 500"]) == ["auth"]
     assert named_services(["java.lang.Thread.run(Thread.java:833) at 512"]) == []
+
+
+def test_the_path_of_a_failed_request_gives_its_first_segments() -> None:
+    """A caller that quotes its callee's error body (Spring Boot's, NestJS's) gives the
+    path it asked for; its first segments may spell the callee (``/api/v1/seatservice``);
+    the resource after them does not, and neither does a file's path."""
+    spring = ('HttpServerErrorException$InternalServerError: 500 Internal Server Error: '
+              '[{"timestamp":"2023-01-30T12:01:02.090+00:00","status":500,'
+              '"path":"/api/v1/seatservice/seats/left_tickets"}]')
+    assert named_services([spring], urls=True) == ["seatservice"]
+    assert named_services([spring]) == []  # a path is read with the URLs only
+    assert named_services(["GET http://gateway:8080/orders-api/v2/carts/77 failed"],
+                          urls=True) == ["gateway", "orders-api", "carts"]
+    assert named_services(['File "/app/wallet/views.py", line 88, in post'],
+                          urls=True) == []

@@ -71,11 +71,13 @@ differently still count it as one.
 from __future__ import annotations
 
 import math
+import re
 from bisect import bisect_left
-from collections import deque
+from collections import Counter, deque
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
+from functools import lru_cache
 from typing import Literal
 
 from streams.batch.covering import canonical_templates
@@ -127,6 +129,7 @@ MIN_SLOW = 3
 # bins off, which a call 64x slower outruns, and calls that slow are rare everywhere
 STEP_HOPS = (20, 5, 2)
 POOL_HOPS = 20  # the weight, in hops, of all services' slow share in each one's own
+PREFIX_SHARED_BY = 3  # services whose names begin with one word: a project's prefix
 MIN_CALL_HOPS = 3  # hops from a caller to a callee before the trace graph has the call
 
 Kind = Literal["new", "burst", "thin", "quiet", "slow", "standing", "early"]
@@ -325,7 +328,26 @@ def _service_named(name: str, services: list[str]) -> str | None:
         s = service.lower()
         if low == s or low.startswith(s + ".") or low.startswith(s + ":"):
             return service
-    return None
+    return _squashed(tuple(services)).get(_squash(low))
+
+
+def _squash(name: str) -> str:
+    return re.sub(r"[^a-z0-9]", "", name.lower())
+
+
+@lru_cache(maxsize=8)
+def _squashed(services: tuple[str, ...]) -> dict[str, str]:
+    """Each service's name as a request path may spell it, when only it is spelt so:
+    without separators (``seatservice``), and without a first word that several
+    services share, a project's prefix (``ts-seat-service`` -> ``seatservice``)."""
+    words = {s: re.split(r"[^a-z0-9]+", s.lower()) for s in services}
+    firsts = Counter(w[0] for w in words.values() if len(w) > 2)
+    spelt: dict[str, set[str]] = {}
+    for service, w in words.items():
+        spelt.setdefault("".join(w), set()).add(service)
+        if len(w) > 2 and firsts[w[0]] >= PREFIX_SHARED_BY:
+            spelt.setdefault("".join(w[1:]), set()).add(service)
+    return {form: next(iter(owners)) for form, owners in spelt.items() if len(owners) == 1}
 
 
 def find_departures(series: Mapping[str, Mapping[str, Series]], hops: Hops | None = None,

@@ -3,18 +3,18 @@
 Departures (``streams.report.analysis.departures``) become incidents:
 
 1. **Whose departure is it.** A failing line that names a service it called (one of
-   the records' services: "no instances available for X", ``http://X:8080/...``)
-   counts for that callee, its own service is a **caller**. A service that goes quiet
-   or thins out within a minute of a service it calls going quiet, thinning out or
-   slowing is a caller of that callee too: a slow callee holds its callers' work. The
-   calls are those its lines ever named and those its requests' traces showed
-   (``Findings.calls``), followed through callees of callees to the nearest service
-   that departed, and on from it while that one was held too. A call is timed from
-   its caller's line, so a slow caller (a starved CPU, a delayed network) sends late:
-   a callee's slow calls in the minute its caller slowed, or the minute after, count
-   for that caller, the callee one of its services but not a caller. Every other
-   departure counts for its own service. A logger or class is never a service: only names in
-   the records' service field are.
+   the records' services: "no instances available for X", ``http://X:8080/...``, a
+   request path ``/api/v1/xservice/...``) counts for that callee, its own service is
+   a **caller**. A service that goes quiet or thins out within a minute of a service
+   it calls going quiet, thinning out or slowing is a caller of that callee too: a
+   slow callee holds its callers' work. The calls are those its lines ever named and
+   those its requests' traces showed (``Findings.calls``), followed through callees
+   of callees to the nearest service that departed, and on from it while that one
+   was held too. A call is timed from its caller's line, so a slow caller (a starved
+   CPU, a delayed network) sends late: a callee's slow calls in the minute its caller
+   slowed, or the minute after, count for that caller, the callee one of its services
+   but not a caller. Every other departure counts for its own service. A logger or
+   class is never a service: only names in the records' service field are.
 2. **Incidents over time.** Each service's departures form runs: a departure within
    ``GAP_MINUTES`` of the run's last one joins it, a later one opens a new incident.
 3. **Weight and severity.** An incident weighs the surprise (-log10 of the tail) of

@@ -243,6 +243,28 @@ def test_origins_are_services_and_callers_point_at_their_callee() -> None:
     assert db.started == "2026-11-29T10:40:00Z"
 
 
+def test_a_request_path_names_a_service_spelt_without_separators_or_project_prefix(
+) -> None:
+    """``/api/v1/seatservice/...`` is ts-seat-service's path when several services share
+    the "ts" prefix; a spelling two services could have names neither."""
+    def origins(named: dict[str, int], *others: str) -> set[str]:
+        series = background()
+        for name in others:
+            series[name] = {"request served": Series(level="INFO", minutes=steady(20))}
+        series["api"]["500 Internal Server Error"] = Series(
+            level="ERROR", minutes={m: 8 for m in HOUR[40:44]}, named=named)
+        return {i.origin for i in find_incidents(find_departures(series))}
+
+    project = ("ts-seat-service", "ts-order-service", "ts-route-service")
+    assert origins({"seatservice": 32}, *project) == {"ts-seat-service"}
+    assert origins({"tsseatservice": 32}, *project) == {"ts-seat-service"}
+    # "ts" begins two names only: no project prefix to drop
+    assert origins({"seatservice": 32}, *project[:2]) == {"api"}
+    # two projects' seat services, both "seatservice" without their prefix: neither
+    other = tuple(name.replace("ts-", "tx-") for name in project)
+    assert origins({"seatservice": 32}, *project, *other) == {"api"}
+
+
 def test_incidents_apart_in_time_stay_apart() -> None:
     series = background()
     series["api"]["payment call failed"] = Series(
