@@ -1,12 +1,13 @@
 """Which other service a log line says it called: the names callers' errors give.
 
 When a service fails, its callers say so in their own words: "no instances available
-for X", "connection refused to X", "X returned 503", a URL ``http://X:8080/...``, or the
+for X", "connection refused to X", "X returned 503", "UnknownHostException: X", a
+Feign client's "status 500 reading XClient#...", a URL ``http://X:8080/...``, or the
 path of the request that failed (``"path":"/api/v1/xservice/..."``, as an error body
-the caller quotes gives it). The
-batch stage counts those names per template (``Evidence.named``) so the report can
-point a caller's failure at its callee; the analysis only believes a name that matches
-a service seen in the records' service field.
+the caller quotes gives it). The batch stage counts those names per template
+(``Evidence.named``) so the report can point a caller's failure at its callee; the
+analysis only believes a name that matches a service seen in the records' service
+field.
 """
 
 from __future__ import annotations
@@ -31,7 +32,9 @@ _NAMED = re.compile(
     r"|(?:could not|cannot|can't|unable to|failed to) (?:connect|reach|resolve|call)(?: to)?"
     r"|(?:timed out|timeout)(?: after \d+ ?[a-z]*)? (?:calling|connecting to|waiting for|from)"
     r"|(?:call|request|rpc) (?:to|for) \S+ failed|(?:error|exception) (?:calling|from)"
-    r"|upstream|downstream)"
+    r"|upstream|downstream"
+    r"|does not have available server for client"  # Ribbon's load balancer
+    r"|unknownhostexception)"  # Java's DNS lookup of the callee's host
     r"\s*[:=]?\s*['\"\[(<]?(?:https?://)?(?P<name>[A-Za-z][\w.-]{2,62})",
     re.IGNORECASE,
 )
@@ -51,6 +54,10 @@ _FAILED_CALL = re.compile(  # "X returned 503", "503 from X", "X: 502 Bad Gatewa
 # each word of a long message (a stack trace) at every length it could have
 _FAILED_CALL_HINT = re.compile(
     r"\s(?:returned|responded|answered|gave)\s|5\d\d\s+(?:from|by)\s", re.IGNORECASE)
+# Feign's "status 500 reading OrderServiceClient#getOrder(String)": the client interface
+# is named for the service it calls
+_FEIGN_STATUS = re.compile(
+    r"\bstatus 5\d\d reading (?P<name>[A-Za-z]\w{2,62}?)(?:FeignClient|Client)?#")
 _URL_HOST = re.compile(r"\bhttps?://(?P<name>[A-Za-z][\w-]{2,62})(?:[.:/]|\b)")
 # the path of a request: a URL's, or the "path" field of an error body (Spring Boot's,
 # NestJS's); its first segments may name the service that answered it
@@ -84,6 +91,8 @@ def named_services(texts: Iterable[str], *, urls: bool = False) -> list[str]:
             out.append(m["name"].rstrip(".-"))
         for m in _FAILED_CALL.finditer(text) if _FAILED_CALL_HINT.search(text) else ():
             out.append((m["a"] or m["b"]).rstrip(".-"))
+        for m in _FEIGN_STATUS.finditer(text):
+            out.append(m["name"])
         for m in _URL_HOST.finditer(text) if urls else ():
             out.append(m["name"].rstrip(".-"))
         for m in _REQUEST_PATH.finditer(text) if urls else ():

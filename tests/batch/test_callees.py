@@ -45,3 +45,16 @@ def test_the_path_of_a_failed_request_gives_its_first_segments() -> None:
                           urls=True) == ["gateway", "orders-api", "carts"]
     assert named_services(['File "/app/wallet/views.py", line 88, in post'],
                           urls=True) == []
+
+
+def test_the_messages_of_common_clients_name_the_service_they_called() -> None:
+    ribbon = ("com.netflix.client.ClientException: Load balancer does not have available "
+              "server for client: ts-route-service")
+    assert named_services([ribbon]) == ["ts-route-service"]
+    assert named_services(["java.net.UnknownHostException: ts-price-service"]) == [
+        "ts-price-service"]
+    feign = ("feign.FeignException$InternalServerError: status 500 reading "
+             "OrderServiceClient#getOrder(String); content: {}")
+    assert named_services([feign]) == ["OrderService"]
+    # a 404 is the caller's own request gone wrong, not the callee failing
+    assert named_services([feign.replace("500", "404")]) == []

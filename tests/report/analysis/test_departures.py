@@ -257,6 +257,7 @@ def test_a_request_path_names_a_service_spelt_without_separators_or_project_pref
 
     project = ("ts-seat-service", "ts-order-service", "ts-route-service")
     assert origins({"seatservice": 32}, *project) == {"ts-seat-service"}
+    assert origins({"OrderService": 32}, *project) == {"ts-order-service"}  # a Feign client
     assert origins({"tsseatservice": 32}, *project) == {"ts-seat-service"}
     # "ts" begins two names only: no project prefix to drop
     assert origins({"seatservice": 32}, *project[:2]) == {"api"}
