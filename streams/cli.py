@@ -378,21 +378,23 @@ def _redrive(settings: Settings, chosen: list[Any], *, which: str) -> int:
     return 0
 
 
+# the flags of ``retro fake-llm`` that set a field of its ``FakeLLMConfig``
+FAKE_LLM_FIELDS = (
+    "model", "rpm", "tpm", "window_seconds", "context", "base_latency", "per_input_token",
+    "per_output_token", "error_rate", "timeout_rate", "malformed_rate", "wrong_ids_rate",
+    "truncate_rate", "context_error_rate", "truncate_min_tokens", "context_error_min_tokens",
+    "seed")
+
+
 def cmd_fake_llm(args: argparse.Namespace, settings: Settings) -> int:
     from streams.dev.fakellm import FakeLLMConfig, serve
     from streams.ports import port_free
 
+    # flags left out keep the provider's own defaults (``FakeLLMConfig``)
+    given = {name: getattr(args, name) for name in FAKE_LLM_FIELDS
+             if getattr(args, name) is not None}
     try:
-        config = FakeLLMConfig(
-            model=args.model, rpm=args.rpm, tpm=args.tpm, window_seconds=args.window_seconds,
-            context=args.context, base_latency=args.base_latency,
-            per_input_token=args.per_input_token,
-            per_output_token=args.per_output_token, error_rate=args.error_rate,
-            timeout_rate=args.timeout_rate, malformed_rate=args.malformed_rate,
-            wrong_ids_rate=args.wrong_ids_rate, truncate_rate=args.truncate_rate,
-            context_error_rate=args.context_error_rate,
-            truncate_min_tokens=args.truncate_min_tokens,
-            context_error_min_tokens=args.context_error_min_tokens, seed=args.seed)
+        config = FakeLLMConfig(**given)
     except ValueError as exc:  # names the field: "error_rate must be a number in [0, 1]"
         raise UsageError(f"fake-llm: --{str(exc).replace('_', '-')}") from None
     if not port_free(args.host, args.port):
@@ -556,38 +558,38 @@ def make_parser() -> argparse.ArgumentParser:
                 cmd_fake_llm)
     f.add_argument("--host", default="127.0.0.1", help="address to listen on (default 127.0.0.1)")
     f.add_argument("--port", type=int, default=8000, help="port to listen on (default 8000)")
-    f.add_argument("--model", default="fake-gpt", help="model name it answers to")
+    f.add_argument("--model", help="model name it answers to")
     f.add_argument("--rpm", type=int, metavar="N",
                    help="requests per sliding window before 429 (default unlimited)")
     f.add_argument("--tpm", type=int, metavar="N",
                    help="prompt + max_tokens per sliding window before 429 (default unlimited)")
-    f.add_argument("--window-seconds", type=float, default=60.0, metavar="SECONDS",
-                   help="the sliding window --rpm and --tpm count in (default 60: a minute)")
-    f.add_argument("--context", type=int, default=8192, metavar="TOKENS",
+    f.add_argument("--window-seconds", type=float, metavar="SECONDS",
+                   help="the sliding window --rpm and --tpm count in (default: a minute)")
+    f.add_argument("--context", type=int, metavar="TOKENS",
                    help="context window; longer prompts get 400 context_length_exceeded")
-    f.add_argument("--base-latency", type=float, default=0.02, metavar="SECONDS",
+    f.add_argument("--base-latency", type=float, metavar="SECONDS",
                    help="latency of every request")
-    f.add_argument("--per-input-token", type=float, default=0.00002, metavar="SECONDS",
+    f.add_argument("--per-input-token", type=float, metavar="SECONDS",
                    help="extra latency per prompt token")
-    f.add_argument("--per-output-token", type=float, default=0.0002, metavar="SECONDS",
+    f.add_argument("--per-output-token", type=float, metavar="SECONDS",
                    help="extra latency per completion token")
-    f.add_argument("--error-rate", type=float, default=0.0, metavar="SHARE",
+    f.add_argument("--error-rate", type=float, metavar="SHARE",
                    help="share of requests answered 500/502/503 (0 to 1)")
-    f.add_argument("--timeout-rate", type=float, default=0.0, metavar="SHARE",
+    f.add_argument("--timeout-rate", type=float, metavar="SHARE",
                    help="share of requests that stall past any client timeout, then 504")
-    f.add_argument("--malformed-rate", type=float, default=0.0, metavar="SHARE",
+    f.add_argument("--malformed-rate", type=float, metavar="SHARE",
                    help="share of answers that are not the JSON asked for")
-    f.add_argument("--wrong-ids-rate", type=float, default=0.0, metavar="SHARE",
+    f.add_argument("--wrong-ids-rate", type=float, metavar="SHARE",
                    help="share of answers that drop a record reference or invent one")
-    f.add_argument("--truncate-rate", type=float, default=0.0, metavar="SHARE",
+    f.add_argument("--truncate-rate", type=float, metavar="SHARE",
                    help="share of answers cut at half their length (finish_reason=length)")
-    f.add_argument("--context-error-rate", type=float, default=0.0, metavar="SHARE",
+    f.add_argument("--context-error-rate", type=float, metavar="SHARE",
                    help="share of requests refused as too long for the context (400)")
-    f.add_argument("--truncate-min-tokens", type=int, default=0, metavar="TOKENS",
-                   help="only answers longer than this are cut (default 0: any)")
-    f.add_argument("--context-error-min-tokens", type=int, default=0, metavar="TOKENS",
-                   help="only prompts longer than this are refused (default 0: any)")
-    f.add_argument("--seed", type=int, default=0, help="random seed of the faults")
+    f.add_argument("--truncate-min-tokens", type=int, metavar="TOKENS",
+                   help="only answers longer than this are cut (default: any)")
+    f.add_argument("--context-error-min-tokens", type=int, metavar="TOKENS",
+                   help="only prompts longer than this are refused (default: any)")
+    f.add_argument("--seed", type=int, help="random seed of the faults")
 
     dm = command("demo", "end to end on this machine: broker, worker, logs, report, audit",
                  cmd_demo)

@@ -391,3 +391,18 @@ def test_a_redrive_refused_the_raw_topic_for_old_reviews_still_sends_the_rest(
     out, err = capsys.readouterr()
     assert out.startswith("re-drove 7 parked records (every reason) to the lanes")
     assert err.count("\n") == 1 and "3 parked records are in reviews without lane" in err
+
+
+def test_fake_llm_flags_left_out_keep_the_providers_defaults() -> None:
+    from dataclasses import fields
+
+    from streams.cli import FAKE_LLM_FIELDS
+    from streams.dev.fakellm import FakeLLMConfig
+
+    known = {f.name for f in fields(FakeLLMConfig)}
+    assert set(FAKE_LLM_FIELDS) <= known
+    bare = make_parser().parse_args(["fake-llm"])
+    assert all(getattr(bare, name) is None for name in FAKE_LLM_FIELDS)
+    given = make_parser().parse_args(["fake-llm", "--window-seconds", "10", "--seed", "3"])
+    assert {n: getattr(given, n) for n in FAKE_LLM_FIELDS if getattr(given, n) is not None
+            } == {"window_seconds": 10.0, "seed": 3}
