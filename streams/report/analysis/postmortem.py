@@ -21,7 +21,10 @@ rules analyzer's, whichever wrote the fragments):
   below the incident, never as its cause or trigger; in a window too short for a
   baseline, unclassified errors count and warnings fold;
 * causes that overlap in time, or follow each other closely in the same service,
-  form one **episode**; the most significant episode is the post-mortem's subject;
+  form one **episode**; the most significant episode is the post-mortem's subject,
+  unless a departure from the stream's baseline (``incidents.py``) leads: then the
+  subject is the causes in that incident's services around its time, or, where none
+  are, its departures;
 * in an episode, the service its callers' failures name is the **suspected origin**
   (:mod:`streams.report.analysis.origin`): it leads the chain and the title, its callers'
   errors are impact; high or critical needs errors in several services or a
@@ -35,6 +38,7 @@ from __future__ import annotations
 
 import re
 from collections import Counter
+from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from datetime import timedelta
 from typing import Literal
@@ -168,6 +172,10 @@ class PostMortem:
     chronic_lines: list[tuple[str, str]] = field(default_factory=list)  # (service, template)
     findings: Findings = field(default_factory=Findings)  # the departures behind ``incidents``
     suspected: str = ""  # the summary's sentence on the first episode's suspected origin
+    # the incident the post-mortem tells when no error of the logs tells of it (a slowed
+    # service, a line it stopped writing): its departures are the chain, every episode
+    # is another incident
+    lead: DayIncident | None = None
 
     def when(self, value: str | None) -> str:
         return clock(value, dated=self.dated)
@@ -253,7 +261,7 @@ def derive(report: Report, *, deadletters: int | None = None, review: int | None
         IncidentChange(service, c.time, c.detail)
         for c in changes if c.time and c.kind in TRIGGER_KINDS for service in c.services])
     pm.incidents += find_unjudged(findings)
-    _lead_with_incident(pm)
+    _lead_with_incident(pm, span, lambda ep: _find_origin(ep, by_key, silent, known))
     return pm
 
 
@@ -261,14 +269,28 @@ def derive(report: Report, *, deadletters: int | None = None, review: int | None
 TRIGGER_KINDS = ("deploy", "config", "scale", "restart")
 
 
-def _lead_with_incident(pm: PostMortem) -> None:
+def _lead_with_incident(pm: PostMortem, span: Span,
+                        find_origin_of: Callable[[Episode], None]) -> None:
     """The most severe departure from the baseline leads: its origin titles the
-    post-mortem and opens the summary; the cause-based story follows as evidence."""
+    post-mortem and opens the summary. The story told after it is of the causes in its
+    services around its time (errors elsewhere are other incidents), or, where none
+    are, of its departures alone."""
     top = next((i for i in pm.incidents if SEVERITY_WEIGHT[i.severity]
                 >= SEVERITY_WEIGHT["medium"]), None)
     if top is None:
         _lead_with_unjudged(pm)
         return
+    focus = _focus(pm.episodes, top)
+    if focus is not None:
+        _attach_changes(focus, pm.changes)
+        find_origin_of(focus)
+        pm.episodes = [focus, *_without(pm.episodes, focus.causes)]
+        undated = [c for c in pm.causes if not c.first_seen]
+        pm.causes = [c for ep in pm.episodes for c in sorted(ep.causes, key=cause_rank)]
+        pm.causes += undated
+        _narrate(pm, span)
+    else:
+        _narrate_incident(pm, top, span)
     pm.title = top.title
     if pm.suspected and pm.episodes[0].origin is not None \
             and pm.episodes[0].origin.service != top.origin:
@@ -287,6 +309,88 @@ def _lead_with_incident(pm: PostMortem) -> None:
                 f"{trigger} ({top.severity}): {what}{lead.describe()}{callers}."
                 + (f" {others} other incident(s) that day are listed below." if others else ""))
     pm.summary = [sentence, *pm.summary]
+
+
+def _focus(episodes: list[Episode], top: DayIncident) -> Episode | None:
+    """The causes that tell of ``top``: in one of its services, around its time."""
+    mine = set(top.services)
+    causes = sorted((c for ep in episodes for c in ep.causes
+                     if mine & set(c.services)
+                     and _overlaps((top.started, top.ended), (c.first_seen, c.last_seen))),
+                    key=lambda c: (c.first_seen or "", -c.weight))
+    if not any(SEVERITY_WEIGHT.get(c.severity, 1) >= SEVERITY_WEIGHT["medium"]
+               for c in causes):
+        return None
+    return Episode(causes, causes[0].first_seen, latest([c.last_seen for c in causes]))
+
+
+def _without(episodes: list[Episode], taken: list[Cause]) -> list[Episode]:
+    """The episodes without the causes ``taken`` from them, those still significant."""
+    out = []
+    for ep in episodes:
+        left = [c for c in ep.causes if all(c is not t for t in taken)]
+        if any(SEVERITY_WEIGHT.get(c.severity, 1) >= SEVERITY_WEIGHT["medium"] for c in left):
+            out.append(replace(ep, causes=left, first_seen=left[0].first_seen,
+                               last_seen=latest([c.last_seen for c in left])))
+    return out
+
+
+def _narrate_incident(pm: PostMortem, top: DayIncident, span: Span) -> None:
+    """The post-mortem of an incident no error of the logs tells of: its departures,
+    its callers and its trigger; the error episodes around it are other incidents."""
+    pm.lead = top
+    end = parse_time(top.ended)
+    resolved = (end is not None and span.end is not None
+                and (span.end - end).total_seconds() > EPISODE_GAP_S)
+    pm.status = (f"resolved in the logs at {pm.when(top.ended)}" if resolved
+                 else "ongoing at the end of the logs")
+    over = (f"Its departures ended at {pm.when(top.ended)}" if resolved
+            else "It was still departing from its baseline when the logs end")
+    elsewhere = "; errors of other services at the time are other incidents, below" \
+        if pm.episodes else ""
+    pm.summary = [f"{over}{elsewhere}."]
+    pm.suspected = ""
+    lead = top.evidence[0]
+    what = {"slow": f"Find what slowed calls into {top.origin}: its pods' CPU (throttling, "
+                    "noisy neighbours) and the network to it",
+            "thin": f"Find why {top.origin} stopped writing '{clip(lead.template, 80)}' "
+                    "after the line before it: an early return or a swallowed exception",
+            "quiet": f"Check {top.origin}'s pods and the traffic sent to it: its volume "
+                     "fell"}.get(lead.kind, f"Find why {top.origin} departed: "
+                                            f"{clip(lead.template, 80)}")
+    high = SEVERITY_WEIGHT[top.severity] >= SEVERITY_WEIGHT["high"]
+    pm.actions = [Action(what, "P0" if high else "P1", "mitigate", top.title)]
+    if top.trigger is not None:
+        pm.actions.append(Action(
+            f"Check the change in {top.trigger.service} at {pm.when(top.trigger.time)} "
+            f"({clip(top.trigger.text, 80)}): it preceded the incident by "
+            f"{between(top.trigger.time, top.started)}", "P1", "prevent", "trigger"))
+    pm.actions.append(Action(
+        f"Alert on {top.origin}'s {'call latency' if lead.kind == 'slow' else 'volume'}"
+        ": no alert appears in the logs for this incident", "P1", "detect", "detection"))
+    pm.went_well = []
+    pm.went_badly = ["No alert in the logs: it shows only as a departure from the "
+                     "baseline"]
+    if not resolved:
+        pm.went_badly.append("Still departing at the end of the logs")
+    items: list[tuple[str | None, str]] = []
+    if top.trigger is not None:
+        items.append((top.trigger.time, f"change in {top.trigger.service}: "
+                                        f"{clip(top.trigger.text, 80)} - trigger?"))
+    for dep in sorted(top.evidence, key=lambda d: (d.minute, d.service)):
+        items.append((minute_time(dep.minute), f"{dep.service}: {dep.describe()}"))
+    items.append((top.ended, "its last departure's minute ends"))
+    for other in pm.episodes[:3]:
+        items.append((other.first_seen, f"separate incident: {other.top.title} in "
+                                        f"{name_list(other.services, 2)} until "
+                                        f"{pm.when(other.last_seen)}"))
+    items.sort(key=lambda it: (it[0] is None, it[0] or ""))
+    pm.timeline = items[:MAX_TIMELINE]
+
+
+def minute_time(minute: str) -> str:
+    """A departure's UTC minute as the ISO-8601 time the timeline sorts and prints."""
+    return f"{minute}:00Z"
 
 
 def _lead_with_unjudged(pm: PostMortem) -> None:

@@ -11,7 +11,9 @@ from collections.abc import Iterable
 from typing import Protocol
 
 from streams.report.analysis.causes import Cause
-from streams.report.analysis.postmortem import MAX_CHAIN, Episode, PostMortem
+from streams.report.analysis.departures import ALL_CALLS, ALL_LINES
+from streams.report.analysis.incidents import DayIncident
+from streams.report.analysis.postmortem import MAX_CHAIN, Episode, PostMortem, minute_time
 from streams.report.state.wording import between, name_list
 
 MAX_OTHER_EPISODES = 4
@@ -33,7 +35,9 @@ def sections(pm: PostMortem, f: Markup) -> list[tuple[str, list[str]]]:
     out = [("Summary", f.para(f.text(" ".join(pm.summary))))]
     if pm.incidents:
         out.append(("Incidents", _incidents(pm, f)))
-    if pm.episodes:
+    if pm.lead is not None:
+        out += _told_by_departures(pm, pm.lead, f)
+    elif pm.episodes:
         ep = pm.episodes[0]
         out += [
             ("Impact", _impact(pm, ep, f)),
@@ -73,6 +77,38 @@ def _incidents(pm: PostMortem, f: Markup) -> list[str]:
     if len(newest) > MAX_INCIDENTS:
         rows.append(f"and {len(newest) - MAX_INCIDENTS} older incident(s)")
     return f.bullets(rows)
+
+
+def _told_by_departures(pm: PostMortem, top: DayIncident, f: Markup
+                        ) -> list[tuple[str, list[str]]]:
+    """Impact to resolution of an incident no error tells of, from its departures."""
+    services = [top.origin, *(s for s in top.services if s != top.origin)]
+    impact = [
+        "Services: " + ", ".join(f.code(s) for s in services[:8])
+        + (f" and {len(services) - 8} more" if len(services) > 8 else ""),
+        f"Duration: {f.text(between(top.started, top.ended))} "
+        f"({f.text(pm.when(top.started))} to {f.text(pm.when(top.ended))})",
+        f"Departures from the baseline (a line's or a service's minute): {top.departures}",
+    ]
+    if top.callers:
+        impact.append(f"Callers: {f.text(top.suffered('failed calling it'))}")
+    trigger = (f.para(f"A change in {f.code(top.trigger.service)} at "
+                      f"{f.text(pm.when(top.trigger.time))}: {f.code(top.trigger.text)}, "
+                      f"{f.text(between(top.trigger.time, top.started))} before it began.")
+               if top.trigger is not None else
+               f.para("No deploy, config change or restart before it in the logs."))
+    lead = top.evidence[0]
+    detection = f.para(f"No alert in the logs; it began at {f.text(pm.when(top.started))}, "
+                       f"its strongest sign {f.text(lead.describe())} in "
+                       f"{f.code(lead.service)} at "
+                       f"{f.text(pm.when(minute_time(lead.minute)))}.")
+    chain = [f"{f.code(pm.when(minute_time(d.minute)))} {f.code(d.service)}: "
+             + ("" if d.template in (ALL_LINES, ALL_CALLS) else f"{f.strong(d.template)}: ")
+             + f.text(d.describe())
+             for d in sorted(top.evidence, key=lambda d: (d.minute, d.service))[:MAX_CHAIN]]
+    return [("Impact", f.bullets(impact)), ("Trigger", trigger), ("Detection", detection),
+            ("Root cause chain", f.bullets(chain, ordered=True)),
+            ("Mitigation and resolution", f.bullets([f"Resolution: {f.text(pm.status)}"]))]
 
 
 def _impact(pm: PostMortem, ep: Episode, f: Markup) -> list[str]:
@@ -152,7 +188,8 @@ def _mitigation(pm: PostMortem, ep: Episode, f: Markup) -> list[str]:
 
 def _others(pm: PostMortem, f: Markup) -> list[str]:
     items = []
-    for ep in pm.episodes[1:1 + MAX_OTHER_EPISODES]:
+    told = 0 if pm.lead is not None else 1  # the first episode is the story, unless the lead is
+    for ep in pm.episodes[told:told + MAX_OTHER_EPISODES]:
         top = ep.top
         items.append(
             f"{f.code(pm.when(ep.first_seen))}-{f.code(pm.when(ep.last_seen))} "
@@ -160,7 +197,7 @@ def _others(pm: PostMortem, f: Markup) -> list[str]:
             f"{f.text(name_list(ep.services, 3))}; began with {f.text(ep.causes[0].title)}"
             + (f"; mitigation: {f.text(ep.mitigations[0].title)} at "
                f"{f.text(pm.when(ep.mitigations[0].time))}" if ep.mitigations else ""))
-    hidden = len(pm.episodes) - 1 - MAX_OTHER_EPISODES
+    hidden = len(pm.episodes) - told - MAX_OTHER_EPISODES
     if hidden > 0:
         items.append(f"and {hidden} more incident(s) (HTML view, JSON)")
     if not pm.episodes:

@@ -488,3 +488,54 @@ def test_the_episodes_suspected_origin_is_left_out_when_an_incident_of_another_l
     assert pm.title == "db: calls into it slowed"
     assert pm.episodes[0].origin is not None and pm.episodes[0].origin.service != "db"
     assert not any(s.startswith("Suspected origin") for s in pm.summary)
+
+
+def section(markdown: str, title: str) -> str:
+    """The text of one ``## title`` section of a rendered post-mortem."""
+    return markdown.split(f"## {title}\n", 1)[1].split("\n## ", 1)[0]
+
+
+def test_a_lead_no_error_tells_of_is_told_by_its_departures_and_errors_are_others(
+) -> None:
+    """db's calls slowed and nothing of db failed, while checkout threw errors of its
+    own: the chain, the actions and the timeline are db's; checkout's errors are
+    another incident, not db's story."""
+    elsewhere = frag("Null pointer in cart", minute=30, until=34, records=40,
+                     service="checkout", severity="high", cause="cart total was null")
+    report = slowed_db(report_of(routine(until=40), elsewhere))
+    pm = derive(report)
+    assert pm.lead is not None and pm.lead.origin == "db"
+    markdown = render_markdown(report)
+    chain = section(markdown, "Root cause chain")
+    assert "`db`" in chain and "calls into it took 4x" in chain
+    assert "checkout" not in chain and "checkout" not in section(markdown, "Impact")
+    assert "Null pointer in cart" in section(markdown, "Other incidents")
+    assert pm.actions[0].text.startswith("Find what slowed calls into db")
+    assert "separate incident: Null pointer in cart" in " ".join(w for _, w in pm.timeline)
+    # without the slowdown the errors are the story again
+    alone = derive(report_of(routine(until=40), elsewhere))
+    assert alone.lead is None and alone.episodes[0].top.title == "Null pointer in cart"
+
+
+def test_the_story_after_the_lead_holds_the_causes_of_its_services_only() -> None:
+    """db's new error leads; checkout's errors at the same minutes are no part of the
+    chain told after it, but an incident of their own."""
+    own = frag("Deadlock detected", minute=30, until=34, records=30, service="db",
+               severity="high", template="deadlock detected on orders")
+    elsewhere = frag("Null pointer in cart", minute=30.5, until=34, records=40,
+                     service="checkout", severity="high", cause="cart total was null")
+    report = report_of(routine(until=40), own, elsewhere)
+    minutes = [f"2026-11-29T09:{m:02d}" for m in range(40)]
+    report.series = {
+        "api": {"GET /orders done": Series(level="INFO", minutes=dict.fromkeys(minutes, 40))},
+        "db": {"deadlock detected on orders": Series(
+            level="ERROR", minutes={m: 8 for m in minutes[30:34]})}}
+    pm = derive(report)
+    assert pm.title == "db: a new error" and pm.lead is None
+    assert [c.title for c in pm.episodes[0].causes] == ["Deadlock detected"]
+    assert [c.title for c in pm.episodes[1].causes] == ["Null pointer in cart"]
+    assert "Null pointer in cart" in section(render_markdown(report), "Other incidents")
+    # the same report without db's departure tells both as one story, as before
+    report.series = {"api": report.series["api"]}
+    assert sorted(c.title for c in derive(report).episodes[0].causes) == [
+        "Deadlock detected", "Null pointer in cart"]
