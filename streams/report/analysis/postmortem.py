@@ -23,8 +23,8 @@ rules analyzer's, whichever wrote the fragments):
 * causes that overlap in time, or follow each other closely in the same service,
   form one **episode**; the most significant episode is the post-mortem's subject,
   unless a departure from the stream's baseline (``incidents.py``) leads: then the
-  subject is the causes in that incident's services around its time, or, where none
-  are, its departures;
+  subject is the causes in that incident's origin and failing callers around its
+  time, or, where none are, its departures;
 * in an episode, the service its callers' failures name is the **suspected origin**
   (:mod:`streams.report.analysis.origin`): it leads the chain and the title, its callers'
   errors are impact; high or critical needs errors in several services or a
@@ -312,8 +312,9 @@ def _lead_with_incident(pm: PostMortem, span: Span,
 
 
 def _focus(episodes: list[Episode], top: DayIncident) -> Episode | None:
-    """The causes that tell of ``top``: in one of its services, around its time."""
-    mine = set(top.services)
+    """The causes that tell of ``top``: in its origin or a caller that failed calling
+    it, around its time (a caller that only went quiet may fail for reasons of its own)."""
+    mine = {top.origin, *top.callers} - set(top.held)
     causes = sorted((c for ep in episodes for c in ep.causes
                      if mine & set(c.services)
                      and _overlaps((top.started, top.ended), (c.first_seen, c.last_seen))),
@@ -344,8 +345,14 @@ def _narrate_incident(pm: PostMortem, top: DayIncident, span: Span) -> None:
                 and (span.end - end).total_seconds() > EPISODE_GAP_S)
     pm.status = (f"resolved in the logs at {pm.when(top.ended)}" if resolved
                  else "ongoing at the end of the logs")
-    over = (f"Its departures ended at {pm.when(top.ended)}" if resolved
-            else "It was still departing from its baseline when the logs end")
+    if resolved:
+        over = f"Its departures ended at {pm.when(top.ended)}"
+    elif end is not None and span.end is not None and span.end > end:
+        over = (f"Its departures ended at {pm.when(top.ended)}, "
+                f"{duration((span.end - end).total_seconds())} before the logs end: too "
+                "soon to call it over")
+    else:
+        over = "It was still departing from its baseline when the logs end"
     elsewhere = "; errors of other services at the time are other incidents, below" \
         if pm.episodes else ""
     pm.summary = [f"{over}{elsewhere}."]
@@ -372,7 +379,7 @@ def _narrate_incident(pm: PostMortem, top: DayIncident, span: Span) -> None:
     pm.went_badly = ["No alert in the logs: it shows only as a departure from the "
                      "baseline"]
     if not resolved:
-        pm.went_badly.append("Still departing at the end of the logs")
+        pm.went_badly.append("Not over in the logs")
     items: list[tuple[str | None, str]] = []
     if top.trigger is not None:
         items.append((top.trigger.time, f"change in {top.trigger.service}: "
