@@ -273,8 +273,8 @@ def _lead_with_incident(pm: PostMortem, span: Span,
                         find_origin_of: Callable[[Episode], None]) -> None:
     """The most severe departure from the baseline leads: its origin titles the
     post-mortem and opens the summary. The story told after it is of the causes in its
-    services around its time (errors elsewhere are other incidents), or, where none
-    are, of its departures alone."""
+    origin and failing callers around its time (errors elsewhere are other incidents),
+    or, where none are, of its departures alone."""
     top = next((i for i in pm.incidents if SEVERITY_WEIGHT[i.severity]
                 >= SEVERITY_WEIGHT["medium"]), None)
     if top is None:

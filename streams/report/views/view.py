@@ -106,8 +106,9 @@ class Ranked:
 
     @property
     def significant(self) -> bool:
-        """It holds an incident: the post-mortem found an episode of medium or worse."""
-        return bool(self.pm.episodes)
+        """It holds an incident: the post-mortem found an episode of medium or worse, or
+        tells an incident that no error tells of (a slowed service)."""
+        return bool(self.pm.episodes) or self.pm.lead is not None
 
     @property
     def weight(self) -> int:
@@ -142,6 +143,8 @@ def one_line(item: Ranked) -> str:
     report, pm = item.report, item.pm
     if not item.significant:
         return f"{report.id}: no incident ({pm.records:,} records)"
+    if pm.lead is not None:
+        return f"{report.id}: {top_incident(report, pm)} ({pm.lead.severity}; {pm.status})"
     ep = pm.episodes[0]
     return (f"{report.id}: {top_incident(report, pm)} ({ep.top.severity}, {ep.records:,} "
             f"records; {pm.status})")

@@ -539,3 +539,15 @@ def test_the_story_after_the_lead_holds_the_causes_of_its_services_only() -> Non
     report.series = {"api": report.series["api"]}
     assert sorted(c.title for c in derive(report).episodes[0].causes) == [
         "Deadlock detected", "Null pointer in cart"]
+
+
+def test_a_window_whose_lead_no_error_tells_of_is_an_incident_among_windows() -> None:
+    from streams.report.views.view import one_line, rank_reports
+
+    slowed = slowed_db(report_of(routine(until=40)))
+    quiet = report_of(routine(until=40))
+    quiet.id = "2026-11-28/all"
+    first, second = rank_reports([quiet, slowed])
+    assert first.report is slowed and first.significant and not second.significant
+    assert one_line(first) == ("2026-11-29/all: db: calls into it slowed (high; ongoing at "
+                               "the end of the logs)")
