@@ -13,12 +13,13 @@ import subprocess
 import sys
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from pathlib import Path
 
 import pytest
 
-from streams.cli import main, make_parser, select_report
+from streams.cli import FAKE_LLM_FIELDS, main, make_parser, select_report
+from streams.dev.fakellm import FakeLLMConfig
 from streams.errors import (
     EXIT_AUDIT_FAILED,
     EXIT_BROKEN_PIPE,
@@ -394,11 +395,6 @@ def test_a_redrive_refused_the_raw_topic_for_old_reviews_still_sends_the_rest(
 
 
 def test_fake_llm_flags_left_out_keep_the_providers_defaults() -> None:
-    from dataclasses import fields
-
-    from streams.cli import FAKE_LLM_FIELDS
-    from streams.dev.fakellm import FakeLLMConfig
-
     known = {f.name for f in fields(FakeLLMConfig)}
     assert set(FAKE_LLM_FIELDS) <= known
     bare = make_parser().parse_args(["fake-llm"])

@@ -19,6 +19,8 @@ from streams.report.state.merge import merge_all
 from streams.report.state.model import Report, Series
 from streams.report.views.view import (
     POSTMORTEM_SECTIONS,
+    one_line,
+    rank_reports,
     render_html,
     render_json,
     render_markdown,
@@ -517,7 +519,7 @@ def test_a_lead_no_error_tells_of_is_told_by_its_departures_and_errors_are_other
     assert alone.lead is None and alone.episodes[0].top.title == "Null pointer in cart"
 
 
-def test_the_story_after_the_lead_holds_the_causes_of_its_services_only() -> None:
+def test_the_story_after_the_lead_holds_its_origins_causes_not_anothers() -> None:
     """db's new error leads; checkout's errors at the same minutes are no part of the
     chain told after it, but an incident of their own."""
     own = frag("Deadlock detected", minute=30, until=34, records=30, service="db",
@@ -542,8 +544,6 @@ def test_the_story_after_the_lead_holds_the_causes_of_its_services_only() -> Non
 
 
 def test_a_window_whose_lead_no_error_tells_of_is_an_incident_among_windows() -> None:
-    from streams.report.views.view import one_line, rank_reports
-
     slowed = slowed_db(report_of(routine(until=40)))
     quiet = report_of(routine(until=40))
     quiet.id = "2026-11-28/all"
