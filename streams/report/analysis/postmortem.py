@@ -24,7 +24,8 @@ rules analyzer's, whichever wrote the fragments):
   form one **episode**; the most significant episode is the post-mortem's subject,
   unless a departure from the stream's baseline (``incidents.py``) leads: then the
   subject is the causes in that incident's origin and failing callers around its
-  time, or, where none are, its departures;
+  time, or, where none are, its departures (a log begun mid-failure: the causes of
+  the service that was failing);
 * in an episode, the service its callers' failures name is the **suspected origin**
   (:mod:`streams.report.analysis.origin`): it leads the chain and the title, its callers'
   errors are impact; high or critical needs errors in several services or a
@@ -278,23 +279,12 @@ def _lead_with_incident(pm: PostMortem, span: Span,
     top = next((i for i in pm.incidents if SEVERITY_WEIGHT[i.severity]
                 >= SEVERITY_WEIGHT["medium"]), None)
     if top is None:
-        _lead_with_unjudged(pm)
+        _lead_with_unjudged(pm, span, find_origin_of)
         return
-    focus = _focus(pm.episodes, top)
-    if focus is not None:
-        _attach_changes(focus, pm.changes)
-        find_origin_of(focus)
-        pm.episodes = [focus, *_without(pm.episodes, focus.causes)]
-        undated = [c for c in pm.causes if not c.first_seen]
-        pm.causes = [c for ep in pm.episodes for c in sorted(ep.causes, key=cause_rank)]
-        pm.causes += undated
-        _narrate(pm, span)
-    else:
+    if not _tell_focused(pm, top, span, find_origin_of):
         _narrate_incident(pm, top, span)
     pm.title = top.title
-    if pm.suspected and pm.episodes[0].origin is not None \
-            and pm.episodes[0].origin.service != top.origin:
-        pm.summary.remove(pm.suspected)  # the episodes' guess would contradict the lead
+    _drop_other_suspect(pm, top)
     lead = top.evidence[0]
     callers = f"; {top.suffered('reported failures calling it')}" if top.callers else ""
     trigger = (f", {between(top.trigger.time, top.started)} after a change in "
@@ -309,6 +299,30 @@ def _lead_with_incident(pm: PostMortem, span: Span,
                 f"{trigger} ({top.severity}): {what}{lead.describe()}{callers}."
                 + (f" {others} other incident(s) that day are listed below." if others else ""))
     pm.summary = [sentence, *pm.summary]
+
+
+def _tell_focused(pm: PostMortem, top: DayIncident, span: Span,
+                  find_origin_of: Callable[[Episode], None]) -> bool:
+    """Tell the causes of ``top`` (``_focus``) as the post-mortem's story, the other
+    episodes' after it; False when no cause tells of it."""
+    focus = _focus(pm.episodes, top)
+    if focus is None:
+        return False
+    _attach_changes(focus, pm.changes)
+    find_origin_of(focus)
+    pm.episodes = [focus, *_without(pm.episodes, focus.causes)]
+    undated = [c for c in pm.causes if not c.first_seen]
+    pm.causes = [c for ep in pm.episodes for c in sorted(ep.causes, key=cause_rank)]
+    pm.causes += undated
+    _narrate(pm, span)
+    return True
+
+
+def _drop_other_suspect(pm: PostMortem, top: DayIncident) -> None:
+    """The episodes' guess at an origin other than the lead's would contradict it."""
+    if pm.suspected and pm.episodes and pm.episodes[0].origin is not None \
+            and pm.episodes[0].origin.service != top.origin:
+        pm.summary.remove(pm.suspected)
 
 
 def _focus(episodes: list[Episode], top: DayIncident) -> Episode | None:
@@ -400,12 +414,16 @@ def minute_time(minute: str) -> str:
     return f"{minute}:00Z"
 
 
-def _lead_with_unjudged(pm: PostMortem) -> None:
+def _lead_with_unjudged(pm: PostMortem, span: Span,
+                        find_origin_of: Callable[[Episode], None]) -> None:
     """Without an incident, a log that began mid-failure (or just before one) leads
-    with what was failing; the reader is told there was no past to judge it by."""
+    with what was failing, and the story is of its causes where they tell of it; the
+    reader is told there was no past to judge it by."""
     top = next((i for i in pm.incidents if i.unjudged), None)
     if top is None:
         return
+    _tell_focused(pm, top, span, find_origin_of)
+    _drop_other_suspect(pm, top)
     lead = top.evidence[0]
     records = sum(d.observed for d in top.evidence)
     pm.title = top.title

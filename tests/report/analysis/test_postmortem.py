@@ -492,6 +492,27 @@ def test_the_episodes_suspected_origin_is_left_out_when_an_incident_of_another_l
     assert not any(s.startswith("Suspected origin") for s in pm.summary)
 
 
+def cart_errors(minute: float, until: float) -> Fragment:
+    """checkout's own errors, a failure of no other service's making."""
+    return frag("Null pointer in cart", minute=minute, until=until, records=40,
+                service="checkout", severity="high", cause="cart total was null")
+
+
+def beside_cart_errors(own: Fragment, cart: Fragment, minutes: list[str],
+                       lines: dict[str, dict[str, Series]]) -> Report:
+    """A report of ``own`` failing beside checkout's ``cart`` errors, ``lines`` added
+    to api's steady ones over ``minutes``: the story after the title is ``own``'s alone,
+    checkout's errors are another incident."""
+    report = report_of(routine(until=len(minutes)), own, cart)
+    steady = {"GET /orders done": Series(level="INFO", minutes=dict.fromkeys(minutes, 40))}
+    report.series = {**lines, "api": {**steady, **lines.get("api", {})}}
+    pm = derive(report)
+    assert [c.title for c in pm.episodes[0].causes] == [own.event]
+    assert [c.title for ep in pm.episodes[1:] for c in ep.causes] == ["Null pointer in cart"]
+    assert "Null pointer in cart" in section(render_markdown(report), "Other incidents")
+    return report
+
+
 def section(markdown: str, title: str) -> str:
     """The text of one ``## title`` section of a rendered post-mortem."""
     return markdown.split(f"## {title}\n", 1)[1].split("\n## ", 1)[0]
@@ -502,8 +523,7 @@ def test_a_lead_no_error_tells_of_is_told_by_its_departures_and_errors_are_other
     """db's calls slowed and nothing of db failed, while checkout threw errors of its
     own: the chain, the actions and the timeline are db's; checkout's errors are
     another incident, not db's story."""
-    elsewhere = frag("Null pointer in cart", minute=30, until=34, records=40,
-                     service="checkout", severity="high", cause="cart total was null")
+    elsewhere = cart_errors(30, 34)
     report = slowed_db(report_of(routine(until=40), elsewhere))
     pm = derive(report)
     assert pm.lead is not None and pm.lead.origin == "db"
@@ -524,19 +544,11 @@ def test_the_story_after_the_lead_holds_its_origins_causes_not_anothers() -> Non
     chain told after it, but an incident of their own."""
     own = frag("Deadlock detected", minute=30, until=34, records=30, service="db",
                severity="high", template="deadlock detected on orders")
-    elsewhere = frag("Null pointer in cart", minute=30.5, until=34, records=40,
-                     service="checkout", severity="high", cause="cart total was null")
-    report = report_of(routine(until=40), own, elsewhere)
     minutes = [f"2026-11-29T09:{m:02d}" for m in range(40)]
-    report.series = {
-        "api": {"GET /orders done": Series(level="INFO", minutes=dict.fromkeys(minutes, 40))},
+    report = beside_cart_errors(own, cart_errors(30.5, 34), minutes, {
         "db": {"deadlock detected on orders": Series(
-            level="ERROR", minutes={m: 8 for m in minutes[30:34]})}}
-    pm = derive(report)
-    assert pm.title == "db: a new error" and pm.lead is None
-    assert [c.title for c in pm.episodes[0].causes] == ["Deadlock detected"]
-    assert [c.title for c in pm.episodes[1].causes] == ["Null pointer in cart"]
-    assert "Null pointer in cart" in section(render_markdown(report), "Other incidents")
+            level="ERROR", minutes={m: 8 for m in minutes[30:34]})}})
+    assert derive(report).title == "db: a new error"
     # the same report without db's departure tells both as one story, as before
     report.series = {"api": report.series["api"]}
     assert sorted(c.title for c in derive(report).episodes[0].causes) == [
@@ -551,3 +563,15 @@ def test_a_window_whose_lead_no_error_tells_of_is_an_incident_among_windows() ->
     assert first.report is slowed and first.significant and not second.significant
     assert one_line(first) == ("2026-11-29/all: db: calls into it slowed (high; ongoing at "
                                "the end of the logs)")
+
+
+def test_a_log_begun_mid_failure_tells_the_causes_of_what_was_failing() -> None:
+    """api was failing when the log began, and checkout threw errors of its own: the
+    story after the title is api's, checkout's an incident of its own."""
+    failing = frag("Payment call failed", minute=0, until=2.9, records=24, service="api",
+                   severity="high", template="payment call failed")
+    minutes = [f"2026-11-29T09:0{m}" for m in range(3)]
+    report = beside_cart_errors(failing, cart_errors(0.5, 2.9), minutes, {"api": {
+        "payment call failed": Series(level="ERROR", minutes=dict.fromkeys(minutes, 8),
+                                      first_seen="2026-11-29T09:00:12Z")}})
+    assert derive(report).title == "api: already failing when the log begins"
