@@ -130,6 +130,7 @@ MIN_SLOW = 3
 STEP_HOPS = (20, 5, 2)
 POOL_HOPS = 20  # the weight, in hops, of all services' slow share in each one's own
 PREFIX_SHARED_BY = 3  # services whose names begin with one word: a project's prefix
+_NOT_ALNUM = re.compile(r"[^a-z0-9]+")  # the separators of a name, lowercased
 MIN_CALL_HOPS = 3  # hops from a caller to a callee before the trace graph has the call
 
 Kind = Literal["new", "burst", "thin", "quiet", "slow", "standing", "early"]
@@ -332,7 +333,7 @@ def _service_named(name: str, services: list[str]) -> str | None:
 
 
 def _squash(name: str) -> str:
-    return re.sub(r"[^a-z0-9]", "", name.lower())
+    return _NOT_ALNUM.sub("", name.lower())
 
 
 @lru_cache(maxsize=8)
@@ -340,7 +341,7 @@ def _squashed(services: tuple[str, ...]) -> dict[str, str]:
     """Each service's name as a request path may spell it, when only it is spelt so:
     without separators (``seatservice``), and without a first word that several
     services share, a project's prefix (``ts-seat-service`` -> ``seatservice``)."""
-    words = {s: re.split(r"[^a-z0-9]+", s.lower()) for s in services}
+    words = {s: _NOT_ALNUM.split(s.lower()) for s in services}
     firsts = Counter(w[0] for w in words.values() if len(w) > 2)
     spelt: dict[str, set[str]] = {}
     for service, w in words.items():

@@ -250,7 +250,6 @@ def derive(report: Report, *, deadletters: int | None = None, review: int | None
         chronic=sorted(chronic, key=cause_rank),
         silent=silent,
     )
-    _narrate(pm, span)
     previous = report.previous
     findings = (walk or Walk()).findings(
         report.series, before=previous.series if previous is not None else None,
@@ -262,6 +261,7 @@ def derive(report: Report, *, deadletters: int | None = None, review: int | None
         IncidentChange(service, c.time, c.detail)
         for c in changes if c.time and c.kind in TRIGGER_KINDS for service in c.services])
     pm.incidents += find_unjudged(findings)
+    # the story is told once, after the incidents: the lead decides which one it is
     _lead_with_incident(pm, span, lambda ep: _find_origin(ep, by_key, silent, known))
     return pm
 
@@ -304,7 +304,7 @@ def _lead_with_incident(pm: PostMortem, span: Span,
 def _tell_focused(pm: PostMortem, top: DayIncident, span: Span,
                   find_origin_of: Callable[[Episode], None]) -> bool:
     """Tell the causes of ``top`` (``_focus``) as the post-mortem's story, the other
-    episodes' after it; False when no cause tells of it."""
+    episodes' after it; False, telling nothing, when no cause tells of it."""
     focus = _focus(pm.episodes, top)
     if focus is None:
         return False
@@ -420,9 +420,10 @@ def _lead_with_unjudged(pm: PostMortem, span: Span,
     with what was failing, and the story is of its causes where they tell of it; the
     reader is told there was no past to judge it by."""
     top = next((i for i in pm.incidents if i.unjudged), None)
+    if top is None or not _tell_focused(pm, top, span, find_origin_of):
+        _narrate(pm, span)  # the most significant episode's story
     if top is None:
         return
-    _tell_focused(pm, top, span, find_origin_of)
     _drop_other_suspect(pm, top)
     lead = top.evidence[0]
     records = sum(d.observed for d in top.evidence)
