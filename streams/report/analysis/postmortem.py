@@ -23,8 +23,8 @@ rules analyzer's, whichever wrote the fragments):
 * causes that overlap in time, or follow each other closely in the same service,
   form one **episode**; the most significant episode is the post-mortem's subject,
   unless a departure from the stream's baseline (``incidents.py``) leads: then the
-  subject is the causes in that incident's origin and failing callers around its
-  time, or, where none are, its departures (a log begun mid-failure: the causes of
+  subject is the causes in that incident's origin and failing callers, cut to its
+  minutes, or, where none are, its departures (a log begun mid-failure: the causes of
   the service that was failing);
 * in an episode, the service its callers' failures name is the **suspected origin**
   (:mod:`streams.report.analysis.origin`): it leads the chain and the title, its callers'
@@ -39,7 +39,7 @@ from __future__ import annotations
 
 import re
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from datetime import timedelta
 from typing import Literal
@@ -65,8 +65,13 @@ from streams.report.analysis.incidents import DayIncident, find_incidents, find_
 from streams.report.analysis.origin import Origin, find_origin
 from streams.report.state.keys import format_time, parse_time
 from streams.report.state.merge import normalize_text
-from streams.report.state.minutes import add_minutes, minute_counts
-from streams.report.state.model import SEVERITY_WEIGHT, Incident, Report
+from streams.report.state.minutes import (
+    MINUTE_FORMAT,
+    add_minutes,
+    minute_counts,
+    parse_minute,
+)
+from streams.report.state.model import SEVERITY_WEIGHT, Incident, Report, Series
 from streams.report.state.wording import (
     Span,
     between,
@@ -262,7 +267,7 @@ def derive(report: Report, *, deadletters: int | None = None, review: int | None
         for c in changes if c.time and c.kind in TRIGGER_KINDS for service in c.services])
     pm.incidents += find_unjudged(findings)
     # the story is told once, after the incidents: the lead decides which one it is
-    _lead_with_incident(pm, span, lambda ep: _find_origin(ep, by_key, silent, known))
+    _lead_with_incident(pm, span, _Sources(by_key, report.series, silent, known))
     return pm
 
 
@@ -270,8 +275,44 @@ def derive(report: Report, *, deadletters: int | None = None, review: int | None
 TRIGGER_KINDS = ("deploy", "config", "scale", "restart")
 
 
-def _lead_with_incident(pm: PostMortem, span: Span,
-                        find_origin_of: Callable[[Episode], None]) -> None:
+@dataclass(frozen=True, slots=True)
+class _Sources:
+    """What a lead incident's story is cut from besides the causes: the report's
+    incidents by key, its series (a cause's records per service and minute), the
+    services that went silent and the services of the records."""
+
+    by_key: dict[str, Incident]
+    series: Mapping[str, Mapping[str, Series]]
+    silent: list[tuple[str, str]]
+    known: set[str]
+
+    def find_origin(self, ep: Episode) -> None:
+        _find_origin(ep, self.by_key, self.silent, self.known)
+
+    def records(self, cause: Cause, services: set[str]
+                ) -> tuple[dict[str, int], dict[str, str], list[str]]:
+        """``cause``'s records per minute in ``services``, each minute's earliest failing
+        record's time, and the services they are of; where the series hold none of its
+        templates there (a model that named its templates otherwise), its records per
+        minute in all its services, without times."""
+        templates = {ev.template for key in cause.keys if key in self.by_key
+                     for ev in self.by_key[key].evidence}
+        found = {service: [s for t in sorted(templates)
+                           if (s := self.series.get(service, {}).get(t)) is not None]
+                 for service in cause.services if service in services}
+        kept = [service for service, series in found.items() if series]
+        if not kept:
+            return _minutes_of(cause, self.by_key), {}, list(cause.services)
+        series = [s for service in kept for s in found[service]]
+        starts: dict[str, str] = {}
+        for s in series:
+            for minute, when in s.starts.items():
+                if minute not in starts or when < starts[minute]:
+                    starts[minute] = when
+        return add_minutes(*(s.minutes for s in series)), starts, kept
+
+
+def _lead_with_incident(pm: PostMortem, span: Span, sources: _Sources) -> None:
     """The most severe departure from the baseline leads: its origin titles the
     post-mortem and opens the summary. The story told after it is of the causes in its
     origin and failing callers around its time (errors elsewhere are other incidents),
@@ -279,9 +320,9 @@ def _lead_with_incident(pm: PostMortem, span: Span,
     top = next((i for i in pm.incidents if SEVERITY_WEIGHT[i.severity]
                 >= SEVERITY_WEIGHT["medium"]), None)
     if top is None:
-        _lead_with_unjudged(pm, span, find_origin_of)
+        _lead_with_unjudged(pm, span, sources)
         return
-    if not _tell_focused(pm, top, span, find_origin_of):
+    if not _tell_focused(pm, top, span, sources):
         _narrate_incident(pm, top, span)
     pm.title = top.title
     _drop_other_suspect(pm, top)
@@ -301,16 +342,16 @@ def _lead_with_incident(pm: PostMortem, span: Span,
     pm.summary = [sentence, *pm.summary]
 
 
-def _tell_focused(pm: PostMortem, top: DayIncident, span: Span,
-                  find_origin_of: Callable[[Episode], None]) -> bool:
+def _tell_focused(pm: PostMortem, top: DayIncident, span: Span, sources: _Sources) -> bool:
     """Tell the causes of ``top`` (``_focus``) as the post-mortem's story, the other
     episodes' after it; False, telling nothing, when no cause tells of it."""
-    focus = _focus(pm.episodes, top)
-    if focus is None:
+    found = _focus(pm.episodes, top, sources)
+    if found is None:
         return False
+    focus, taken = found
     _attach_changes(focus, pm.changes)
-    find_origin_of(focus)
-    pm.episodes = [focus, *_without(pm.episodes, focus.causes)]
+    sources.find_origin(focus)
+    pm.episodes = [focus, *_without(pm.episodes, taken)]
     undated = [c for c in pm.causes if not c.first_seen]
     pm.causes = [c for ep in pm.episodes for c in sorted(ep.causes, key=cause_rank)]
     pm.causes += undated
@@ -325,25 +366,97 @@ def _drop_other_suspect(pm: PostMortem, top: DayIncident) -> None:
         pm.summary.remove(pm.suspected)
 
 
-def _focus(episodes: list[Episode], top: DayIncident) -> Episode | None:
-    """The causes that tell of ``top``: in its origin or a caller that failed calling
-    it, around its time (a caller that only went quiet may fail for reasons of its own)."""
+def _focus(episodes: list[Episode], top: DayIncident, sources: _Sources
+           ) -> tuple[Episode, dict[int, Cause | None]] | None:
+    """The causes that tell of ``top``, cut to its origin and the callers that failed
+    calling it (a caller that only went quiet may fail for reasons of its own) and to
+    its minutes, a minute either side (callers often fail first); with what is left of
+    each cause cut, by the id of the whole, for the other episodes to tell."""
     mine = {top.origin, *top.callers} - set(top.held)
-    causes = sorted((c for ep in episodes for c in ep.causes
-                     if mine & set(c.services)
-                     and _overlaps((top.started, top.ended), (c.first_seen, c.last_seen))),
-                    key=lambda c: (c.first_seen or "", -c.weight))
+    start = _minute_of(top.started, -1)
+    end = _minute_of(top.ended, 0)  # the end of its last minute: the minute after it
+    if start is None or end is None:
+        return None
+    causes: list[Cause] = []
+    rests: dict[int, Cause | None] = {}
+    for c in (c for ep in episodes for c in ep.causes if mine & set(c.services)):
+        found = _cut(c, mine, start, end, sources)
+        if found is not None:
+            causes.append(found[0])
+            rests[id(c)] = found[1]
+    causes.sort(key=lambda c: (c.first_seen or "", -c.weight))
     if not any(SEVERITY_WEIGHT.get(c.severity, 1) >= SEVERITY_WEIGHT["medium"]
                for c in causes):
         return None
-    return Episode(causes, causes[0].first_seen, latest([c.last_seen for c in causes]))
+    return Episode(causes, causes[0].first_seen, latest([c.last_seen for c in causes])), rests
 
 
-def _without(episodes: list[Episode], taken: list[Cause]) -> list[Episode]:
-    """The episodes without the causes ``taken`` from them, those still significant."""
+def _minute_of(stamp: str, shift: int) -> str | None:
+    """The minute key of ``stamp`` moved by ``shift`` minutes."""
+    when = parse_time(stamp)
+    if when is None:
+        return None
+    return (when + timedelta(minutes=shift)).strftime(MINUTE_FORMAT)
+
+
+def _cut(cause: Cause, services: set[str], start: str, end: str, sources: _Sources
+         ) -> tuple[Cause, Cause | None] | None:
+    """The part of ``cause`` in ``services`` and in the minutes from ``start`` to
+    ``end`` (both kept), and the rest of it (None when there is none); None when no
+    record of it is there. A cause groups one failure's records over the whole report,
+    which may hold several incidents of it: a story told from all of them would date
+    the lead by the first, and the others are still to be told."""
+    minutes, starts, kept = sources.records(cause, services)
+    inside = {m: n for m, n in minutes.items() if start <= m <= end}
+    if not inside:
+        return None
+    every, every_start, _ = sources.records(cause, set(cause.services))
+    left = {m: n - inside.get(m, 0) for m, n in every.items() if n > inside.get(m, 0)}
+    if not left:
+        return cause, None
+    count = sum(inside.values())
+    # what its counts said of it all ("first seen 09:03") is told as of it all
+    anomaly = (f"{cause.anomaly}; {count:,} of its {cause.count:,} records fall in this "
+               "incident's minutes") if cause.anomaly else None
+    part = _spanning(cause, inside, starts, kept, count, anomaly)
+    elsewhere = [s for s in cause.services if s not in kept or any(
+        not start <= m <= end for m in sources.records(cause, {s})[0])]
+    rest = _spanning(cause, left, every_start, elsewhere, max(cause.count - count, 0),
+                     cause.anomaly)
+    return part, rest
+
+
+def _spanning(cause: Cause, minutes: dict[str, int], starts: dict[str, str],
+              services: list[str], count: int, anomaly: str | None) -> Cause:
+    """``cause`` told of the records of ``minutes`` alone: dated by its own first and
+    last record where they fall there, else by the minutes' earliest failing record
+    and end."""
+    first, last = min(minutes), max(minutes)
+    first_seen = cause.first_seen if _in_minute(cause.first_seen, first) \
+        else starts.get(first) or minute_time(first)
+    last_seen = cause.last_seen if _in_minute(cause.last_seen, last) \
+        else minute_time(_minute_after(last))
+    return replace(cause, count=count, services=services, first_seen=first_seen,
+                   last_seen=last_seen, burst=None, anomaly=anomaly)
+
+
+def _in_minute(stamp: str | None, minute: str) -> bool:
+    when = parse_time(stamp)
+    return when is not None and when.strftime(MINUTE_FORMAT) == minute
+
+
+def _minute_after(minute: str) -> str:
+    return (parse_minute(minute) + timedelta(minutes=1)).strftime(MINUTE_FORMAT)
+
+
+def _without(episodes: list[Episode], taken: dict[int, Cause | None]) -> list[Episode]:
+    """The episodes with what is left of the causes ``taken`` from them (by the id of
+    the whole), those still significant."""
     out = []
     for ep in episodes:
-        left = [c for c in ep.causes if all(c is not t for t in taken)]
+        kept = (taken.get(id(c), c) for c in ep.causes)  # a stored None: nothing left
+        left = sorted((c for c in kept if c is not None),
+                      key=lambda c: (c.first_seen or "", -c.weight))
         if any(SEVERITY_WEIGHT.get(c.severity, 1) >= SEVERITY_WEIGHT["medium"] for c in left):
             out.append(replace(ep, causes=left, first_seen=left[0].first_seen,
                                last_seen=latest([c.last_seen for c in left])))
@@ -414,13 +527,12 @@ def minute_time(minute: str) -> str:
     return f"{minute}:00Z"
 
 
-def _lead_with_unjudged(pm: PostMortem, span: Span,
-                        find_origin_of: Callable[[Episode], None]) -> None:
+def _lead_with_unjudged(pm: PostMortem, span: Span, sources: _Sources) -> None:
     """Without an incident, a log that began mid-failure (or just before one) leads
     with what was failing, and the story is of its causes where they tell of it; the
     reader is told there was no past to judge it by."""
     top = next((i for i in pm.incidents if i.unjudged), None)
-    if top is None or not _tell_focused(pm, top, span, find_origin_of):
+    if top is None or not _tell_focused(pm, top, span, sources):
         _narrate(pm, span)  # the most significant episode's story
     if top is None:
         return

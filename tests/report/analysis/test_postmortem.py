@@ -575,3 +575,40 @@ def test_a_log_begun_mid_failure_tells_the_causes_of_what_was_failing() -> None:
         "payment call failed": Series(level="ERROR", minutes=dict.fromkeys(minutes, 8),
                                       first_seen="2026-11-29T09:00:12Z")}})
     assert derive(report).title == "api: already failing when the log begins"
+
+
+def test_a_lead_is_told_from_its_own_minutes_of_a_cause_that_recurs() -> None:
+    """db's deadlocks came twice, at 09:05 and from 09:30, and batch wrote the same
+    line at 09:31 without calling db: one cause of the report. The story of the incident
+    from 09:30 tells db's records of its minutes; the rest is still told, elsewhere."""
+    minutes = [f"2026-11-29T09:{m:02d}" for m in range(40)]
+    deadlock = "deadlock detected on orders"
+
+    def deadlocks(service: str, minute: float, until: float, records: int) -> Fragment:
+        return frag("Deadlock detected", minute=minute, until=until, records=records,
+                    service=service, severity="high", template=deadlock)
+
+    report = report_of(routine(until=40), deadlocks("db", 5, 6.9, 12),
+                       deadlocks("db", 30, 33.9, 32), deadlocks("batch", 31, 31.9, 5))
+    counts = {"db": {**dict.fromkeys(minutes[5:7], 6), **dict.fromkeys(minutes[30:34], 8)},
+              "batch": {minutes[31]: 5}}
+    report.series = {
+        "api": {"GET /orders done": Series(level="INFO", minutes=dict.fromkeys(minutes, 40))},
+        **{service: {deadlock: Series(level="ERROR", minutes=m,
+                                      starts={k: f"{k}:07.000Z" for k in m})}
+           for service, m in counts.items()}}
+    pm = derive(report)
+    top = pm.incidents[0]
+    assert (top.origin, top.started) == ("db", "2026-11-29T09:30:07Z")
+    told = pm.episodes[0].causes
+    assert [(c.title, c.count, c.services, c.first_seen) for c in told] == [
+        ("Deadlock detected", 32, ["db"], "2026-11-29T09:30:00.000Z")]  # its burst's start
+    rest = [c for ep in pm.episodes[1:] for c in ep.causes]
+    assert [(c.title, c.count, sorted(c.services)) for c in rest] == [
+        ("Deadlock detected", 17, ["batch", "db"])]
+    assert rest[0].first_seen == "2026-11-29T09:05:07.000Z"  # its first minute's first
+    markdown = render_markdown(report)
+    assert "`09:30:00` **Deadlock detected** (medium, 32 records, `db`)" in section(
+        markdown, "Root cause chain")
+    assert "09:05" not in section(markdown, "Impact")
+    assert "`09:05:07`-" in section(markdown, "Other incidents")
