@@ -14,12 +14,13 @@ from streams.report.analysis.causes import Cause
 from streams.report.analysis.departures import ALL_CALLS, ALL_LINES
 from streams.report.analysis.incidents import DayIncident
 from streams.report.analysis.postmortem import MAX_CHAIN, Episode, PostMortem, minute_time
-from streams.report.state.wording import between, name_list
+from streams.report.state.wording import between, clip, name_list
 
 MAX_OTHER_EPISODES = 4
 MAX_INCIDENTS = 30  # incidents listed a window: a busy day stays under 200 lines
 MAX_EXTRA_CAUSES = 3  # dated causes outside episodes and undated ones, listed after them
 MAX_USER_QUOTES = 3
+MAX_LEAD_LINE = 80  # characters of an incident's line in the list of incidents
 
 
 class Markup(Protocol):
@@ -68,15 +69,24 @@ def sections(pm: PostMortem, f: Markup) -> list[tuple[str, list[str]]]:
 
 
 def _incidents(pm: PostMortem, f: Markup) -> list[str]:
-    """Every incident of the window, newest first, one line each (at most MAX_INCIDENTS)."""
+    """Every incident of the window, newest first, one line each (at most MAX_INCIDENTS),
+    with the line that departed most where one did: "a new error" alone does not say
+    which."""
     newest = sorted(pm.incidents, key=lambda i: i.started, reverse=True)
     rows = [f"{f.code(pm.when(i.started))}-{f.code(pm.when(i.ended))} "
-            f"{f.strong(i.severity)} {f.code(i.origin)}: {f.text(i.title)}"
+            f"{f.strong(i.severity)} {f.text(i.title)}{_lead_line(i, f)}"
             + (f" (callers: {', '.join(i.callers[:3])})" if i.callers else "")
             for i in newest[:MAX_INCIDENTS]]
     if len(newest) > MAX_INCIDENTS:
         rows.append(f"and {len(newest) - MAX_INCIDENTS} older incident(s)")
     return f.bullets(rows)
+
+
+def _lead_line(incident: DayIncident, f: Markup) -> str:
+    """': `template`' of the incident's strongest departure, if it is one line's."""
+    if not incident.evidence or incident.evidence[0].template in (ALL_LINES, ALL_CALLS):
+        return ""
+    return f": {f.code(clip(incident.evidence[0].template, MAX_LEAD_LINE))}"
 
 
 def _told_by_departures(pm: PostMortem, top: DayIncident, f: Markup

@@ -530,6 +530,7 @@ def test_a_lead_no_error_tells_of_is_told_by_its_departures_and_errors_are_other
     markdown = render_markdown(report)
     chain = section(markdown, "Root cause chain")
     assert "`db`" in chain and "calls into it took 4x" in chain
+    assert "**high** db: calls into it slowed\n" in section(markdown, "Incidents")
     assert "checkout" not in chain and "checkout" not in section(markdown, "Impact")
     assert "Null pointer in cart" in section(markdown, "Other incidents")
     assert pm.actions[0].text.startswith("Find what slowed calls into db")
@@ -612,3 +613,6 @@ def test_a_lead_is_told_from_its_own_minutes_of_a_cause_that_recurs() -> None:
         markdown, "Root cause chain")
     assert "09:05" not in section(markdown, "Impact")
     assert "`09:05:07`-" in section(markdown, "Other incidents")
+    # each incident in the list says which line departed
+    assert "`09:30:07`-`09:34:00` **high** db: a new error: `deadlock detected on orders`" \
+        in section(markdown, "Incidents")
