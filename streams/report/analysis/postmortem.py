@@ -25,7 +25,8 @@ rules analyzer's, whichever wrote the fragments):
   unless a departure from the stream's baseline (``incidents.py``) leads: then the
   subject is the causes in that incident's origin and failing callers, cut to its
   minutes, or, where none are, its departures (a log begun mid-failure: the causes of
-  the service that was failing);
+  the service that was failing); the other episodes are cut the same way, one per
+  incident, then what no incident tells;
 * in an episode, the service its callers' failures name is the **suspected origin**
   (:mod:`streams.report.analysis.origin`): it leads the chain and the title, its callers'
   errors are impact; high or critical needs errors in several services or a
@@ -275,41 +276,54 @@ def derive(report: Report, *, deadletters: int | None = None, review: int | None
 TRIGGER_KINDS = ("deploy", "config", "scale", "restart")
 
 
+ByService = dict[str, dict[str, int]]  # service -> minute -> records
+_ANY_SERVICE = ""  # a cause's records whose services the series cannot tell apart
+
+
 @dataclass(frozen=True, slots=True)
 class _Sources:
-    """What a lead incident's story is cut from besides the causes: the report's
-    incidents by key, its series (a cause's records per service and minute), the
-    services that went silent and the services of the records."""
+    """What an incident's story is cut from besides the causes: the report's incidents
+    by key, its series (a cause's records per service and minute), the services that
+    went silent, the services of the records, and the parts already cut from causes."""
 
     by_key: dict[str, Incident]
     series: Mapping[str, Mapping[str, Series]]
     silent: list[tuple[str, str]]
     known: set[str]
+    # id(part) -> (the part, its records, each minute's earliest failing record's time)
+    parts: dict[int, tuple[Cause, ByService, dict[str, str]]] = field(default_factory=dict)
 
     def find_origin(self, ep: Episode) -> None:
         _find_origin(ep, self.by_key, self.silent, self.known)
 
-    def records(self, cause: Cause, services: set[str]
-                ) -> tuple[dict[str, int], dict[str, str], list[str]]:
-        """``cause``'s records per minute in ``services``, each minute's earliest failing
-        record's time, and the services they are of; where the series hold none of its
-        templates there (a model that named its templates otherwise), its records per
-        minute in all its services, without times."""
+    def records(self, cause: Cause) -> tuple[ByService, dict[str, str]]:
+        """``cause``'s records per service and minute, and each minute's earliest failing
+        record's time: a part's own, else its templates' series in its services; where
+        the series hold none of them (a model that named its templates otherwise), all
+        its records per minute under ``_ANY_SERVICE``, without times."""
+        part = self.parts.get(id(cause))
+        if part is not None and part[0] is cause:
+            return part[1], part[2]
         templates = {ev.template for key in cause.keys if key in self.by_key
                      for ev in self.by_key[key].evidence}
-        found = {service: [s for t in sorted(templates)
-                           if (s := self.series.get(service, {}).get(t)) is not None]
-                 for service in cause.services if service in services}
-        kept = [service for service, series in found.items() if series]
-        if not kept:
-            return _minutes_of(cause, self.by_key), {}, list(cause.services)
-        series = [s for service in kept for s in found[service]]
+        per: ByService = {}
         starts: dict[str, str] = {}
-        for s in series:
-            for minute, when in s.starts.items():
-                if minute not in starts or when < starts[minute]:
-                    starts[minute] = when
-        return add_minutes(*(s.minutes for s in series)), starts, kept
+        for service in cause.services:
+            found = [s for t in sorted(templates)
+                     if (s := self.series.get(service, {}).get(t)) is not None]
+            if found:
+                per[service] = add_minutes(*(s.minutes for s in found))
+            for s in found:
+                for minute, when in s.starts.items():
+                    if minute not in starts or when < starts[minute]:
+                        starts[minute] = when
+        if not per:
+            return {_ANY_SERVICE: _minutes_of(cause, self.by_key)}, {}
+        return per, starts
+
+    def keep(self, part: Cause, records: ByService, starts: dict[str, str]) -> Cause:
+        self.parts[id(part)] = (part, records, starts)
+        return part
 
 
 def _lead_with_incident(pm: PostMortem, span: Span, sources: _Sources) -> None:
@@ -323,6 +337,8 @@ def _lead_with_incident(pm: PostMortem, span: Span, sources: _Sources) -> None:
         _lead_with_unjudged(pm, span, sources)
         return
     if not _tell_focused(pm, top, span, sources):
+        others = [i for i in pm.incidents if i is not top]
+        _tell_episodes(pm, _by_incident(pm.episodes, others, pm.changes, sources))
         _narrate_incident(pm, top, span)
     pm.title = top.title
     _drop_other_suspect(pm, top)
@@ -345,18 +361,45 @@ def _lead_with_incident(pm: PostMortem, span: Span, sources: _Sources) -> None:
 def _tell_focused(pm: PostMortem, top: DayIncident, span: Span, sources: _Sources) -> bool:
     """Tell the causes of ``top`` (``_focus``) as the post-mortem's story, the other
     episodes' after it; False, telling nothing, when no cause tells of it."""
-    found = _focus(pm.episodes, top, sources)
+    found = _focus(pm.episodes, top, pm.incidents, sources)
     if found is None:
         return False
     focus, taken = found
     _attach_changes(focus, pm.changes)
     sources.find_origin(focus)
-    pm.episodes = [focus, *_without(pm.episodes, taken)]
+    others = [i for i in pm.incidents if i is not top]
+    _tell_episodes(pm, [focus, *_by_incident(_without(pm.episodes, taken), others,
+                                             pm.changes, sources)])
+    _narrate(pm, span)
+    return True
+
+
+def _by_incident(episodes: list[Episode], incidents: list[DayIncident],
+                 changes: list[Change], sources: _Sources) -> list[Episode]:
+    """``episodes`` told as ``incidents`` (medium or worse, in their order): each one's
+    causes cut to it (``_focus``), then what no incident tells. An episode groups
+    causes that overlap in time, so on a busy day one spans many incidents."""
+    told = []
+    for incident in incidents:
+        if SEVERITY_WEIGHT[incident.severity] < SEVERITY_WEIGHT["medium"]:
+            continue
+        found = _focus(episodes, incident, incidents, sources)
+        if found is None:
+            continue
+        ep, taken = found
+        _attach_changes(ep, changes)
+        sources.find_origin(ep)
+        told.append(ep)
+        episodes = _without(episodes, taken)
+    return [*told, *episodes]
+
+
+def _tell_episodes(pm: PostMortem, episodes: list[Episode]) -> None:
+    """``episodes`` as the post-mortem's, with its causes in their order."""
+    pm.episodes = episodes
     undated = [c for c in pm.causes if not c.first_seen]
     pm.causes = [c for ep in pm.episodes for c in sorted(ep.causes, key=cause_rank)]
     pm.causes += undated
-    _narrate(pm, span)
-    return True
 
 
 def _drop_other_suspect(pm: PostMortem, top: DayIncident) -> None:
@@ -366,21 +409,25 @@ def _drop_other_suspect(pm: PostMortem, top: DayIncident) -> None:
         pm.summary.remove(pm.suspected)
 
 
-def _focus(episodes: list[Episode], top: DayIncident, sources: _Sources
-           ) -> tuple[Episode, dict[int, Cause | None]] | None:
+def _focus(episodes: list[Episode], top: DayIncident, incidents: list[DayIncident],
+           sources: _Sources) -> tuple[Episode, dict[int, Cause | None]] | None:
     """The causes that tell of ``top``, cut to its origin and the callers that failed
     calling it (a caller that only went quiet may fail for reasons of its own) and to
-    its minutes, a minute either side (callers often fail first); with what is left of
-    each cause cut, by the id of the whole, for the other episodes to tell."""
+    its minutes, a minute either side (callers often fail first), and what follows
+    until the next of ``incidents`` in those services; with what is left of each cause
+    cut, by the id of the whole, for the other episodes to tell."""
     mine = {top.origin, *top.callers} - set(top.held)
     start = _minute_of(top.started, -1)
     end = _minute_of(top.ended, 0)  # the end of its last minute: the minute after it
     if start is None or end is None:
         return None
+    after = [_minute_of(i.started, -1) for i in incidents if i.started > top.started
+             and mine & {i.origin, *i.callers}]
+    until = min((m for m in after if m is not None), default=None)
     causes: list[Cause] = []
     rests: dict[int, Cause | None] = {}
     for c in (c for ep in episodes for c in ep.causes if mine & set(c.services)):
-        found = _cut(c, mine, start, end, sources)
+        found = _cut(c, mine, (start, end, until), sources)
         if found is not None:
             causes.append(found[0])
             rests[id(c)] = found[1]
@@ -399,43 +446,60 @@ def _minute_of(stamp: str, shift: int) -> str | None:
     return (when + timedelta(minutes=shift)).strftime(MINUTE_FORMAT)
 
 
-def _cut(cause: Cause, services: set[str], start: str, end: str, sources: _Sources
-         ) -> tuple[Cause, Cause | None] | None:
-    """The part of ``cause`` in ``services`` and in the minutes from ``start`` to
-    ``end`` (both kept), and the rest of it (None when there is none); None when no
-    record of it is there. A cause groups one failure's records over the whole report,
-    which may hold several incidents of it: a story told from all of them would date
-    the lead by the first, and the others are still to be told."""
-    minutes, starts, kept = sources.records(cause, services)
-    inside = {m: n for m, n in minutes.items() if start <= m <= end}
-    if not inside:
+def _cut(cause: Cause, services: set[str], minutes: tuple[str, str, str | None],
+         sources: _Sources) -> tuple[Cause, Cause | None] | None:
+    """The part of ``cause`` in ``services`` and in the ``minutes`` (start, end, both
+    kept) and right after them (before ``until``, the next incident's), and the rest of
+    it (None when there is none); None when no record of it is there. A cause groups
+    one failure's records over the whole report, which may hold several incidents of
+    it: a story told from all of them would date the lead by the first, and the others
+    are still to be told."""
+    start, end, until = minutes
+    per, starts = sources.records(cause)
+    mine = [service for service in per if service in services or service == _ANY_SERVICE]
+    if not any(start <= m <= end for service in mine for m in per[service]):
         return None
-    every, every_start, _ = sources.records(cause, set(cause.services))
-    left = {m: n - inside.get(m, 0) for m, n in every.items() if n > inside.get(m, 0)}
+    # its records right after go with it, as a cause that soon after joins an episode:
+    # a failure winding down writes a line or two after its last departing minute
+    for minute in sorted({m for service in mine for m in per[service] if m > end}):
+        if (until is not None and minute >= until) or (
+                parse_minute(minute) - parse_minute(end)).total_seconds() > EPISODE_GAP_S:
+            break
+        end = minute
+    inside: ByService = {}
+    for service in mine:
+        kept = {m: n for m, n in per[service].items() if start <= m <= end}
+        if kept:
+            inside[service] = kept
+    left: ByService = {}
+    for service, minutes in per.items():
+        rest = {m: n for m, n in minutes.items() if m not in inside.get(service, {})}
+        if rest:
+            left[service] = rest
     if not left:
         return cause, None
-    count = sum(inside.values())
+    count = sum(n for minutes in inside.values() for n in minutes.values())
     # what its counts said of it all ("first seen 09:03") is told as of it all
     anomaly = (f"{cause.anomaly}; {count:,} of its {cause.count:,} records fall in this "
                "incident's minutes") if cause.anomaly else None
-    part = _spanning(cause, inside, starts, kept, count, anomaly)
-    elsewhere = [s for s in cause.services if s not in kept or any(
-        not start <= m <= end for m in sources.records(cause, {s})[0])]
-    rest = _spanning(cause, left, every_start, elsewhere, max(cause.count - count, 0),
-                     cause.anomaly)
-    return part, rest
+    part = _spanning(cause, inside, starts, count, anomaly)
+    rest = _spanning(cause, left, starts, max(cause.count - count, 0), cause.anomaly)
+    return sources.keep(part, inside, starts), sources.keep(rest, left, starts)
 
 
-def _spanning(cause: Cause, minutes: dict[str, int], starts: dict[str, str],
-              services: list[str], count: int, anomaly: str | None) -> Cause:
-    """``cause`` told of the records of ``minutes`` alone: dated by its own first and
-    last record where they fall there, else by the minutes' earliest failing record
-    and end."""
+def _spanning(cause: Cause, per: ByService, starts: dict[str, str], count: int,
+              anomaly: str | None) -> Cause:
+    """``cause`` told of the records ``per`` alone: in their services, dated by its own
+    first and last record where they fall in their minutes, else by the first minute's
+    earliest failing record and the last minute's end."""
+    minutes = add_minutes(*per.values())
     first, last = min(minutes), max(minutes)
     first_seen = cause.first_seen if _in_minute(cause.first_seen, first) \
         else starts.get(first) or minute_time(first)
     last_seen = cause.last_seen if _in_minute(cause.last_seen, last) \
         else minute_time(_minute_after(last))
+    services = list(cause.services) if _ANY_SERVICE in per \
+        else [s for s in cause.services if s in per]
     return replace(cause, count=count, services=services, first_seen=first_seen,
                    last_seen=last_seen, burst=None, anomaly=anomaly)
 

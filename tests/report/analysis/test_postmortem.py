@@ -581,7 +581,8 @@ def test_a_log_begun_mid_failure_tells_the_causes_of_what_was_failing() -> None:
 def test_a_lead_is_told_from_its_own_minutes_of_a_cause_that_recurs() -> None:
     """db's deadlocks came twice, at 09:05 and from 09:30, and batch wrote the same
     line at 09:31 without calling db: one cause of the report. The story of the incident
-    from 09:30 tells db's records of its minutes; the rest is still told, elsewhere."""
+    from 09:30 tells db's records of its minutes; the rest is told as the incidents it
+    was."""
     minutes = [f"2026-11-29T09:{m:02d}" for m in range(40)]
     deadlock = "deadlock detected on orders"
 
@@ -604,10 +605,11 @@ def test_a_lead_is_told_from_its_own_minutes_of_a_cause_that_recurs() -> None:
     told = pm.episodes[0].causes
     assert [(c.title, c.count, c.services, c.first_seen) for c in told] == [
         ("Deadlock detected", 32, ["db"], "2026-11-29T09:30:00.000Z")]  # its burst's start
-    rest = [c for ep in pm.episodes[1:] for c in ep.causes]
-    assert [(c.title, c.count, sorted(c.services)) for c in rest] == [
-        ("Deadlock detected", 17, ["batch", "db"])]
-    assert rest[0].first_seen == "2026-11-29T09:05:07.000Z"  # its first minute's first
+    # the rest is told as the other incidents: db's at 09:05, batch's at 09:31
+    others = [[(c.count, c.services, c.first_seen) for c in ep.causes]
+              for ep in pm.episodes[1:]]
+    assert sorted(others) == [[(5, ["batch"], "2026-11-29T09:31:07.000Z")],
+                              [(12, ["db"], "2026-11-29T09:05:07.000Z")]]
     markdown = render_markdown(report)
     assert "`09:30:00` **Deadlock detected** (medium, 32 records, `db`)" in section(
         markdown, "Root cause chain")
@@ -616,3 +618,25 @@ def test_a_lead_is_told_from_its_own_minutes_of_a_cause_that_recurs() -> None:
     # each incident in the list says which line departed
     assert "`09:30:07`-`09:34:00` **high** db: a new error: `deadlock detected on orders`" \
         in section(markdown, "Incidents")
+
+
+def test_a_failures_last_lines_go_with_its_incident_up_to_the_next_one() -> None:
+    """db's deadlocks at 09:10, one more at 09:13, and again at 09:16: two incidents.
+    The line at 09:13 is the first one winding down, told with it; the records at
+    09:16 are the second's, however close."""
+    minutes = [f"2026-11-29T09:{m:02d}" for m in range(30)]
+    deadlock = "deadlock detected on orders"
+    counts = {minutes[10]: 20, minutes[11]: 20, minutes[13]: 1, minutes[16]: 8}
+    report = report_of(routine(until=30), *(
+        frag("Deadlock detected", minute=m, until=m + 0.9, records=n, service="db",
+             severity="high", template=deadlock) for m, n in ((10, 40), (13, 1), (16, 8))))
+    report.series = {
+        "api": {"GET /orders done": Series(level="INFO", minutes=dict.fromkeys(minutes, 40))},
+        "db": {deadlock: Series(level="ERROR", minutes=counts,
+                                starts={k: f"{k}:05.000Z" for k in counts})}}
+    pm = derive(report)
+    assert [i.started for i in pm.incidents] == ["2026-11-29T09:10:05Z",
+                                                 "2026-11-29T09:16:05Z"]
+    told = [[(c.first_seen, c.last_seen, c.count) for c in ep.causes] for ep in pm.episodes]
+    assert told == [[("2026-11-29T09:10:00.000Z", "2026-11-29T09:14:00Z", 41)],
+                    [("2026-11-29T09:16:05.000Z", "2026-11-29T09:16:54.000Z", 8)]]
