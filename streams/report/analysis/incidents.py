@@ -40,7 +40,7 @@ are a function of its series alone.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Container, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 
@@ -236,8 +236,6 @@ class _Near:
         self.silent: set[tuple[str, str]] = set()  # (service, minute): quiet, thin
         self.slow: set[tuple[str, str]] = set()  # (service, minute): calls into it slowed
         self.naming: dict[tuple[str, str], set[str]] = {}  # failing lines' callees
-        # slow departures that count for a caller slowed with them, not for their service
-        self.downstream: set[tuple[str, str]] = set()  # (service, minute)
         for d in findings.departures:
             self.departed.add((d.service, d.minute))
             if d.kind in HOLDING:
@@ -248,6 +246,13 @@ class _Near:
                 self.slow.add((d.service, d.minute))
             if d.failing and d.named:
                 self.naming.setdefault((d.service, d.minute), set()).update(d.named)
+        # (service, minute) of slow departures that count for a caller slowed with them,
+        # not for their service: that caller
+        self.downstream: dict[tuple[str, str], str] = {}
+        for service, minute in sorted(self.slow):
+            by = self._slowed_caller(service, minute, {service})
+            if by is not None:
+                self.downstream[(service, minute)] = by
 
     def target(self, dep: Departure) -> str:
         """A callee its failure names (one that departed itself first, if any); a callee
@@ -272,10 +277,7 @@ class _Near:
                     break
             return held
         if dep.kind == "slow":
-            by = self._slowed_caller(dep.service, dep.minute, {dep.service})
-            if by is not None:
-                self.downstream.add((dep.service, dep.minute))
-                return by
+            return self.downstream.get((dep.service, dep.minute), dep.service)
         return dep.service
 
     def _slowed_caller(self, service: str, minute: str, seen: set[str]) -> str | None:
@@ -311,7 +313,7 @@ def _around(minute: str) -> list[str]:
 
 
 def _incident(origin: str, run: list[Departure], changes: Sequence[Change],
-              downstream: set[tuple[str, str]]) -> DayIncident:
+              downstream: Container[tuple[str, str]]) -> DayIncident:
     """``downstream``: (service, minute) of slow departures that count for a caller."""
     weight = 0.0
     callers: set[str] = set()
