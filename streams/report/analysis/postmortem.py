@@ -284,13 +284,14 @@ _ANY_SERVICE = ""  # a cause's records whose services the series cannot tell apa
 class _Sources:
     """What an incident's story is cut from besides the causes: the report's incidents
     by key, its series (a cause's records per service and minute), the services that
-    went silent, the services of the records, and the parts already cut from causes."""
+    went silent, the services of the records, and the records of each cause counted
+    (of a part cut from one, its own)."""
 
     by_key: dict[str, Incident]
     series: Mapping[str, Mapping[str, Series]]
     silent: list[tuple[str, str]]
     known: set[str]
-    # id(part) -> (the part, its records, each minute's earliest failing record's time)
+    # id(cause) -> (the cause, its records, each minute's earliest failing record's time)
     parts: dict[int, tuple[Cause, ByService, dict[str, str]]] = field(default_factory=dict)
 
     def find_origin(self, ep: Episode) -> None:
@@ -318,7 +319,8 @@ class _Sources:
                     if minute not in starts or when < starts[minute]:
                         starts[minute] = when
         if not per:
-            return {_ANY_SERVICE: _minutes_of(cause, self.by_key)}, {}
+            per = {_ANY_SERVICE: _minutes_of(cause, self.by_key)}
+        self.keep(cause, per, starts)  # asked again for each incident it may tell of
         return per, starts
 
     def keep(self, part: Cause, records: ByService, starts: dict[str, str]) -> Cause:
@@ -387,8 +389,7 @@ def _by_incident(episodes: list[Episode], incidents: list[DayIncident],
         if found is None:
             continue
         ep, taken = found
-        _attach_changes(ep, changes)
-        sources.find_origin(ep)
+        _attach_changes(ep, changes)  # its origin is the incident's: only the story names one
         told.append(ep)
         episodes = _without(episodes, taken)
     return [*told, *episodes]
