@@ -128,6 +128,7 @@ class Episode:
     detection: Change | None = None
     mitigations: list[Change] = field(default_factory=list)
     origin: Origin | None = None  # the suspected origin; its callers' errors are impact
+    incident: DayIncident | None = None  # the incident its causes were cut to, if any
 
     @property
     def weight(self) -> int:
@@ -390,6 +391,7 @@ def _by_incident(episodes: list[Episode], incidents: list[DayIncident],
             continue
         ep, taken = found
         _attach_changes(ep, changes)  # its origin is the incident's: only the story names one
+        ep.incident = incident
         told.append(ep)
         episodes = _without(episodes, taken)
     return [*told, *episodes]
@@ -579,10 +581,7 @@ def _narrate_incident(pm: PostMortem, top: DayIncident, span: Span) -> None:
     for dep in sorted(top.evidence, key=lambda d: (d.minute, d.service)):
         items.append((minute_time(dep.minute), f"{dep.service}: {dep.describe()}"))
     items.append((top.ended, "its last departure's minute ends"))
-    for other in pm.episodes[:3]:
-        items.append((other.first_seen, f"separate incident: {other.top.title} in "
-                                        f"{name_list(other.services, 2)} until "
-                                        f"{pm.when(other.last_seen)}"))
+    items += [_separate(other, pm) for other in pm.episodes[:3]]
     items.sort(key=lambda it: (it[0] is None, it[0] or ""))
     pm.timeline = items[:MAX_TIMELINE]
 
@@ -1043,12 +1042,18 @@ def _timeline(pm: PostMortem) -> list[tuple[str | None, str]]:
     for ch in ep.mitigations[:3]:
         items.append((ch.time, f"{kind_word(ch.kind)}: {ch.detail}"))
     items.append((ep.last_seen, "last error of this incident"))
-    for other in pm.episodes[1:4]:
-        items.append((other.first_seen, f"separate incident: {other.top.title} in "
-                                        f"{name_list(other.services, 2)} until "
-                                        f"{pm.when(other.last_seen)}"))
+    items += [_separate(other, pm) for other in pm.episodes[1:4]]
     items.sort(key=lambda it: (it[0] is None, it[0] or ""))
     return items[:MAX_TIMELINE]
+
+
+def _separate(ep: Episode, pm: PostMortem) -> tuple[str | None, str]:
+    """The timeline's item for another incident: the incident's title where its causes
+    were cut to one, and what failed."""
+    what = f"{ep.top.title} in {name_list(ep.services, 2)}"
+    if ep.incident is not None:
+        what = f"{ep.incident.title} ({what})"
+    return ep.first_seen, f"separate incident: {what} until {pm.when(ep.last_seen)}"
 
 
 def _suggestions_by_incident(report: Report) -> dict[str, str]:

@@ -201,10 +201,15 @@ def _others(pm: PostMortem, f: Markup) -> list[str]:
     told = 0 if pm.lead is not None else 1  # the first episode is the story, unless the lead is
     for ep in pm.episodes[told:told + MAX_OTHER_EPISODES]:
         top = ep.top
+        # an episode cut to an incident is headed by it, as the list of incidents names it
+        head = "" if ep.incident is None else \
+            f"{f.strong(ep.incident.title)} ({ep.incident.severity}): "
         items.append(
-            f"{f.code(pm.when(ep.first_seen))}-{f.code(pm.when(ep.last_seen))} "
-            f"{f.strong(top.title)} ({top.severity}, {_records(ep.records)}) in "
-            f"{f.text(name_list(ep.services, 3))}; began with {f.text(ep.causes[0].title)}"
+            f"{f.code(pm.when(ep.first_seen))}-{f.code(pm.when(ep.last_seen))} {head}"
+            f"{f.strong(top.title) if not head else f.text(top.title)} "
+            f"({top.severity}, {_records(ep.records)}) in "
+            f"{f.text(name_list(ep.services, 3))}"
+            + (f"; began with {f.text(ep.causes[0].title)}" if ep.causes[0] is not top else "")
             + (f"; mitigation: {f.text(ep.mitigations[0].title)} at "
                f"{f.text(pm.when(ep.mitigations[0].time))}" if ep.mitigations else ""))
     hidden = len(pm.episodes) - told - MAX_OTHER_EPISODES

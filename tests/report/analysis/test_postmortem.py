@@ -614,7 +614,11 @@ def test_a_lead_is_told_from_its_own_minutes_of_a_cause_that_recurs() -> None:
     assert "`09:30:00` **Deadlock detected** (medium, 32 records, `db`)" in section(
         markdown, "Root cause chain")
     assert "09:05" not in section(markdown, "Impact")
-    assert "`09:05:07`-" in section(markdown, "Other incidents")
+    # each headed by its incident, as the list of incidents names it
+    assert "`09:05:07`-`09:07:00` **db: a new error** (medium): Deadlock detected (medium, " \
+           "12 records) in db\n" in section(markdown, "Other incidents")
+    assert "separate incident: batch: a new error (Deadlock detected in batch) until " \
+           "09:32:00" in section(markdown, "Timeline")
     # each incident in the list says which line departed
     assert "`09:30:07`-`09:34:00` **high** db: a new error: `deadlock detected on orders`" \
         in section(markdown, "Incidents")
