@@ -60,19 +60,15 @@ from streams.report.analysis.causes import (
     kind_word,
     words,
 )
+from streams.report.analysis.cuts import CauseRecords, Minutes, cut, minute_of, minutes_of
 from streams.report.analysis.departures import ALL_CALLS, ALL_LINES, Findings, Walk
 from streams.report.analysis.incidents import Change as IncidentChange
 from streams.report.analysis.incidents import DayIncident, find_incidents, find_unjudged
 from streams.report.analysis.origin import Origin, find_origin
 from streams.report.state.keys import format_time, parse_time
 from streams.report.state.merge import normalize_text
-from streams.report.state.minutes import (
-    MINUTE_FORMAT,
-    add_minutes,
-    minute_counts,
-    parse_minute,
-)
-from streams.report.state.model import SEVERITY_WEIGHT, Incident, Report, Series
+from streams.report.state.minutes import minute_counts, minute_time
+from streams.report.state.model import SEVERITY_WEIGHT, Incident, Report
 from streams.report.state.wording import (
     Span,
     between,
@@ -269,7 +265,8 @@ def derive(report: Report, *, deadletters: int | None = None, review: int | None
         for c in changes if c.time and c.kind in TRIGGER_KINDS for service in c.services])
     pm.incidents += find_unjudged(findings)
     # the story is told once, after the incidents: the lead decides which one it is
-    _lead_with_incident(pm, span, _Sources(by_key, report.series, silent, known))
+    _lead_with_incident(pm, span,
+                        _Sources(CauseRecords(by_key, report.series), silent, known))
     return pm
 
 
@@ -277,56 +274,18 @@ def derive(report: Report, *, deadletters: int | None = None, review: int | None
 TRIGGER_KINDS = ("deploy", "config", "scale", "restart")
 
 
-ByService = dict[str, dict[str, int]]  # service -> minute -> records
-_ANY_SERVICE = ""  # a cause's records whose services the series cannot tell apart
-
-
 @dataclass(frozen=True, slots=True)
 class _Sources:
-    """What an incident's story is cut from besides the causes: the report's incidents
-    by key, its series (a cause's records per service and minute), the services that
-    went silent, the services of the records, and the records of each cause counted
-    (of a part cut from one, its own)."""
+    """What an incident's story is told from besides the causes: each cause's records
+    (to cut it to an incident), and the services that went silent and those of the
+    records (to name an origin)."""
 
-    by_key: dict[str, Incident]
-    series: Mapping[str, Mapping[str, Series]]
+    records: CauseRecords
     silent: list[tuple[str, str]]
     known: set[str]
-    # id(cause) -> (the cause, its records, each minute's earliest failing record's time)
-    parts: dict[int, tuple[Cause, ByService, dict[str, str]]] = field(default_factory=dict)
 
     def find_origin(self, ep: Episode) -> None:
-        _find_origin(ep, self.by_key, self.silent, self.known)
-
-    def records(self, cause: Cause) -> tuple[ByService, dict[str, str]]:
-        """``cause``'s records per service and minute, and each minute's earliest failing
-        record's time: a part's own, else its templates' series in its services; where
-        the series hold none of them (a model that named its templates otherwise), all
-        its records per minute under ``_ANY_SERVICE``, without times."""
-        part = self.parts.get(id(cause))
-        if part is not None and part[0] is cause:
-            return part[1], part[2]
-        templates = {ev.template for key in cause.keys if key in self.by_key
-                     for ev in self.by_key[key].evidence}
-        per: ByService = {}
-        starts: dict[str, str] = {}
-        for service in cause.services:
-            found = [s for t in sorted(templates)
-                     if (s := self.series.get(service, {}).get(t)) is not None]
-            if found:
-                per[service] = add_minutes(*(s.minutes for s in found))
-            for s in found:
-                for minute, when in s.starts.items():
-                    if minute not in starts or when < starts[minute]:
-                        starts[minute] = when
-        if not per:
-            per = {_ANY_SERVICE: _minutes_of(cause, self.by_key)}
-        self.keep(cause, per, starts)  # asked again for each incident it may tell of
-        return per, starts
-
-    def keep(self, part: Cause, records: ByService, starts: dict[str, str]) -> Cause:
-        self.parts[id(part)] = (part, records, starts)
-        return part
+        _find_origin(ep, self.records.by_key, self.silent, self.known)
 
 
 def _lead_with_incident(pm: PostMortem, span: Span, sources: _Sources) -> None:
@@ -420,17 +379,18 @@ def _focus(episodes: list[Episode], top: DayIncident, incidents: list[DayInciden
     until the next of ``incidents`` in those services; with what is left of each cause
     cut, by the id of the whole, for the other episodes to tell."""
     mine = {top.origin, *top.callers} - set(top.held)
-    start = _minute_of(top.started, -1)
-    end = _minute_of(top.ended, 0)  # the end of its last minute: the minute after it
+    start = minute_of(top.started, -1)
+    end = minute_of(top.ended, 0)  # the end of its last minute: the minute after it
     if start is None or end is None:
         return None
-    after = [_minute_of(i.started, -1) for i in incidents if i.started > top.started
+    after = [minute_of(i.started, -1) for i in incidents if i.started > top.started
              and mine & {i.origin, *i.callers}]
     until = min((m for m in after if m is not None), default=None)
+    where = Minutes(start, end, until, tail_s=EPISODE_GAP_S)
     causes: list[Cause] = []
     rests: dict[int, Cause | None] = {}
     for c in (c for ep in episodes for c in ep.causes if mine & set(c.services)):
-        found = _cut(c, mine, (start, end, until), sources)
+        found = cut(c, mine, where, sources.records)
         if found is not None:
             causes.append(found[0])
             rests[id(c)] = found[1]
@@ -439,81 +399,6 @@ def _focus(episodes: list[Episode], top: DayIncident, incidents: list[DayInciden
                for c in causes):
         return None
     return Episode(causes, causes[0].first_seen, latest([c.last_seen for c in causes])), rests
-
-
-def _minute_of(stamp: str, shift: int) -> str | None:
-    """The minute key of ``stamp`` moved by ``shift`` minutes."""
-    when = parse_time(stamp)
-    if when is None:
-        return None
-    return (when + timedelta(minutes=shift)).strftime(MINUTE_FORMAT)
-
-
-def _cut(cause: Cause, services: set[str], minutes: tuple[str, str, str | None],
-         sources: _Sources) -> tuple[Cause, Cause | None] | None:
-    """The part of ``cause`` in ``services`` and in the ``minutes`` (start, end, both
-    kept) and right after them (before ``until``, the next incident's), and the rest of
-    it (None when there is none); None when no record of it is there. A cause groups
-    one failure's records over the whole report, which may hold several incidents of
-    it: a story told from all of them would date the lead by the first, and the others
-    are still to be told."""
-    start, end, until = minutes
-    per, starts = sources.records(cause)
-    mine = [service for service in per if service in services or service == _ANY_SERVICE]
-    if not any(start <= m <= end for service in mine for m in per[service]):
-        return None
-    # its records right after go with it, as a cause that soon after joins an episode:
-    # a failure winding down writes a line or two after its last departing minute
-    for minute in sorted({m for service in mine for m in per[service] if m > end}):
-        if (until is not None and minute >= until) or (
-                parse_minute(minute) - parse_minute(end)).total_seconds() > EPISODE_GAP_S:
-            break
-        end = minute
-    inside: ByService = {}
-    for service in mine:
-        kept = {m: n for m, n in per[service].items() if start <= m <= end}
-        if kept:
-            inside[service] = kept
-    left: ByService = {}
-    for service, minutes in per.items():
-        rest = {m: n for m, n in minutes.items() if m not in inside.get(service, {})}
-        if rest:
-            left[service] = rest
-    if not left:
-        return cause, None
-    count = sum(n for minutes in inside.values() for n in minutes.values())
-    # what its counts said of it all ("first seen 09:03") is told as of it all
-    anomaly = (f"{cause.anomaly}; {count:,} of its {cause.count:,} records fall in this "
-               "incident's minutes") if cause.anomaly else None
-    part = _spanning(cause, inside, starts, count, anomaly)
-    rest = _spanning(cause, left, starts, max(cause.count - count, 0), cause.anomaly)
-    return sources.keep(part, inside, starts), sources.keep(rest, left, starts)
-
-
-def _spanning(cause: Cause, per: ByService, starts: dict[str, str], count: int,
-              anomaly: str | None) -> Cause:
-    """``cause`` told of the records ``per`` alone: in their services, dated by its own
-    first and last record where they fall in their minutes, else by the first minute's
-    earliest failing record and the last minute's end."""
-    minutes = add_minutes(*per.values())
-    first, last = min(minutes), max(minutes)
-    first_seen = cause.first_seen if _in_minute(cause.first_seen, first) \
-        else starts.get(first) or minute_time(first)
-    last_seen = cause.last_seen if _in_minute(cause.last_seen, last) \
-        else minute_time(_minute_after(last))
-    services = list(cause.services) if _ANY_SERVICE in per \
-        else [s for s in cause.services if s in per]
-    return replace(cause, count=count, services=services, first_seen=first_seen,
-                   last_seen=last_seen, burst=None, anomaly=anomaly)
-
-
-def _in_minute(stamp: str | None, minute: str) -> bool:
-    when = parse_time(stamp)
-    return when is not None and when.strftime(MINUTE_FORMAT) == minute
-
-
-def _minute_after(minute: str) -> str:
-    return (parse_minute(minute) + timedelta(minutes=1)).strftime(MINUTE_FORMAT)
 
 
 def _without(episodes: list[Episode], taken: dict[int, Cause | None]) -> list[Episode]:
@@ -586,11 +471,6 @@ def _narrate_incident(pm: PostMortem, top: DayIncident, span: Span) -> None:
     pm.timeline = items[:MAX_TIMELINE]
 
 
-def minute_time(minute: str) -> str:
-    """A departure's UTC minute as the ISO-8601 time the timeline sorts and prints."""
-    return f"{minute}:00Z"
-
-
 def _lead_with_unjudged(pm: PostMortem, span: Span, sources: _Sources) -> None:
     """Without an incident, a log that began mid-failure (or just before one) leads
     with what was failing, and the story is of its causes where they tell of it; the
@@ -615,10 +495,6 @@ def _lead_with_unjudged(pm: PostMortem, span: Span, sources: _Sources) -> None:
 # ------------------------------------------------------------------ counts
 
 
-def _minutes_of(cause: Cause, by_key: dict[str, Incident]) -> dict[str, int]:
-    return add_minutes(*(minute_counts(by_key[k].evidence) for k in cause.keys if k in by_key))
-
-
 def _by_counts(causes: list[Cause], by_key: dict[str, Incident], span: Span,
                onsets: dict[int, tuple[str | None, str | None]]
                ) -> tuple[list[Cause], list[Cause]]:
@@ -631,7 +507,7 @@ def _by_counts(causes: list[Cause], by_key: dict[str, Incident], span: Span,
     kept: list[Cause] = []
     chronic: list[Cause] = []
     for cause in causes:
-        verdict = judge(_minutes_of(cause, by_key), span.start, span.end)
+        verdict = judge(minutes_of(cause, by_key), span.start, span.end)
         if verdict.kind in ("chronic", "sporadic"):
             cause.anomaly = verdict.describe()
             if SEVERITY_WEIGHT.get(cause.severity, 1) > SEVERITY_WEIGHT["low"]:
@@ -713,7 +589,7 @@ def _silent_services(report: Report, span: Span) -> list[tuple[str, str]]:
 # ------------------------------------------------------------------ origin
 
 
-def _find_origin(ep: Episode, by_key: dict[str, Incident],
+def _find_origin(ep: Episode, by_key: Mapping[str, Incident],
                  silent: list[tuple[str, str]], known: set[str]) -> None:
     """Name the suspected origin; the chain stays in order of first anomaly. An origin
     that went silent around the episode is dated by its silence: a hung service's

@@ -75,3 +75,8 @@ def share_minutes(minutes: Mapping[str, int], new: int, offered: int) -> dict[st
     for key in by_remainder[: target - sum(shares.values())]:
         shares[key] += 1
     return {key: n for key, n in sorted(shares.items()) if n}
+
+
+def minute_time(minute: str) -> str:
+    """A minute key as the ISO-8601 time of its start, as reports print and sort times."""
+    return f"{minute}:00Z"

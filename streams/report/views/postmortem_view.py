@@ -13,7 +13,8 @@ from typing import Protocol
 from streams.report.analysis.causes import Cause
 from streams.report.analysis.departures import ALL_CALLS, ALL_LINES
 from streams.report.analysis.incidents import DayIncident
-from streams.report.analysis.postmortem import MAX_CHAIN, Episode, PostMortem, minute_time
+from streams.report.analysis.postmortem import MAX_CHAIN, Episode, PostMortem
+from streams.report.state.minutes import minute_time
 from streams.report.state.wording import between, clip, name_list
 
 MAX_OTHER_EPISODES = 4
