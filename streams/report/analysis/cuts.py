@@ -131,6 +131,19 @@ def cut(cause: Cause, services: set[str], where: Minutes, records: CauseRecords
     return records.keep(part, inside, starts), records.keep(rest, left, starts)
 
 
+def dated_by(cause: Cause, per: ByService, starts: dict[str, str], first: str, last: str
+             ) -> Cause:
+    """``cause`` dated by its records ``per`` from minute ``first`` to ``last`` (a burst
+    of it); its count and services stay all of its records'."""
+    inside = {service: {m: n for m, n in minutes.items() if first <= m <= last}
+              for service, minutes in per.items()}
+    inside = {service: minutes for service, minutes in inside.items() if minutes}
+    if not inside:
+        return cause
+    return replace(_spanning(cause, inside, starts, cause.count, cause.anomaly),
+                   services=cause.services)
+
+
 def _spanning(cause: Cause, per: ByService, starts: dict[str, str], count: int,
               anomaly: str | None) -> Cause:
     """``cause`` told of the records ``per`` alone: in their services, dated by its own

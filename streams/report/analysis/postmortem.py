@@ -60,14 +60,21 @@ from streams.report.analysis.causes import (
     kind_word,
     words,
 )
-from streams.report.analysis.cuts import CauseRecords, Minutes, cut, minute_of, minutes_of
+from streams.report.analysis.cuts import (
+    CauseRecords,
+    Minutes,
+    cut,
+    dated_by,
+    minute_of,
+    minutes_of,
+)
 from streams.report.analysis.departures import ALL_CALLS, ALL_LINES, Findings, Walk
 from streams.report.analysis.incidents import Change as IncidentChange
 from streams.report.analysis.incidents import DayIncident, find_incidents, find_unjudged
 from streams.report.analysis.origin import Origin, find_origin
 from streams.report.state.keys import format_time, parse_time
 from streams.report.state.merge import normalize_text
-from streams.report.state.minutes import minute_counts, minute_time
+from streams.report.state.minutes import MINUTE_FORMAT, add_minutes, minute_counts, minute_time
 from streams.report.state.model import SEVERITY_WEIGHT, Incident, Report
 from streams.report.state.wording import (
     Span,
@@ -266,7 +273,7 @@ def derive(report: Report, *, deadletters: int | None = None, review: int | None
     pm.incidents += find_unjudged(findings)
     # the story is told once, after the incidents: the lead decides which one it is
     _lead_with_incident(pm, span,
-                        _Sources(CauseRecords(by_key, report.series), silent, known))
+                        _Sources(CauseRecords(by_key, report.series), silent, known, span))
     return pm
 
 
@@ -283,9 +290,26 @@ class _Sources:
     records: CauseRecords
     silent: list[tuple[str, str]]
     known: set[str]
+    span: Span
 
     def find_origin(self, ep: Episode) -> None:
         _find_origin(ep, self.records.by_key, self.silent, self.known)
+
+    def judged(self, rest: Cause) -> Cause | None:
+        """What is left of a cause once incidents took their parts, judged by its counts
+        as a whole cause is (``_by_counts``): None when they are steady or scattered
+        (background), dated by its burst when they burst."""
+        per, starts = self.records.of(rest)
+        verdict = judge(add_minutes(*per.values()), self.span.start, self.span.end)
+        if verdict.kind in ("chronic", "sporadic"):
+            return None
+        if verdict.kind == "burst" and verdict.start and verdict.end:
+            last = verdict.end - timedelta(minutes=1)  # the end of its last minute
+            rest = replace(dated_by(rest, per, starts, verdict.start.strftime(MINUTE_FORMAT),
+                                    last.strftime(MINUTE_FORMAT)),
+                           anomaly=verdict.describe(), burst=verdict.burst_count)
+            self.records.keep(rest, per, starts)
+        return rest
 
 
 def _lead_with_incident(pm: PostMortem, span: Span, sources: _Sources) -> None:
@@ -392,8 +416,9 @@ def _focus(episodes: list[Episode], top: DayIncident, incidents: list[DayInciden
     for c in (c for ep in episodes for c in ep.causes if mine & set(c.services)):
         found = cut(c, mine, where, sources.records)
         if found is not None:
-            causes.append(found[0])
-            rests[id(c)] = found[1]
+            part, rest = found
+            causes.append(part)
+            rests[id(c)] = None if rest is None else sources.judged(rest)
     causes.sort(key=lambda c: (c.first_seen or "", -c.weight))
     if not any(SEVERITY_WEIGHT.get(c.severity, 1) >= SEVERITY_WEIGHT["medium"]
                for c in causes):

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from streams.report.analysis.causes import Cause
-from streams.report.analysis.cuts import CauseRecords, Minutes, cut
+from streams.report.analysis.cuts import CauseRecords, Minutes, cut, dated_by
 from streams.report.state.model import Incident, Series, TemplateEvidence
 
 TEMPLATE = "deadlock detected on orders"
@@ -81,3 +81,12 @@ def test_a_cause_all_inside_is_returned_whole() -> None:
               "batch": {TEMPLATE: Series(level="ERROR", minutes=BATCH)}}
     whole = Minutes("2026-11-29T09:00", "2026-11-29T09:59", None, tail_s=300)
     assert cut(cause, {"db", "batch"}, whole, CauseRecords(by_key, series)) == (cause, None)
+
+
+def test_a_cause_dated_by_its_burst_keeps_its_records_and_services() -> None:
+    cause, _ = deadlocks()
+    per = {"db": DB, "batch": BATCH}
+    starts = {"2026-11-29T09:30": "2026-11-29T09:30:07Z"}
+    dated = dated_by(cause, per, starts, "2026-11-29T09:30", "2026-11-29T09:31")
+    assert (dated.first_seen, dated.last_seen, dated.count, dated.services) == (
+        "2026-11-29T09:30:07Z", "2026-11-29T09:31:40.000Z", 27, ["db", "batch"])

@@ -644,3 +644,24 @@ def test_a_failures_last_lines_go_with_its_incident_up_to_the_next_one() -> None
     told = [[(c.first_seen, c.last_seen, c.count) for c in ep.causes] for ep in pm.episodes]
     assert told == [[("2026-11-29T09:10:00.000Z", "2026-11-29T09:14:00Z", 41)],
                     [("2026-11-29T09:16:05.000Z", "2026-11-29T09:16:54.000Z", 8)]]
+
+
+def test_what_incidents_leave_of_a_cause_is_told_only_when_it_departs_itself() -> None:
+    """db writes a deadlock every ten minutes all morning and bursts at 10:00: the burst
+    is the incident, and the scattered rest is background, not another incident."""
+    minutes = [(START + timedelta(minutes=m)).strftime("%Y-%m-%dT%H:%M") for m in range(120)]
+    deadlock = "deadlock detected on orders"
+    scattered = [m for m in range(5, 120, 10) if not 55 <= m <= 70]
+    counts = {**{minutes[m]: 1 for m in scattered}, **dict.fromkeys(minutes[60:64], 8)}
+    report = report_of(routine(until=120, records=2000), *(
+        frag("Deadlock detected", minute=m, until=m + 0.5, records=1, service="db",
+             severity="high", template=deadlock) for m in scattered),
+        frag("Deadlock detected", minute=60, until=63.9, records=32, service="db",
+             severity="high", template=deadlock))
+    report.series = {
+        "api": {"GET /orders done": Series(level="INFO", minutes=dict.fromkeys(minutes, 40))},
+        "db": {deadlock: Series(level="ERROR", minutes=counts)}}
+    pm = derive(report)
+    assert [(i.origin, i.started[11:16]) for i in pm.incidents] == [("db", "10:00")]
+    assert [(c.title, c.count) for c in pm.episodes[0].causes] == [("Deadlock detected", 32)]
+    assert [c.title for ep in pm.episodes[1:] for c in ep.causes] == []
