@@ -315,8 +315,8 @@ class _Sources:
 def _lead_with_incident(pm: PostMortem, span: Span, sources: _Sources) -> None:
     """The most severe departure from the baseline leads: its origin titles the
     post-mortem and opens the summary. The story told after it is of the causes in its
-    origin and failing callers around its time (errors elsewhere are other incidents),
-    or, where none are, of its departures alone."""
+    origin and failing callers, cut to its minutes (errors elsewhere are other
+    incidents), or, where none are, of its departures alone."""
     top = next((i for i in pm.incidents if SEVERITY_WEIGHT[i.severity]
                 >= SEVERITY_WEIGHT["medium"]), None)
     if top is None:
@@ -373,7 +373,7 @@ def _by_incident(episodes: list[Episode], incidents: list[DayIncident],
         if found is None:
             continue
         ep, taken = found
-        _attach_changes(ep, changes)  # its origin is the incident's: only the story names one
+        _attach_changes(ep, changes)  # no origin guessed: the incident names its own
         ep.incident = incident
         told.append(ep)
         episodes = _without(episodes, taken)
@@ -399,9 +399,10 @@ def _focus(episodes: list[Episode], top: DayIncident, incidents: list[DayInciden
            sources: _Sources) -> tuple[Episode, dict[int, Cause | None]] | None:
     """The causes that tell of ``top``, cut to its origin and the callers that failed
     calling it (a caller that only went quiet may fail for reasons of its own) and to
-    its minutes, a minute either side (callers often fail first), and what follows
-    until the next of ``incidents`` in those services; with what is left of each cause
-    cut, by the id of the whole, for the other episodes to tell."""
+    its minutes from the one before it (callers often fail first), with the lines that
+    follow them before the next of ``incidents`` in those services; and what is left of
+    each cause cut (None: nothing, or background), by the id of the whole, for the
+    other episodes to tell."""
     mine = {top.origin, *top.callers} - set(top.held)
     start = minute_of(top.started, -1)
     end = minute_of(top.ended, 0)  # the end of its last minute: the minute after it
