@@ -111,6 +111,17 @@ class Ranked:
         return bool(self.pm.episodes) or self.pm.lead is not None
 
     @property
+    def severity(self) -> int:
+        """The severity weight of what its title names: the incident that leads (medium
+        or worse), else its main episode's worst cause; 0 when it holds neither."""
+        lead = next((i for i in self.pm.incidents
+                     if SEVERITY_WEIGHT[i.severity] >= SEVERITY_WEIGHT["medium"]), None)
+        if lead is not None:
+            return SEVERITY_WEIGHT[lead.severity]
+        return SEVERITY_WEIGHT.get(self.pm.episodes[0].top.severity, 0) \
+            if self.pm.episodes else 0
+
+    @property
     def weight(self) -> int:
         """Its main episode's severity weight x records, the post-mortem's own measure."""
         return self.pm.episodes[0].weight if self.pm.episodes else 0
@@ -121,13 +132,15 @@ def rank_reports(
     deadletter_count: int | None = None, parked_count: int | None = None,
 ) -> list[Ranked]:
     """Post-mortems of several windows, most significant first, since a reader starts at
-    the top: a window with an incident before one without, the heavier main episode first;
+    the top: a window with an incident before one without, the more severe title first
+    (a slowed service that no error tells of may lead), then the heavier main episode;
     when nothing tells them apart, dated before undated and the latest window first."""
     review = _parked(review_count, parked_count)
     ranked = [Ranked(r, derive(r, deadletters=deadletter_count, review=review))
               for r in reports]
     ranked.sort(key=lambda x: x.report.id, reverse=True)
-    ranked.sort(key=lambda x: (not x.significant, -x.weight, x.report.id.startswith("undated")))
+    ranked.sort(key=lambda x: (not x.significant, -x.severity, -x.weight,
+                               x.report.id.startswith("undated")))
     return ranked
 
 

@@ -16,7 +16,7 @@ from streams.records import Evidence, Fragment, TimeWindow, count_minutes
 from streams.report.analysis.causes import entities_in
 from streams.report.analysis.postmortem import derive
 from streams.report.state.merge import merge_all
-from streams.report.state.model import Report, Series
+from streams.report.state.model import SEVERITY_WEIGHT, Report, Series
 from streams.report.views.view import (
     POSTMORTEM_SECTIONS,
     one_line,
@@ -564,6 +564,20 @@ def test_a_window_whose_lead_no_error_tells_of_is_an_incident_among_windows() ->
     assert first.report is slowed and first.significant and not second.significant
     assert one_line(first) == ("2026-11-29/all: db: calls into it slowed (high; ongoing at "
                                "the end of the logs)")
+
+
+def test_a_window_led_by_a_severe_slowdown_comes_before_a_heavier_milder_one() -> None:
+    """Windows are ranked by what their titles name first: db's high slowdown, which no
+    error tells of, before another day's medium timeouts of many records."""
+    slowed = slowed_db(report_of(routine(until=40)))
+    busy = report_of(routine(until=40), frag("Timeouts", minute=5, until=30, records=400,
+                                             service="api", severity="medium"))
+    busy.id = "2026-11-28/all"
+    first, second = rank_reports([busy, slowed])
+    assert first.report is slowed and second.report is busy
+    assert (first.severity, second.severity) == (SEVERITY_WEIGHT["high"],
+                                                 SEVERITY_WEIGHT["medium"])
+    assert second.weight > first.weight  # by records alone the timeouts came first
 
 
 def test_a_log_begun_mid_failure_tells_the_causes_of_what_was_failing() -> None:
