@@ -68,6 +68,11 @@ def report_of(*fragments: Fragment, **kw: Any) -> Report:
     return report
 
 
+def steady_api(minutes: list[str]) -> dict[str, Series]:
+    """api's steady routine line over ``minutes``: the stream a baseline is learned from."""
+    return {"GET /orders done": Series(level="INFO", minutes=dict.fromkeys(minutes, 40))}
+
+
 def routine(minute: float = 0, until: float = 60, records: int = 500) -> Fragment:
     return frag("Routine activity", minute=minute, until=until, records=records,
                 severity="info", cause="routine activity with no error signals",
@@ -414,7 +419,7 @@ def test_a_log_that_begins_mid_failure_is_titled_by_it_but_never_pages() -> None
     report = report_of(routine(until=3))
     minutes = [f"2026-11-29T09:0{m}" for m in range(3)]
     report.series = {
-        "api": {"GET /orders done": Series(level="INFO", minutes=dict.fromkeys(minutes, 40)),
+        "api": {**steady_api(minutes),
                 "payment call failed": Series(level="ERROR", minutes=dict.fromkeys(minutes, 8),
                                               first_seen="2026-11-29T09:00:12Z")},
         "db": {"query ok": Series(level="INFO", minutes=dict.fromkeys(minutes, 30))}}
@@ -437,8 +442,7 @@ def slowed_db(report: Report) -> Report:
     """``report`` with api's steady lines and calls into db: about 8 ms a call, 90 from
     09:30 on."""
     minutes = [f"2026-11-29T09:{m:02d}" for m in range(40)]
-    report.series = {"api": {"GET /orders done": Series(
-        level="INFO", minutes=dict.fromkeys(minutes, 40))}}
+    report.series = {"api": steady_api(minutes)}
     report.hops = {"db": {m: ({"7": 10} if m < "2026-11-29T09:30" else {"14": 10})
                           for m in minutes}}
     return report
@@ -504,8 +508,7 @@ def beside_cart_errors(own: Fragment, cart: Fragment, minutes: list[str],
     to api's steady ones over ``minutes``: the story after the title is ``own``'s alone,
     checkout's errors are another incident."""
     report = report_of(routine(until=len(minutes)), own, cart)
-    steady = {"GET /orders done": Series(level="INFO", minutes=dict.fromkeys(minutes, 40))}
-    report.series = {**lines, "api": {**steady, **lines.get("api", {})}}
+    report.series = {**lines, "api": {**steady_api(minutes), **lines.get("api", {})}}
     pm = derive(report)
     assert [c.title for c in pm.episodes[0].causes] == [own.event]
     assert [c.title for ep in pm.episodes[1:] for c in ep.causes] == ["Null pointer in cart"]
@@ -609,7 +612,7 @@ def test_a_lead_is_told_from_its_own_minutes_of_a_cause_that_recurs() -> None:
     counts = {"db": {**dict.fromkeys(minutes[5:7], 6), **dict.fromkeys(minutes[30:34], 8)},
               "batch": {minutes[31]: 5}}
     report.series = {
-        "api": {"GET /orders done": Series(level="INFO", minutes=dict.fromkeys(minutes, 40))},
+        "api": steady_api(minutes),
         **{service: {deadlock: Series(level="ERROR", minutes=m,
                                       starts={k: f"{k}:07.000Z" for k in m})}
            for service, m in counts.items()}}
@@ -649,7 +652,7 @@ def test_a_failures_last_lines_go_with_its_incident_up_to_the_next_one() -> None
         frag("Deadlock detected", minute=m, until=m + 0.9, records=n, service="db",
              severity="high", template=deadlock) for m, n in ((10, 40), (13, 1), (16, 8))))
     report.series = {
-        "api": {"GET /orders done": Series(level="INFO", minutes=dict.fromkeys(minutes, 40))},
+        "api": steady_api(minutes),
         "db": {deadlock: Series(level="ERROR", minutes=counts,
                                 starts={k: f"{k}:05.000Z" for k in counts})}}
     pm = derive(report)
@@ -673,7 +676,7 @@ def test_what_incidents_leave_of_a_cause_is_told_only_when_it_departs_itself() -
         frag("Deadlock detected", minute=60, until=63.9, records=32, service="db",
              severity="high", template=deadlock))
     report.series = {
-        "api": {"GET /orders done": Series(level="INFO", minutes=dict.fromkeys(minutes, 40))},
+        "api": steady_api(minutes),
         "db": {deadlock: Series(level="ERROR", minutes=counts)}}
     pm = derive(report)
     assert [(i.origin, i.started[11:16]) for i in pm.incidents] == [("db", "10:00")]
