@@ -351,6 +351,7 @@ def _tell_focused(pm: PostMortem, top: DayIncident, span: Span, sources: _Source
     if found is None:
         return False
     focus, taken = found
+    focus.incident = top
     _attach_changes(focus, pm.changes)
     sources.find_origin(focus)
     others = [i for i in pm.incidents if i is not top]

@@ -130,6 +130,8 @@ def _impact(pm: PostMortem, ep: Episode, f: Markup) -> list[str]:
         f"({f.text(pm.when(ep.first_seen))} to {f.text(pm.when(ep.last_seen))})",
         f"Records of this incident: {ep.records:,} in {len(ep.causes)} cause(s)",
     ]
+    if ep.incident is not None and ep.incident.callers:  # those that only went quiet too
+        items.append(f"Callers: {f.text(ep.incident.suffered('failed calling it'))}")
     by_service: dict[str, list[Cause]] = {}
     for cause in ep.causes:
         for svc in cause.services:

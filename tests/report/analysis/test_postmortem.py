@@ -682,3 +682,27 @@ def test_what_incidents_leave_of_a_cause_is_told_only_when_it_departs_itself() -
     assert [(i.origin, i.started[11:16]) for i in pm.incidents] == [("db", "10:00")]
     assert [(c.title, c.count) for c in pm.episodes[0].causes] == [("Deadlock detected", 32)]
     assert [c.title for ep in pm.episodes[1:] for c in ep.causes] == []
+
+
+def test_the_impact_of_a_lead_names_its_callers() -> None:
+    """inventory-service failed and checkout failed calling it: the impact says so, as
+    the summary does."""
+    minutes = [f"2026-11-29T09:{m:02d}" for m in range(40)]
+    stock, callee = "stock lookup failed", "No instances available for inventory-service"
+    report = report_of(
+        routine(until=40),
+        frag("Stock lookups failing", minute=30, until=33.9, records=32,
+             service="inventory-service", severity="high", template=stock),
+        frag("Service discovery: no instances of a downstream service", minute=30,
+             until=33.9, records=32, service="checkout", severity="high", template=callee))
+    failing = dict.fromkeys(minutes[30:34], 8)
+    report.series = {
+        "api": steady_api(minutes),
+        "inventory-service": {stock: Series(level="ERROR", minutes=failing)},
+        "checkout": {callee: Series(level="ERROR", minutes=failing,
+                                    named={"inventory-service": 32})}}
+    pm = derive(report)
+    assert (pm.incidents[0].origin, pm.incidents[0].callers) == ("inventory-service",
+                                                                 ["checkout"])
+    assert "- Callers: checkout failed calling it\n" in section(render_markdown(report),
+                                                                "Impact")
