@@ -281,6 +281,12 @@ def derive(report: Report, *, deadletters: int | None = None, review: int | None
 TRIGGER_KINDS = ("deploy", "config", "scale", "restart")
 
 
+def leading(incidents: list[DayIncident]) -> DayIncident | None:
+    """The incident that titles a post-mortem: the most severe, if medium or worse."""
+    return next((i for i in incidents
+                 if SEVERITY_WEIGHT[i.severity] >= SEVERITY_WEIGHT["medium"]), None)
+
+
 @dataclass(frozen=True, slots=True)
 class _Sources:
     """What an incident's story is told from besides the causes: each cause's records
@@ -317,14 +323,12 @@ def _lead_with_incident(pm: PostMortem, span: Span, sources: _Sources) -> None:
     post-mortem and opens the summary. The story told after it is of the causes in its
     origin and failing callers, cut to its minutes (errors elsewhere are other
     incidents), or, where none are, of its departures alone."""
-    top = next((i for i in pm.incidents if SEVERITY_WEIGHT[i.severity]
-                >= SEVERITY_WEIGHT["medium"]), None)
+    top = leading(pm.incidents)
     if top is None:
         _lead_with_unjudged(pm, span, sources)
         return
     if not _tell_focused(pm, top, span, sources):
-        others = [i for i in pm.incidents if i is not top]
-        _tell_episodes(pm, _by_incident(pm.episodes, others, pm.changes, sources))
+        _tell_episodes(pm, _by_incident(pm.episodes, pm, top, sources))
         _narrate_incident(pm, top, span)
     pm.title = top.title
     _drop_other_suspect(pm, top)
@@ -354,27 +358,26 @@ def _tell_focused(pm: PostMortem, top: DayIncident, span: Span, sources: _Source
     focus.incident = top
     _attach_changes(focus, pm.changes)
     sources.find_origin(focus)
-    others = [i for i in pm.incidents if i is not top]
-    _tell_episodes(pm, [focus, *_by_incident(_without(pm.episodes, taken), others,
-                                             pm.changes, sources)])
+    _tell_episodes(pm, [focus, *_by_incident(_without(pm.episodes, taken), pm, top, sources)])
     _narrate(pm, span)
     return True
 
 
-def _by_incident(episodes: list[Episode], incidents: list[DayIncident],
-                 changes: list[Change], sources: _Sources) -> list[Episode]:
-    """``episodes`` told as ``incidents`` (medium or worse, in their order): each one's
-    causes cut to it (``_focus``), then what no incident tells. An episode groups
-    causes that overlap in time, so on a busy day one spans many incidents."""
+def _by_incident(episodes: list[Episode], pm: PostMortem, lead: DayIncident,
+                 sources: _Sources) -> list[Episode]:
+    """``episodes`` told as the incidents of ``pm`` but its ``lead`` (medium or worse,
+    in their order): each one's causes cut to it (``_focus``), then what no incident
+    tells. An episode groups causes that overlap in time, so on a busy day one spans
+    many incidents."""
     told = []
-    for incident in incidents:
-        if SEVERITY_WEIGHT[incident.severity] < SEVERITY_WEIGHT["medium"]:
+    for incident in pm.incidents:
+        if incident is lead or SEVERITY_WEIGHT[incident.severity] < SEVERITY_WEIGHT["medium"]:
             continue
-        found = _focus(episodes, incident, incidents, sources)
+        found = _focus(episodes, incident, pm.incidents, sources)
         if found is None:
             continue
         ep, taken = found
-        _attach_changes(ep, changes)  # no origin guessed: the incident names its own
+        _attach_changes(ep, pm.changes)  # no origin guessed: the incident names its own
         ep.incident = incident
         told.append(ep)
         episodes = _without(episodes, taken)

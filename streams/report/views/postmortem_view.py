@@ -95,14 +95,10 @@ def _told_by_departures(pm: PostMortem, top: DayIncident, f: Markup
     """Impact to resolution of an incident no error tells of, from its departures."""
     services = [top.origin, *(s for s in top.services if s != top.origin)]
     impact = [
-        "Services: " + ", ".join(f.code(s) for s in services[:8])
-        + (f" and {len(services) - 8} more" if len(services) > 8 else ""),
-        f"Duration: {f.text(between(top.started, top.ended))} "
-        f"({f.text(pm.when(top.started))} to {f.text(pm.when(top.ended))})",
+        *_services_and_duration(pm, services, top.started, top.ended, f),
         f"Departures from the baseline (a line's or a service's minute): {top.departures}",
+        *_callers(top, f),
     ]
-    if top.callers:
-        impact.append(f"Callers: {f.text(top.suffered('failed calling it'))}")
     trigger = (f.para(f"A change in {f.code(top.trigger.service)} at "
                       f"{f.text(pm.when(top.trigger.time))}: {f.code(top.trigger.text)}, "
                       f"{f.text(between(top.trigger.time, top.started))} before it began.")
@@ -122,16 +118,27 @@ def _told_by_departures(pm: PostMortem, top: DayIncident, f: Markup
             ("Mitigation and resolution", f.bullets([f"Resolution: {f.text(pm.status)}"]))]
 
 
+def _services_and_duration(pm: PostMortem, services: list[str], first: str | None,
+                           last: str | None, f: Markup) -> list[str]:
+    return ["Services: " + ", ".join(f.code(s) for s in services[:8])
+            + (f" and {len(services) - 8} more" if len(services) > 8 else ""),
+            f"Duration: {f.text(between(first, last))} "
+            f"({f.text(pm.when(first))} to {f.text(pm.when(last))})"]
+
+
+def _callers(incident: DayIncident | None, f: Markup) -> list[str]:
+    """Those that failed calling it, and those that only went quiet."""
+    if incident is None or not incident.callers:
+        return []
+    return [f"Callers: {f.text(incident.suffered('failed calling it'))}"]
+
+
 def _impact(pm: PostMortem, ep: Episode, f: Markup) -> list[str]:
     items = [
-        "Services: " + ", ".join(f.code(s) for s in ep.services[:8])
-        + (f" and {len(ep.services) - 8} more" if len(ep.services) > 8 else ""),
-        f"Duration: {f.text(between(ep.first_seen, ep.last_seen))} "
-        f"({f.text(pm.when(ep.first_seen))} to {f.text(pm.when(ep.last_seen))})",
+        *_services_and_duration(pm, ep.services, ep.first_seen, ep.last_seen, f),
         f"Records of this incident: {ep.records:,} in {len(ep.causes)} cause(s)",
+        *_callers(ep.incident, f),
     ]
-    if ep.incident is not None and ep.incident.callers:  # those that only went quiet too
-        items.append(f"Callers: {f.text(ep.incident.suffered('failed calling it'))}")
     by_service: dict[str, list[Cause]] = {}
     for cause in ep.causes:
         for svc in cause.services:

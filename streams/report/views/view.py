@@ -23,7 +23,7 @@ from typing import Any
 from urllib.parse import urlsplit
 
 from streams.intervals import Coverage, IntervalSet, split_message_key
-from streams.report.analysis.postmortem import PostMortem, derive
+from streams.report.analysis.postmortem import PostMortem, derive, leading
 from streams.report.state.merge import normalize_text
 from streams.report.state.model import SEVERITY_WEIGHT, Incident, Report
 from streams.report.views.postmortem_view import sections as postmortem_sections
@@ -114,8 +114,7 @@ class Ranked:
     def severity(self) -> int:
         """The severity weight of what its title names: the incident that leads (medium
         or worse), else its main episode's worst cause; 0 when it holds neither."""
-        lead = next((i for i in self.pm.incidents
-                     if SEVERITY_WEIGHT[i.severity] >= SEVERITY_WEIGHT["medium"]), None)
+        lead = leading(self.pm.incidents)
         if lead is not None:
             return SEVERITY_WEIGHT[lead.severity]
         return SEVERITY_WEIGHT.get(self.pm.episodes[0].top.severity, 0) \
