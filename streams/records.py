@@ -524,6 +524,9 @@ class TraceMark(msgspec.Struct, frozen=True):
     source: str
     timestamp: str  # UTC ISO-8601, as the record carries it
     raw: Coord
+    # at WARN or above: a request failing here is linked to the service it called last
+    # (absent from an older clean stage's marks)
+    failing: bool = False
 
 
 _decode_mark = msgspec.json.Decoder(TraceMark).decode
@@ -538,7 +541,8 @@ def trace_mark(fields: Mapping[str, Any]) -> tuple[bytes, bytes] | None:
         return None
     return trace.encode(), msgspec.json.encode({
         "trace": trace, "id": fields["id"], "service": fields.get("service") or fields["source"],
-        "source": fields["source"], "timestamp": timestamp, "raw": fields["raw"]})
+        "source": fields["source"], "timestamp": timestamp, "raw": fields["raw"],
+        "failing": fields.get("level") in FAILING_LEVELS})
 
 
 def mark_of(record: LaneRecord) -> TraceMark | None:
@@ -546,7 +550,7 @@ def mark_of(record: LaneRecord) -> TraceMark | None:
     the in-memory pipeline, which has the record rather than its fields."""
     fields = {"id": record.id, "raw": record.raw, "source": record.source,
               "service": record.service, "timestamp": record.timestamp,
-              "attributes": record.attributes}
+              "attributes": record.attributes, "level": record.level}
     sent = trace_mark(fields)
     return None if sent is None else read_mark(sent[1])
 
@@ -567,6 +571,9 @@ class TraceHops(BaseModel):
     # (service, UTC minute, delay bin, caller: the service of the line just before), one
     # per hop; an update of an older trace stage has no caller
     hops: list[tuple[str, str, int, str] | tuple[str, str, int]]
+    # (caller, callee, UTC minute of the caller's first failing line): a service that
+    # failed in this request after calling another, that one the last it called
+    failed: list[tuple[str, str, str]] = Field(default_factory=list)
 
 
 class HopsUpdate(BaseModel):

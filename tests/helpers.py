@@ -89,16 +89,17 @@ def ci_tool(name: str) -> str | None:
     return str(built) if built.is_file() else shutil.which(name)
 
 
-def write_requests(path: Path, *, geo_slower: float) -> None:
+def write_requests(path: Path, *, geo_slower: float, late_warns: bool = False) -> None:
     """Ten minutes of JSON lines, nothing above INFO: web calls db 60 times a minute
     and geo 4 times, each request under one trace id (web's call, the callee's answer,
-    web's reply); from 10:04 geo answers ``geo_slower`` times later than before."""
+    web's reply); from 10:04 geo answers ``geo_slower`` times later than before, and
+    with ``late_warns`` web's reply to a slowed answer is a warning."""
     rng = random.Random(7)
     start = datetime(2026, 11, 29, 10, 0, tzinfo=UTC)
     lines: list[tuple[datetime, str]] = []
 
-    def emit(t: datetime, service: str, msg: str, trace: str) -> None:
-        lines.append((t, json.dumps({"time": iso_z(t), "level": "info", "service": service,
+    def emit(t: datetime, service: str, msg: str, trace: str, level: str = "info") -> None:
+        lines.append((t, json.dumps({"time": iso_z(t), "level": level, "service": service,
                                      "msg": msg, "trace_id": trace})))
 
     for minute in range(10):
@@ -110,7 +111,12 @@ def write_requests(path: Path, *, geo_slower: float) -> None:
                 took = timedelta(milliseconds=usual_ms * rng.uniform(0.7, 1.5) * slower)
                 emit(t, "web", f"calling {callee}", trace)
                 emit(t + took, callee, "lookup answered", trace)
-                emit(t + took + timedelta(milliseconds=1), "web", f"{callee} answered", trace)
+                if late_warns and slower > 1:
+                    emit(t + took + timedelta(milliseconds=1), "web",
+                         f"{callee} answered after the deadline", trace, "warn")
+                else:
+                    emit(t + took + timedelta(milliseconds=1), "web", f"{callee} answered",
+                         trace)
     path.write_text("".join(text + "\n" for _, text in sorted(lines)), encoding="utf-8")
 
 

@@ -16,6 +16,11 @@ several input partitions, cleaned by several workers, so a trace closes only whe
 * and the table is ``IDLE_SECONDS`` old: a new owner has heard from every input that
   is sending before it trusts the ones it heard from.
 
+A service that failed in a request (a line at WARN or above) after calling another is
+linked to the one it called last before its first failing line (``failed_calls_of``):
+a caller's generic "500" then points at the callee whose own lines did not fail, an
+early return, say.
+
 Lines of a trace that arrive after it closed are dropped for ``REMEMBER_MS`` (their hops
 would be counted twice, from half a trace).
 """
@@ -64,6 +69,27 @@ def hops_of(marks: Iterable[TraceMark]) -> list[tuple[TraceMark, str, int]]:
         seen.add(mark.service)
         if i:
             out.append((mark, ordered[i - 1][3].service, at - ordered[i - 1][0]))
+    return out
+
+
+def failed_calls_of(marks: Iterable[TraceMark]) -> list[tuple[TraceMark, str]]:
+    """(a service's first failing mark, the service it called last before it) for each
+    service that failed in a trace after calling another: a call is a hop whose caller
+    it is (``hops_of``), made when the callee's first line came."""
+    ordered = sorted(marks, key=lambda m: (epoch_ms(m.timestamp), m.service, m.id))
+    called: dict[str, list[tuple[int, str]]] = {}  # caller -> (when, callee) in time order
+    for mark, caller, _ in hops_of(ordered):
+        called.setdefault(caller, []).append((epoch_ms(mark.timestamp), mark.service))
+    out = []
+    seen: set[str] = set()
+    for mark in ordered:
+        if not mark.failing or mark.service in seen:
+            continue
+        seen.add(mark.service)
+        at = epoch_ms(mark.timestamp)
+        before = [callee for when, callee in called.get(mark.service, ()) if when <= at]
+        if before:
+            out.append((mark, before[-1]))
     return out
 
 
@@ -152,19 +178,27 @@ class TraceTable:
 
 def hop_updates(traces: Iterable[OpenTrace], place: Callable[[TraceMark], str]
                 ) -> list[HopsUpdate]:
-    """The hops of closed ``traces``, one update per report; ``place``: the report of a
-    record (``record_place``), here of the service's first line."""
+    """The hops and failed calls of closed ``traces``, one update per report; ``place``:
+    the report of a record (``record_place``), here of the service's first line (of the
+    caller's first failing line, for a failed call)."""
     by_report: dict[str, list[TraceHops]] = {}
     for trace in traces:
-        per: dict[str, list[tuple[str, str, int, str] | tuple[str, str, int]]] = {}
+        hops: dict[str, list[tuple[str, str, int, str] | tuple[str, str, int]]] = {}
+        failed: dict[str, list[tuple[str, str, str]]] = {}
         for mark, caller, delay in hops_of(trace.marks.values()):
             minute = minute_of(mark.timestamp)
             if minute is not None:
-                per.setdefault(place(mark), []).append(
+                hops.setdefault(place(mark), []).append(
                     (mark.service, minute, hop_bin(delay), caller))
-        if not per:
+        for mark, callee in failed_calls_of(trace.marks.values()):
+            minute = minute_of(mark.timestamp)
+            if minute is not None:
+                failed.setdefault(place(mark), []).append((mark.service, callee, minute))
+        if not hops and not failed:
             continue
         covered = Coverage.from_coords(trace.offsets).to_json()
-        for report_id, hops in per.items():
-            by_report.setdefault(report_id, []).append(TraceHops(covered=covered, hops=hops))
+        for report_id in sorted(hops.keys() | failed.keys()):
+            by_report.setdefault(report_id, []).append(TraceHops(
+                covered=covered, hops=hops.get(report_id, []),
+                failed=failed.get(report_id, [])))
     return [HopsUpdate(report_id=r, traces=t) for r, t in sorted(by_report.items())]

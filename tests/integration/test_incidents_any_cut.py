@@ -7,9 +7,9 @@ whichever batch carried it and whichever report shard compacted it. One file goe
 through the real broker over four partitions, once with one worker and once with two
 in one consumer group (each mines templates and cuts batches on its own, and the
 reports are compacted in shards), and through ``retro postmortem``'s steps in memory:
-each must give the same incidents (origin, start, end, severity), hops into services
-and the call graph they show (``Report.hops``, ``Report.calls``, from the trace stage)
-included.
+each must give the same incidents (origin, start, end, severity), hops into services,
+the call graph they show and the calls after which callers failed (``Report.hops``,
+``Report.calls``, ``Report.failed_calls``, from the trace stage) included.
 """
 
 from __future__ import annotations
@@ -147,6 +147,7 @@ def _same_incidents(pipeline_factory, wait_until, paths: list[str], name: str) -
         assert [r.hops for r in reports] == [r.hops for r in memory], (name, _hop_diff(
             reports, memory))
         assert [r.calls for r in reports] == [r.calls for r in memory], name
+        assert [r.failed_calls for r in reports] == [r.failed_calls for r in memory], name
     print(f"{name}: {len(expected)} incidents alike in memory, 1 and 2 workers; "
           + ", ".join(f"{k} {v:.0f} s" for k, v in took.items()))
     return expected
@@ -163,16 +164,19 @@ def test_a_shared_fault_window_gives_the_same_incidents_on_one_and_two_workers(
 def test_a_generated_fault_gives_the_same_incidents_on_one_and_two_workers(
         pipeline_factory, wait_until, tmp_path: Path) -> None:
     """Runs without ../shared: a generated hour of five services, one of them crashing,
-    and ten minutes of traced requests into a service that slows (its hops and the
-    call graph come from the trace stage)."""
+    and ten minutes of traced requests into a service that slows, its caller warning
+    of the late answers (hops, the call graph and the failed calls come from the trace
+    stage)."""
     from streams.batch.callees import same_service
     from streams.dev.faults import write_case
 
     case = write_case(tmp_path / "case", "crash", 3)
     requests = tmp_path / "requests.jsonl"
-    write_requests(requests, geo_slower=150)
+    write_requests(requests, geo_slower=150, late_warns=True)
     found = _same_incidents(pipeline_factory, wait_until,
                             [*(str(f) for f in case.files), str(requests)],
                             f"generated {case.truth.kind} and traced requests")
     assert any(same_service(origin, case.truth.service) for origin, *_ in found), found
     assert ("geo", "2026-11-29T10:04:00Z") in {(origin, started) for origin, started, *_ in found}
+    # web's warnings are geo's, linked by the failed calls: no incident of web's own
+    assert "web" not in {origin for origin, *_ in found}, found

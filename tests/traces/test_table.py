@@ -2,11 +2,19 @@
 
 from __future__ import annotations
 
+import json
 import math
 
 from streams.records import Coord, HopsUpdate, TraceHops, TraceMark, read_mark, trace_mark
 from streams.schemas import load_schema, validator
-from streams.traces.table import TraceTable, epoch_ms, hop_bin, hop_updates, hops_of
+from streams.traces.table import (
+    TraceTable,
+    epoch_ms,
+    failed_calls_of,
+    hop_bin,
+    hop_updates,
+    hops_of,
+)
 
 T0 = "2026-11-29T10:00:00.000Z"
 
@@ -18,9 +26,10 @@ def at(ms: int) -> str:
     return f"2026-11-29T10:{minutes:02d}:{seconds:02d}.{millis:03d}Z"
 
 
-def mark(trace: str, service: str, ms: int, offset: int, *, partition: int = 0) -> TraceMark:
+def mark(trace: str, service: str, ms: int, offset: int, *, partition: int = 0,
+         failing: bool = False) -> TraceMark:
     return TraceMark(trace, f"logs/{partition}/{offset}", service, f"{service}.log", at(ms),
-                     Coord("logs", partition, offset))
+                     Coord("logs", partition, offset), failing)
 
 
 def test_the_hop_into_a_service_runs_from_its_callers_line_just_before_its_first() -> None:
@@ -30,6 +39,25 @@ def test_the_hop_into_a_service_runs_from_its_callers_line_just_before_its_first
     hops = {m.service: (caller, delay) for m, caller, delay in hops_of(reversed(lines))}
     # gateway began the request; orders' second line and its line after stock are no hops
     assert hops == {"orders": ("gateway", 7), "stock": ("orders", 260)}
+
+
+def test_a_service_failing_after_calls_is_linked_to_the_one_it_called_last() -> None:
+    lines = [mark("t1", "gateway", 0, 1), mark("t1", "orders", 5, 2),
+             mark("t1", "stock", 20, 3), mark("t1", "orders", 30, 4),
+             mark("t1", "price", 40, 5), mark("t1", "orders", 90, 6, failing=True),
+             mark("t1", "orders", 95, 7, failing=True), mark("t1", "gateway", 99, 8, failing=True)]
+    linked = [(m.service, m.id, callee) for m, callee in failed_calls_of(reversed(lines))]
+    # orders called stock, then price, then failed: price; its second failing line adds
+    # nothing; gateway's last call was orders
+    assert linked == [("orders", "logs/0/6", "price"), ("gateway", "logs/0/8", "orders")]
+
+
+def test_a_service_failing_before_it_called_anyone_is_linked_to_no_callee() -> None:
+    lines = [mark("t1", "gateway", 0, 1), mark("t1", "orders", 5, 2, failing=True),
+             mark("t1", "stock", 20, 3)]  # stock was called after orders failed
+    assert failed_calls_of(lines) == []
+    # without failing lines a trace links nothing
+    assert failed_calls_of([mark("t2", "gateway", 0, 1), mark("t2", "orders", 5, 2)]) == []
 
 
 def test_hop_bins_are_half_octaves_so_four_up_is_four_times_slower() -> None:
@@ -115,6 +143,19 @@ def test_hop_updates_go_to_the_report_of_each_services_first_line() -> None:
         ("2026-11-29T10:01", [[("stock", "2026-11-29T10:01", hop_bin(64_992), "orders")]])]
     # both carry all of t1's marks; t2, one service, has no hop and no update
     assert {str(u.traces[0].covered) for u in updates} == {"{'retro.traces/3': [[10, 12]]}"}
+    assert [t.failed for u in updates for t in u.traces] == [[], []]
+
+
+def test_a_failed_call_goes_to_the_report_of_the_callers_failing_line() -> None:
+    table = TraceTable()
+    for i, (service, ms, failing) in enumerate([("gateway", 0, False), ("orders", 8, False),
+                                                ("gateway", 61_000, True)]):
+        table.add(mark("t1", service, ms, i, failing=failing), ("retro.traces", 3, i), None,
+                  now=0.0)
+    updates = hop_updates(table.flush(), lambda m: m.timestamp[:16])
+    assert [(u.report_id, [(t.hops, t.failed) for t in u.traces]) for u in updates] == [
+        ("2026-11-29T10:00", [([("orders", "2026-11-29T10:00", hop_bin(8), "gateway")], [])]),
+        ("2026-11-29T10:01", [([], [("gateway", "orders", "2026-11-29T10:01")])])]
 
 
 def test_marks_and_hop_updates_match_their_schemas() -> None:
@@ -123,15 +164,19 @@ def test_marks_and_hop_updates_match_their_schemas() -> None:
               "attributes": {"trace_id": "4BF92F3577B34DA6A3CE929D0E0E4736"}}
     key, value = trace_mark(fields)
     assert key == b"4bf92f3577b34da6a3ce929d0e0e4736"
-    assert read_mark(value).raw == Coord("logs", 2, 7)
-    assert list(validator("trace-mark").iter_errors(__import__("json").loads(value))) == []
+    assert read_mark(value).raw == Coord("logs", 2, 7) and not read_mark(value).failing
+    assert read_mark(trace_mark({**fields, "level": "ERROR"})[1]).failing
+    assert list(validator("trace-mark").iter_errors(json.loads(value))) == []
     assert trace_mark({**fields, "timestamp": None}) is None
     assert trace_mark({**fields, "attributes": {}}) is None
     table = TraceTable()
     table.add(read_mark(value), ("retro.traces", 0, 0), None, now=0.0)
     table.add(mark("4bf92f3577b34da6a3ce929d0e0e4736", "stock", 30, 8), ("retro.traces", 0, 1),
               None, now=0.0)
+    table.add(mark("4bf92f3577b34da6a3ce929d0e0e4736", "orders", 60, 9, failing=True),
+              ("retro.traces", 0, 2), None, now=0.0)
     [update] = hop_updates(table.flush(), lambda m: "2026-11-29/all")
+    assert update.traces[0].failed == [("orders", "stock", "2026-11-29T10:00")]
     assert list(validator("hops").iter_errors(update.model_dump(mode="json"))) == []
     # an older trace stage's hops carry no caller, and still read
     older = HopsUpdate(report_id="r", traces=[TraceHops(covered={"retro.traces/0": [[0, 1]]},
@@ -139,3 +184,6 @@ def test_marks_and_hop_updates_match_their_schemas() -> None:
     assert list(validator("hops").iter_errors(older.model_dump(mode="json"))) == []
     assert set(load_schema("hops")["properties"]) == set(HopsUpdate.model_fields)
     assert set(load_schema("trace-mark")["properties"]) == set(TraceMark.__struct_fields__)
+    # an older clean stage's mark has no failing flag, and still reads
+    older_mark = {k: v for k, v in json.loads(value).items() if k != "failing"}
+    assert not read_mark(json.dumps(older_mark).encode()).failing

@@ -105,3 +105,18 @@ def test_a_seldom_called_service_slowed_a_hundredfold_is_named_from_its_traces_a
     write_requests(log, geo_slower=3)
     [report], _ = reports_of_files([str(log)], Settings())
     assert derive(report).incidents == []
+
+
+def test_a_callers_warning_is_linked_by_trace_to_the_slowed_service_it_called_last(
+        tmp_path: Path) -> None:
+    """web's warning names no service; the trace stage shows each warning request
+    called geo last, so web is geo's caller, not an incident of its own."""
+    log = tmp_path / "requests.jsonl"
+    write_requests(log, geo_slower=150, late_warns=True)
+    [report], _ = reports_of_files([str(log)], Settings())
+    assert report.failed_calls == {"web": {"geo": {
+        f"2026-11-29T10:{m:02d}": 4 for m in range(4, 10)}}}
+    [incident] = derive(report).incidents
+    assert (incident.origin, incident.callers) == ("geo", ["web"])
+    assert incident.started == "2026-11-29T10:04:00Z"
+

@@ -82,7 +82,7 @@ from typing import Literal
 
 from streams.batch.covering import canonical_templates
 from streams.records import LEVEL_RANK, smallest_traces
-from streams.report.state.hops import Calls, Hops, add_calls
+from streams.report.state.hops import Calls, FailedCalls, Hops, add_calls, add_hops
 from streams.report.state.minutes import MINUTE_FORMAT, add_minutes, parse_minute
 from streams.report.state.model import OTHER_TEMPLATES, Series
 from streams.report.state.series import (
@@ -184,6 +184,9 @@ class Findings:
     # its requests reached next (at least ``MIN_CALL_HOPS`` hops): the call graph as the
     # logs tell it, so a caller that goes quiet with its callee is its impact
     calls: dict[str, set[str]] = field(default_factory=dict)
+    # caller -> callee -> minute -> requests that failed in the caller after calling the
+    # callee last (``Report.failed_calls``): a caller's failure linked to a callee by trace
+    failed_calls: dict[str, dict[str, dict[str, int]]] = field(default_factory=dict)
     # failing when the report began and never chronic: most records first
     standing: list[Departure] = field(default_factory=list)
     # error lines begun after that but too soon for the baseline to judge them
@@ -352,9 +355,11 @@ def _squashed(services: tuple[str, ...]) -> dict[str, str]:
 
 
 def find_departures(series: Mapping[str, Mapping[str, Series]], hops: Hops | None = None,
-                    calls: Calls | None = None) -> Findings:
+                    calls: Calls | None = None, failed_calls: FailedCalls | None = None
+                    ) -> Findings:
     """Walk the minutes of ``series`` in time order and judge each against its past."""
-    return Walk().findings(series, hops=hops, calls=[calls] if calls else [])
+    return Walk().findings(series, hops=hops, calls=[calls] if calls else [],
+                           failed_calls=failed_calls)
 
 
 @dataclass
@@ -404,10 +409,12 @@ class Walk:
     def findings(self, series: Mapping[str, Mapping[str, Series]],
                  before: Mapping[str, Mapping[str, Series]] | None = None,
                  hops: Hops | None = None, hops_before: Hops | None = None,
-                 calls: Iterable[Calls] = ()) -> Findings:
+                 calls: Iterable[Calls] = (), failed_calls: FailedCalls | None = None
+                 ) -> Findings:
         """``hops``: the report's hops into services (``Report.hops``), judged with the
         lines; ``hops_before``: the window before's; ``calls``: call graphs the traces
-        showed (``Report.calls``, the window before's too)."""
+        showed (``Report.calls``, the window before's too); ``failed_calls``: the
+        report's (``Report.failed_calls``)."""
         folded = fold_series(series)
         services = sorted(folded)
         specs = {(service, template): s for service, templates in folded.items()
@@ -463,6 +470,7 @@ class Walk:
             seen = {c for c, n in callees.items() if n >= MIN_CALL_HOPS and c != caller}
             if seen:
                 findings.calls.setdefault(caller, set()).update(seen)
+        findings.failed_calls = add_hops(failed_calls or {})
         return findings
 
     def _before(self, before: Mapping[str, Mapping[str, Series]], first: str

@@ -5,16 +5,19 @@ Departures (``streams.report.analysis.departures``) become incidents:
 1. **Whose departure is it.** A failing line that names a service it called (one of
    the records' services: "no instances available for X", ``http://X:8080/...``, a
    request path ``/api/v1/xservice/...``) counts for that callee, its own service is
-   a **caller**. A service that goes quiet or thins out within a minute of a service
-   it calls going quiet, thinning out or slowing is a caller of that callee too: a
-   slow callee holds its callers' work. The calls are those its lines ever named and
+   a **caller**. So does a failing line whose requests' traces show that most of
+   them failed just after calling one service, when that service departed too (an
+   early return there, say): a caller's generic "500" names nothing, its traces do.
+   A service that goes quiet or thins out within a minute of a service it calls
+   going quiet, thinning out or slowing is a caller of that callee too: a slow
+   callee holds its callers' work. The calls are those its lines ever named and
    those its requests' traces showed (``Findings.calls``), followed through callees
    of callees to the nearest service that departed, and on from it while that one
    was held too. A call is timed from its caller's line, so a slow caller (a starved
-   CPU, a delayed network) sends late: a callee's slow calls in the minute its caller
-   slowed, or the minute after, count for that caller, the callee one of its services
-   but not a caller. Every other departure counts for its own service. A logger or
-   class is never a service: only names in the records' service field are.
+   CPU, a delayed network) sends late: a callee's slow calls in the minute its
+   caller slowed, or the minute after, count for that caller, the callee one of its
+   services but not a caller. Every other departure counts for its own service. A
+   logger or class is never a service: only names in the records' service field are.
 2. **Incidents over time.** Each service's departures form runs: a departure within
    ``GAP_MINUTES`` of the run's last one joins it, a later one opens a new incident.
 3. **Weight and severity.** An incident weighs the surprise (-log10 of the tail) of
@@ -57,6 +60,7 @@ CALLER_WEIGHT = 0.5
 MIN_WEIGHT = 4.0  # one strong departure of a failing line, or of a silent one
 TRIGGER_MINUTES = 15
 MAX_EVIDENCE = 5
+MIN_FAILED_CALLS = 2  # failed requests that link a caller's failure to a callee by trace
 
 
 @dataclass(frozen=True, slots=True)
@@ -236,6 +240,12 @@ class _Near:
         self.silent: set[tuple[str, str]] = set()  # (service, minute): quiet, thin
         self.slow: set[tuple[str, str]] = set()  # (service, minute): calls into it slowed
         self.naming: dict[tuple[str, str], set[str]] = {}  # failing lines' callees
+        # (caller, minute) -> callee -> requests that failed in the caller after calling it
+        self.failed_calls: dict[tuple[str, str], dict[str, int]] = {}
+        for caller, callees in findings.failed_calls.items():
+            for callee, minutes in callees.items():
+                for minute, n in minutes.items():
+                    self.failed_calls.setdefault((caller, minute), {})[callee] = n
         for d in findings.departures:
             self.departed.add((d.service, d.minute))
             if d.kind in HOLDING:
@@ -257,7 +267,8 @@ class _Near:
     def target(self, dep: Departure) -> str:
         """A callee its failure names (one that departed itself first, if any); a callee
         its service's other failures name in the same minutes (a caller's generic "500
-        Internal Server Error" beside its "timed out calling X"); a callee that went
+        Internal Server Error" beside its "timed out calling X"); the callee most of its
+        failed requests called last, when that one departed too; a callee that went
         silent or slow with it; else its own service."""
         around = _around(dep.minute)
         if dep.failing:
@@ -266,6 +277,8 @@ class _Near:
             if named:
                 moved = [c for c in named if any((c, m) in self.departed for m in around)]
                 return (moved or list(named))[0]
+            if (traced := self._failed_after(dep.service, around)) is not None:
+                return traced
         if dep.kind in SILENT:
             held, by = dep.service, {dep.service}
             # a callee that went quiet or thinned out may be held in turn; a slowed one is
@@ -279,6 +292,23 @@ class _Near:
         if dep.kind == "slow":
             return self.downstream.get((dep.service, dep.minute), dep.service)
         return dep.service
+
+    def _failed_after(self, service: str, around: list[str]) -> str | None:
+        """The callee that most of ``service``'s failed requests in ``around`` called last
+        (at least ``MIN_FAILED_CALLS``), if it departed itself then: its answer, not
+        ``service``, is where they failed. A callee that did not depart is only the last
+        one called by a service failing on its own."""
+        counts: dict[str, int] = {}
+        for m in around:
+            for callee, n in self.failed_calls.get((service, m), {}).items():
+                counts[callee] = counts.get(callee, 0) + n
+        if not counts:
+            return None
+        callee = min(counts, key=lambda c: (-counts[c], c))
+        if (counts[callee] >= MIN_FAILED_CALLS and 2 * counts[callee] > sum(counts.values())
+                and callee != service and any((callee, m) in self.departed for m in around)):
+            return callee
+        return None
 
     def _slowed_caller(self, service: str, minute: str, seen: set[str]) -> str | None:
         """A call into ``service`` is timed from its caller's line: a caller that slowed in

@@ -264,7 +264,8 @@ def derive(report: Report, *, deadletters: int | None = None, review: int | None
     findings = (walk or Walk()).findings(
         report.series, before=previous.series if previous is not None else None,
         hops=report.hops, hops_before=previous.hops if previous is not None else None,
-        calls=[report.calls, *([previous.calls] if previous is not None else [])])
+        calls=[report.calls, *([previous.calls] if previous is not None else [])],
+        failed_calls=report.failed_calls)
     pm.findings = findings
     pm.chronic_lines = findings.chronic
     pm.incidents = find_incidents(findings, [

@@ -210,6 +210,7 @@ def compose(report_id: str, shards: list[Report]) -> Report:
     out.series = add_series(*(r.series for r in ordered))
     out.hops = add_hops(*(r.hops for r in ordered))
     out.calls = add_calls(*(r.calls for r in ordered))
+    out.failed_calls = add_hops(*(r.failed_calls for r in ordered))
     marks = Coverage()
     for shard in ordered:
         marks = marks.union(Coverage.from_json(shard.hops_covered))

@@ -245,6 +245,9 @@ class Report(BaseModel):
     hops: dict[str, dict[str, dict[str, int]]] = Field(default_factory=dict)
     # caller -> callee -> hops from one to the other: the call graph the requests showed
     calls: dict[str, dict[str, int]] = Field(default_factory=dict)
+    # caller -> callee -> UTC minute -> requests that failed in the caller after it called
+    # the callee last (``streams.traces.table.failed_calls_of``)
+    failed_calls: dict[str, dict[str, dict[str, int]]] = Field(default_factory=dict)
     hops_covered: CoverageJSON = Field(default_factory=dict)  # the trace marks counted
     # the report of the window before, when a reader holds it: never stored or compared
     _previous: Report | None = PrivateAttr(default=None)
@@ -255,7 +258,8 @@ class Report(BaseModel):
         """Leave out ``service_minutes`` and ``series`` while no record is dated (a reader
         fills them back in)."""
         data = handler(self)
-        for name in ("service_minutes", "series", "hops", "calls", "hops_covered"):
+        for name in ("service_minutes", "series", "hops", "calls", "failed_calls",
+                     "hops_covered"):
             if data.get(name) == {}:
                 del data[name]
         return data

@@ -177,13 +177,20 @@ def test_a_burst_departs_and_noise_around_the_mean_does_not() -> None:
     assert ("api", "burst") in kinds(series)
 
 
-def test_a_usual_line_that_thins_out_while_its_partner_goes_on_departs() -> None:
+def db_cut_short() -> dict[str, dict[str, Series]]:
+    """The background, db writing "row returned" after "row fetched" one for one, but
+    for three minutes in which it returned early."""
     series = background()
     series["db"]["row fetched"] = Series(level="INFO", minutes=varying())
     thinned = varying()
     for m in HOUR[45:48]:
         thinned[m] = 3
     series["db"]["row returned"] = Series(level="INFO", minutes=thinned)
+    return series
+
+
+def test_a_usual_line_that_thins_out_while_its_partner_goes_on_departs() -> None:
+    series = db_cut_short()
     found = find_departures(series)
     thin = [d for d in found.departures if d.kind == "thin"]
     assert {d.template for d in thin} == {"row returned"}
@@ -203,6 +210,31 @@ def test_a_usual_line_that_thins_out_while_its_partner_goes_on_departs() -> None
 def varying() -> dict[str, int]:
     """Requests of one path per minute: they vary, so a partner is told by moving with it."""
     return {m: 20 + (i * 7) % 11 for i, m in enumerate(HOUR)}
+
+
+def test_a_callers_generic_error_points_by_trace_at_the_callee_that_departed() -> None:
+    """api's "500" names no one; its failed requests' traces show db called last, in
+    the minutes db cut its answers short."""
+    series = db_cut_short()
+    series["api"]["Request <UUID> failed: 500 Internal Server Error"] = Series(
+        level="ERROR", minutes={m: 8 for m in HOUR[45:48]})
+
+    def origins(failed: dict[str, dict[str, dict[str, int]]] | None
+                ) -> list[tuple[str, list[str]]]:
+        found = find_departures(series, failed_calls=failed)
+        return sorted((i.origin, i.callers) for i in find_incidents(found))
+
+    by_db = {"api": {"db": {m: 8 for m in HOUR[45:48]}}}
+    assert origins(by_db) == [("db", ["api"])]
+    # without traces, or with most failed requests calling another service last, api's
+    # failure is its own; so is a link to db in two lone requests
+    assert origins(None) == [("api", []), ("db", [])]
+    split = {"api": {"db": {m: 3 for m in HOUR[45:48]}, "cache": {m: 5 for m in HOUR[45:48]}}}
+    assert origins(split) == [("api", []), ("db", [])]
+    assert origins({"api": {"db": {HOUR[45]: 1}}}) == [("api", []), ("db", [])]
+    # a callee called last that did not depart is just the last call of a failing service
+    series["db"]["row returned"] = Series(level="INFO", minutes=varying())
+    assert origins(by_db) == [("api", [])]
 
 
 def test_a_line_that_falls_with_its_partner_is_load_not_a_thinning() -> None:

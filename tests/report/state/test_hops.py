@@ -11,18 +11,23 @@ from streams.report.state.model import Report
 MINUTE = "2026-11-29T10:00"
 
 
-def trace(first: int, last: int, *hops: tuple[str, int]) -> TraceHops:
-    """Hops of one trace that the gateway began, each into a service it called."""
+def trace(first: int, last: int, *hops: tuple[str, int], failed_after: str | None = None
+          ) -> TraceHops:
+    """Hops of one trace that the gateway began, each into a service it called; with
+    ``failed_after``, the gateway failed after calling that one last."""
     return TraceHops(covered={"retro.traces/0": [[first, last]]},
-                     hops=[(service, MINUTE, b, "gateway") for service, b in hops])
+                     hops=[(service, MINUTE, b, "gateway") for service, b in hops],
+                     failed=[("gateway", failed_after, MINUTE)] if failed_after else [])
 
 
 def test_a_trace_sent_again_adds_nothing_and_order_does_not_matter() -> None:
-    a = HopsUpdate(report_id="r", traces=[trace(0, 2, ("orders", 6), ("stock", 9))])
-    b = HopsUpdate(report_id="r", traces=[trace(3, 4, ("orders", 6))])
+    a = HopsUpdate(report_id="r", traces=[trace(0, 2, ("orders", 6), ("stock", 9),
+                                                failed_after="stock")])
+    b = HopsUpdate(report_id="r", traces=[trace(3, 4, ("orders", 6), failed_after="orders")])
     once, changed = apply_hops(Report(id="r"), [a, b], now="t")
     assert changed and once.hops == {"orders": {MINUTE: {"6": 2}}, "stock": {MINUTE: {"9": 1}}}
     assert once.calls == {"gateway": {"orders": 2, "stock": 1}}
+    assert once.failed_calls == {"gateway": {"orders": {MINUTE: 1}, "stock": {MINUTE: 1}}}
     again, changed = apply_hops(once, [b, a], now="t2")
     assert not changed and again is once
     # a re-read after a crash may cut the same marks into other updates: still once each
@@ -38,13 +43,24 @@ def test_hops_may_reach_a_report_before_its_records() -> None:
     assert folded.report.version == 1
 
 
+def test_a_trace_with_failed_calls_but_no_hop_in_a_report_still_counts_once() -> None:
+    only_failed = HopsUpdate(report_id="r", traces=[TraceHops(
+        covered={"retro.traces/0": [[5, 6]]}, hops=[], failed=[("gateway", "orders", MINUTE)])])
+    once, changed = apply_hops(Report(id="r"), [only_failed], now="t")
+    assert changed and once.hops == {} and once.failed_calls == {
+        "gateway": {"orders": {MINUTE: 1}}}
+    assert apply_hops(once, [only_failed], now="t2") == (once, False)
+
+
 def test_shards_of_a_report_add_their_hops() -> None:
     one = apply_hops(Report(id="r|0"), [HopsUpdate(report_id="r|0", traces=[
-        trace(0, 1, ("orders", 5))])], now="t")[0]
+        trace(0, 1, ("orders", 5), failed_after="orders")])], now="t")[0]
     two = apply_hops(Report(id="r|1"), [HopsUpdate(report_id="r|1", traces=[
-        TraceHops(covered={"retro.traces/1": [[0, 0]]}, hops=[("orders", MINUTE, 5)])])],
+        TraceHops(covered={"retro.traces/1": [[0, 0]]}, hops=[("orders", MINUTE, 5)],
+                  failed=[("gateway", "orders", MINUTE)])])],
         now="t")[0]
     whole = compose("r", [one, two])
     assert whole.hops == {"orders": {MINUTE: {"5": 2}}}
     assert whole.calls == {"gateway": {"orders": 1}}  # the second shard's hop had no caller
+    assert whole.failed_calls == {"gateway": {"orders": {MINUTE: 2}}}
     assert whole.hops_covered == {"retro.traces/0": [[0, 1]], "retro.traces/1": [[0, 0]]}
