@@ -76,7 +76,7 @@ def _incidents(pm: PostMortem, f: Markup) -> list[str]:
     newest = sorted(pm.incidents, key=lambda i: i.started, reverse=True)
     rows = [f"{f.code(pm.when(i.started))}-{f.code(pm.when(i.ended))} "
             f"{f.strong(i.severity)} {f.text(i.title)}{_lead_line(i, f)}"
-            + (f" (callers: {', '.join(i.callers[:3])})" if i.callers else "")
+            + (f" (callers: {f.text(name_list(i.callers, 3))})" if i.callers else "")
             for i in newest[:MAX_INCIDENTS]]
     if len(newest) > MAX_INCIDENTS:
         rows.append(f"and {len(newest) - MAX_INCIDENTS} older incident(s)")

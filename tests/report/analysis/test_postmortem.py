@@ -685,24 +685,27 @@ def test_what_incidents_leave_of_a_cause_is_told_only_when_it_departs_itself() -
 
 
 def test_the_impact_of_a_lead_names_its_callers() -> None:
-    """inventory-service failed and checkout failed calling it: the impact says so, as
-    the summary does."""
+    """inventory-service failed and four services failed calling it: the impact says so,
+    as the summary does, and the list of incidents says there were more than it shows."""
     minutes = [f"2026-11-29T09:{m:02d}" for m in range(40)]
     stock, callee = "stock lookup failed", "No instances available for inventory-service"
+    callers = ["cart", "checkout", "orders", "search"]
     report = report_of(
         routine(until=40),
         frag("Stock lookups failing", minute=30, until=33.9, records=32,
              service="inventory-service", severity="high", template=stock),
-        frag("Service discovery: no instances of a downstream service", minute=30,
-             until=33.9, records=32, service="checkout", severity="high", template=callee))
+        *(frag("Service discovery: no instances of a downstream service", minute=30,
+               until=33.9, records=32, service=caller, severity="high", template=callee)
+          for caller in callers))
     failing = dict.fromkeys(minutes[30:34], 8)
     report.series = {
         "api": steady_api(minutes),
         "inventory-service": {stock: Series(level="ERROR", minutes=failing)},
-        "checkout": {callee: Series(level="ERROR", minutes=failing,
-                                    named={"inventory-service": 32})}}
+        **{caller: {callee: Series(level="ERROR", minutes=failing,
+                                   named={"inventory-service": 32})} for caller in callers}}
     pm = derive(report)
-    assert (pm.incidents[0].origin, pm.incidents[0].callers) == ("inventory-service",
-                                                                 ["checkout"])
-    assert "- Callers: checkout failed calling it\n" in section(render_markdown(report),
-                                                                "Impact")
+    assert (pm.incidents[0].origin, pm.incidents[0].callers) == ("inventory-service", callers)
+    markdown = render_markdown(report)
+    assert "- Callers: cart, checkout, orders and 1 more failed calling it\n" in section(
+        markdown, "Impact")
+    assert "(callers: cart, checkout, orders and 1 more)" in section(markdown, "Incidents")
