@@ -2,17 +2,19 @@
 remembers, memory and CPU per mark.
 
 A ``TraceTable`` (``streams.traces.table``, the trace loop's state for one partition of
-the traces topic) is fed generated marks at ``--rate`` marks a second of event time
-for ``--seconds``, on an injected clock that keeps pace with event time: each request
-passes through ``--services`` services, writing ``--lines`` lines in each, over about
-200 ms, and its marks come from four input partitions. Every ``CHECK_SECONDS`` (as the
-trace step does) the table closes the complete traces and their hops are cut into
-updates. Printed at the end of each rate: the open traces and marks, the closed traces
-remembered, the Python heap the table holds (``tracemalloc``, its peak and at the
+the traces topic) is fed generated marks at ``--rate`` marks a second of event time for
+``--seconds``, on an injected clock that keeps pace with event time: each request passes
+through ``--services`` services, writing ``--lines`` lines in each, over about 200 ms,
+and its marks come from four input partitions; in a ``--failing`` share of requests the
+last service's last line is a failure (a failed call to cut). Every ``CHECK_SECONDS``
+(as the trace step does) the table closes the complete traces and their hops are cut
+into updates. Printed at the end of each rate: the open traces and marks, the closed
+traces remembered, the Python heap the table holds (``tracemalloc``, its peak and at the
 end, from a second run), the CPU per mark of adding, closing and cutting hops, and of
 that the milliseconds a second the checks took.
 
-Run: ``.venv/bin/python bench/traces_bench.py [--rate 1000 --rate 5000] [--seconds 720]``
+Run: ``.venv/bin/python bench/traces_bench.py [--rate 1000 --rate 5000] [--seconds 720]
+[--failing 0.1]``
 """
 
 from __future__ import annotations
@@ -37,11 +39,11 @@ T0 = datetime(2026, 11, 29, 10, 0, tzinfo=UTC)
 INPUTS = 4  # input partitions the marks come from
 
 
-def requests(rate: int, seconds: float, services: int, lines: int, seed: int = 7
-             ) -> Iterator[list[tuple[float, TraceMark]]]:
+def requests(rate: int, seconds: float, services: int, lines: int, failing: float,
+             seed: int = 7) -> Iterator[list[tuple[float, TraceMark]]]:
     """Each second's (arrival second, mark), ``rate`` marks a second (a request's lines
     may arrive after the next second's first ones, as they do)."""
-    rng = random.Random(seed)
+    rng, fails = random.Random(seed), random.Random(seed + 1)
     per_request = services * lines
     every = per_request / rate  # seconds between two requests
     n = 0
@@ -49,6 +51,7 @@ def requests(rate: int, seconds: float, services: int, lines: int, seed: int = 7
         batch = []
         while n * every < second + 1 and n * every < seconds:
             trace = f"{rng.getrandbits(128):032x}"
+            failed = fails.random() < failing
             at = n * every
             for s in range(services):
                 for k in range(lines):
@@ -59,14 +62,15 @@ def requests(rate: int, seconds: float, services: int, lines: int, seed: int = 7
                     batch.append((at, TraceMark(
                         trace, f"logs/{part}/{offset}", f"svc-{s}", f"svc-{s}.log",
                         when.strftime("%Y-%m-%dT%H:%M:%S.%f")[:-3] + "Z",
-                        Coord("logs", part, offset))))
+                        Coord("logs", part, offset),
+                        failed and s == services - 1 and k == lines - 1)))
             n += 1
         batch.sort(key=lambda x: x[0])
         yield batch
 
 
-def feed(rate: int, seconds: float, services: int, lines: int, *, heap: bool
-         ) -> dict[str, Any]:
+def feed(rate: int, seconds: float, services: int, lines: int, failing: float, *,
+         heap: bool) -> dict[str, Any]:
     """One run; with ``heap``, under ``tracemalloc`` (its figures; CPU is taken from a
     run without it, which slows every allocation). Making the marks is not timed."""
     gc.collect()
@@ -77,7 +81,7 @@ def feed(rate: int, seconds: float, services: int, lines: int, *, heap: bool
     place = lambda m: m.timestamp[:10] + "/all"  # noqa: E731 - one report a day
     marks, now, next_check, peak_open = 0, 0.0, CHECK_SECONDS, 0
     spent = checks = 0.0
-    for batch in requests(rate, seconds, services, lines):
+    for batch in requests(rate, seconds, services, lines, failing):
         began = time.process_time()
         for at, mark in batch:
             now = max(now, at)
@@ -106,9 +110,10 @@ def feed(rate: int, seconds: float, services: int, lines: int, *, heap: bool
     return out
 
 
-def run(rate: int, seconds: float, services: int, lines: int) -> dict[str, Any]:
-    timed = feed(rate, seconds, services, lines, heap=False)
-    held = feed(rate, seconds, services, lines, heap=True)
+def run(rate: int, seconds: float, services: int, lines: int, failing: float
+        ) -> dict[str, Any]:
+    timed = feed(rate, seconds, services, lines, failing, heap=False)
+    held = feed(rate, seconds, services, lines, failing, heap=True)
     return {**timed, "heap_mib_end": held["heap_mib_end"], "heap_mib_peak": held["heap_mib_peak"]}
 
 
@@ -120,9 +125,11 @@ def main() -> None:
                         help="of event time; the closed traces are remembered 10 minutes")
     parser.add_argument("--services", type=int, default=6)
     parser.add_argument("--lines", type=int, default=3)
+    parser.add_argument("--failing", type=float, default=0.0,
+                        help="share of requests that fail in their last service")
     add_tag_argument(parser)
     args = parser.parse_args()
-    rows = [run(rate, args.seconds, args.services, args.lines)
+    rows = [run(rate, args.seconds, args.services, args.lines, args.failing)
             for rate in (args.rate or [1000, 5000])]
     print(table(["marks/s", "open peak", "marks held", "closed kept", "heap MiB",
                  "heap peak MiB", "us/mark", "checks ms/s"],
@@ -130,7 +137,7 @@ def main() -> None:
                   r["closed_remembered"], r["heap_mib_end"], r["heap_mib_peak"],
                   r["cpu_us_per_mark"], r["check_ms_per_second"]) for r in rows]))
     write_result("traces_bench", {"runs": rows, "services": args.services,
-                                  "lines": args.lines}, tag=args.tag)
+                                  "lines": args.lines, "failing": args.failing}, tag=args.tag)
 
 
 if __name__ == "__main__":

@@ -29,7 +29,7 @@ from __future__ import annotations
 
 import heapq
 import math
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Collection, Iterable
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
@@ -72,13 +72,17 @@ def hops_of(marks: Iterable[TraceMark]) -> list[tuple[TraceMark, str, int]]:
     return out
 
 
-def failed_calls_of(marks: Iterable[TraceMark]) -> list[tuple[TraceMark, str]]:
+def failed_calls_of(marks: Collection[TraceMark],
+                    hops: Iterable[tuple[TraceMark, str, int]] | None = None
+                    ) -> list[tuple[TraceMark, str]]:
     """(a service's first failing mark, the service it called last before it) for each
     service that failed in a trace after calling another: a call is a hop whose caller
-    it is (``hops_of``), made when the callee's first line came."""
+    it is (``hops``: the trace's ``hops_of``), made when the callee's first line came."""
+    if not any(m.failing for m in marks):  # most requests fail nowhere
+        return []
     ordered = sorted(marks, key=lambda m: (epoch_ms(m.timestamp), m.service, m.id))
     called: dict[str, list[tuple[int, str]]] = {}  # caller -> (when, callee) in time order
-    for mark, caller, _ in hops_of(ordered):
+    for mark, caller, _ in hops_of(ordered) if hops is None else hops:
         called.setdefault(caller, []).append((epoch_ms(mark.timestamp), mark.service))
     out = []
     seen: set[str] = set()
@@ -185,12 +189,13 @@ def hop_updates(traces: Iterable[OpenTrace], place: Callable[[TraceMark], str]
     for trace in traces:
         hops: dict[str, list[tuple[str, str, int, str] | tuple[str, str, int]]] = {}
         failed: dict[str, list[tuple[str, str, str]]] = {}
-        for mark, caller, delay in hops_of(trace.marks.values()):
+        timed = hops_of(trace.marks.values())
+        for mark, caller, delay in timed:
             minute = minute_of(mark.timestamp)
             if minute is not None:
                 hops.setdefault(place(mark), []).append(
                     (mark.service, minute, hop_bin(delay), caller))
-        for mark, callee in failed_calls_of(trace.marks.values()):
+        for mark, callee in failed_calls_of(trace.marks.values(), timed):
             minute = minute_of(mark.timestamp)
             if minute is not None:
                 failed.setdefault(place(mark), []).append((mark.service, callee, minute))

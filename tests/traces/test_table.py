@@ -46,7 +46,7 @@ def test_a_service_failing_after_calls_is_linked_to_the_one_it_called_last() -> 
              mark("t1", "stock", 20, 3), mark("t1", "orders", 30, 4),
              mark("t1", "price", 40, 5), mark("t1", "orders", 90, 6, failing=True),
              mark("t1", "orders", 95, 7, failing=True), mark("t1", "gateway", 99, 8, failing=True)]
-    linked = [(m.service, m.id, callee) for m, callee in failed_calls_of(reversed(lines))]
+    linked = [(m.service, m.id, callee) for m, callee in failed_calls_of(lines[::-1])]
     # orders called stock, then price, then failed: price; its second failing line adds
     # nothing; gateway's last call was orders
     assert linked == [("orders", "logs/0/6", "price"), ("gateway", "logs/0/8", "orders")]

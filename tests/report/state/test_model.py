@@ -150,6 +150,22 @@ def test_service_minutes_validate_and_bad_ones_do_not() -> None:
         assert not SCHEMA.is_valid({**doc, "service_minutes": bad}), bad
 
 
+def test_hops_calls_and_failed_calls_validate_and_bad_failed_calls_do_not() -> None:
+    report = report_of(1)
+    assert "failed_calls" not in json.loads(report.to_json())  # absent until a trace fails
+    report.hops = {"db": {"2026-11-29T10:00": {"9": 2}}}
+    report.calls = {"api": {"db": 2}}
+    report.failed_calls = {"api": {"db": {"2026-11-29T10:00": 1}}}
+    doc = json.loads(report.to_json())
+    SCHEMA.validate(doc)
+    assert Report.from_json(doc) == report
+    for bad in ({"api": {"db": {"2026-11-29T10:00:00Z": 1}}},  # not a minute key
+                {"api": {"db": {"2026-11-29T10:00": 0}}},
+                {"api": {"db": {}}},
+                {"api": {}}):
+        assert not SCHEMA.is_valid({**doc, "failed_calls": bad}), bad
+
+
 def test_a_report_keeps_only_the_most_recent_fragment_ids() -> None:
     fragments = [make_fragment(f"f{n:02}", {"t/0": [[n, n]]}) for n in range(MAX_FRAGMENT_IDS + 5)]
     report, _ = merge_all(None, fragments[:3], report_id="r", now="t")
