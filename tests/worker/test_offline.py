@@ -119,4 +119,6 @@ def test_a_callers_warning_is_linked_by_trace_to_the_slowed_service_it_called_la
     [incident] = derive(report).incidents
     assert (incident.origin, incident.callers) == ("geo", ["web"])
     assert incident.started == "2026-11-29T10:04:00Z"
+    web = next(d for d in incident.evidence if d.service == "web")
+    assert web.describe().endswith("; 8 of its 8 failed requests called geo last")
 

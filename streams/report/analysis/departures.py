@@ -154,9 +154,18 @@ class Departure:
     error: bool = False  # the line is at ERROR or above: a failure, not a warning
     until: str | None = None  # a standing or early line's last minute
     times: int = 0  # a slow departure's calls took this many times the usual or longer
+    # (callee, requests, failed requests traced): how many of its service's failed
+    # requests called that callee last, when that links it there (``incidents``)
+    failed_after: tuple[str, int, int] | None = None
 
     def describe(self) -> str:
-        """A clause for a reader: what was counted against what."""
+        """A clause for a reader: what was counted against what, and the trace link."""
+        if self.failed_after is None:
+            return self._counted()
+        callee, n, total = self.failed_after
+        return f"{self._counted()}; {n} of its {total} failed requests called {callee} last"
+
+    def _counted(self) -> str:
         if self.kind == "new":
             return f"new line, {self.observed} in its first minute"
         if self.kind == "burst":

@@ -44,7 +44,7 @@ are a function of its series alone.
 from __future__ import annotations
 
 from collections.abc import Container, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime, timedelta
 
 from streams.records import Severity
@@ -148,7 +148,7 @@ def find_incidents(findings: Findings, changes: Sequence[Change] = ()) -> list[D
     runs: dict[str, list[list[Departure]]] = {}
     near = _Near(findings)
     for dep in sorted(findings.departures, key=lambda d: (d.minute, d.service, d.template)):
-        target = near.target(dep)
+        target, dep = near.target(dep)
         own = runs.setdefault(target, [])
         if own and _minutes_between(own[-1][-1].minute, dep.minute) <= GAP_MINUTES:
             own[-1].append(dep)
@@ -264,8 +264,10 @@ class _Near:
             if by is not None:
                 self.downstream[(service, minute)] = by
 
-    def target(self, dep: Departure) -> str:
-        """A callee its failure names (one that departed itself first, if any); a callee
+    def target(self, dep: Departure) -> tuple[str, Departure]:
+        """Whose departure ``dep`` is, and ``dep`` with the trace link when that decided.
+
+        A callee its failure names (one that departed itself first, if any); a callee
         its service's other failures name in the same minutes (a caller's generic "500
         Internal Server Error" beside its "timed out calling X"); the callee most of its
         failed requests called last, when that one departed too; a callee that went
@@ -276,9 +278,13 @@ class _Near:
                 {c for m in around for c in self.naming.get((dep.service, m), ())}))
             if named:
                 moved = [c for c in named if any((c, m) in self.departed for m in around)]
-                return (moved or list(named))[0]
+                return (moved or list(named))[0], dep
             if (traced := self._failed_after(dep.service, around)) is not None:
-                return traced
+                return traced[0], replace(dep, failed_after=traced)
+        return self._held_by(dep, around), dep
+
+    def _held_by(self, dep: Departure, around: list[str]) -> str:
+        """A callee a silent or slow departure went with, else its own service."""
         if dep.kind in SILENT:
             held, by = dep.service, {dep.service}
             # a callee that went quiet or thinned out may be held in turn; a slowed one is
@@ -293,11 +299,11 @@ class _Near:
             return self.downstream.get((dep.service, dep.minute), dep.service)
         return dep.service
 
-    def _failed_after(self, service: str, around: list[str]) -> str | None:
-        """The callee that most of ``service``'s failed requests in ``around`` called last
-        (at least ``MIN_FAILED_CALLS``), if it departed itself then: its answer, not
-        ``service``, is where they failed. A callee that did not depart is only the last
-        one called by a service failing on its own."""
+    def _failed_after(self, service: str, around: list[str]) -> tuple[str, int, int] | None:
+        """(the callee, its requests, all) when most of ``service``'s failed requests in
+        ``around`` called that callee last (at least ``MIN_FAILED_CALLS``) and it departed
+        itself then: its answer, not ``service``, is where they failed. A callee that did
+        not depart is only the last one called by a service failing on its own."""
         counts: dict[str, int] = {}
         for m in around:
             for callee, n in self.failed_calls.get((service, m), {}).items():
@@ -307,7 +313,7 @@ class _Near:
         callee = min(counts, key=lambda c: (-counts[c], c))
         if (counts[callee] >= MIN_FAILED_CALLS and 2 * counts[callee] > sum(counts.values())
                 and callee != service and any((callee, m) in self.departed for m in around)):
-            return callee
+            return callee, counts[callee], sum(counts.values())
         return None
 
     def _slowed_caller(self, service: str, minute: str, seen: set[str]) -> str | None:
