@@ -14,12 +14,12 @@ from tests.helpers import FakeClock
 P0 = Part("retro.traces", 0)
 
 
-def mark(trace: str, service: str, ms: int, offset: int) -> bytes:
+def mark(trace: str, service: str, ms: int, offset: int, *, failing: bool = False) -> bytes:
     from msgspec.json import encode
 
     return encode(TraceMark(trace, f"logs/0/{offset}", service, f"{service}.log",
                             f"2026-11-29T10:00:{ms // 1000:02d}.{ms % 1000:03d}Z",
-                            Coord("logs", 0, offset)))
+                            Coord("logs", 0, offset), failing))
 
 
 def at(offset: int, value: bytes) -> Record:
@@ -79,3 +79,21 @@ async def test_an_open_trace_holds_the_commit_and_is_read_again_after_a_rebalanc
     assert sorted(str(t.covered) for update in sent for t in update) == [
         "{'retro.traces/0': [[0, 0], [3, 3]]}", "{'retro.traces/0': [[1, 2]]}",
         "{'retro.traces/0': [[1, 2]]}"]
+
+
+async def test_a_failed_call_goes_out_with_the_hops_and_a_bad_failing_flag_is_unreadable(
+) -> None:
+    metrics = Metrics()
+    run, clock = run_with_clock(metrics)
+    hostile = mark("t1", "gateway", 60, 4).replace(b'"failing":false', b'"failing":"yes"')
+    await run.fetch(at(0, mark("t1", "gateway", 0, 1)), at(1, mark("t1", "orders", 9, 2)),
+                    at(2, mark("t1", "gateway", 50, 3, failing=True)), at(3, hostile))
+    clock.now += 36
+    await run.tick()
+    [out] = run.sent_to("retro.fragments")
+    [trace] = HopsUpdate.model_validate_json(out.value).traces
+    assert trace.failed == [("gateway", "orders", "2026-11-29T10:00")]
+    assert run.committed[P0] == 4  # the hostile mark is skipped, never holding the partition
+    assert metrics.registry.get_sample_value("retro_trace_marks_total",
+                                             {"outcome": "unreadable"}) == 1
+
