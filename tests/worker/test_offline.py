@@ -12,6 +12,8 @@ from streams.cli import main
 from streams.dev.faults import write_case
 from streams.report.analysis.postmortem import derive
 from streams.report.state.merge import compose
+from streams.report.views.view import render_json
+from streams.schemas import validator
 from streams.settings import Settings
 from streams.worker.offline import reports_of_files
 
@@ -121,4 +123,13 @@ def test_a_callers_warning_is_linked_by_trace_to_the_slowed_service_it_called_la
     assert incident.started == "2026-11-29T10:04:00Z"
     web = next(d for d in incident.evidence if d.service == "web")
     assert web.describe().endswith("; 8 of its 8 failed requests called geo last")
+    # the JSON says so too, as the schema describes it
+    doc = json.loads(render_json(report))
+    validator("report").validate(doc)
+    [told] = doc["postmortem"]["incidents"]
+    assert [e.get("failed_after") for e in told["evidence"] if e["service"] == "web"] == [
+        {"callee": "geo", "requests": 8, "traced": 8}]
+    for ev in told["evidence"]:
+        ev["failed_after"] = {"callee": "geo"}  # without its counts
+    assert not validator("report").is_valid(doc)
 

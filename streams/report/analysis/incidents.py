@@ -136,11 +136,19 @@ class DayIncident:
             "trigger": None if self.trigger is None else {
                 "service": self.trigger.service, "time": self.trigger.time,
                 "text": self.trigger.text},
-            "evidence": [{"service": d.service, "template": d.template, "kind": d.kind,
-                          "minute": d.minute, "observed": d.observed,
-                          "expected": round(d.expected, 1), "traces": list(d.traces)}
-                         for d in self.evidence],
+            "evidence": [_evidence_json(d) for d in self.evidence],
         }
+
+
+def _evidence_json(dep: Departure) -> dict[str, object]:
+    out: dict[str, object] = {
+        "service": dep.service, "template": dep.template, "kind": dep.kind,
+        "minute": dep.minute, "observed": dep.observed, "expected": round(dep.expected, 1),
+        "traces": list(dep.traces)}
+    if dep.failed_after is not None:  # why a caller's failure is its callee's
+        callee, requests, traced = dep.failed_after
+        out["failed_after"] = {"callee": callee, "requests": requests, "traced": traced}
+    return out
 
 
 def find_incidents(findings: Findings, changes: Sequence[Change] = ()) -> list[DayIncident]:
