@@ -274,7 +274,8 @@ def derive(report: Report, *, deadletters: int | None = None, review: int | None
     pm.incidents += find_unjudged(findings)
     # the story is told once, after the incidents: the lead decides which one it is
     _lead_with_incident(pm, span,
-                        _Sources(CauseRecords(by_key, report.series), silent, known, span))
+                        _Sources(CauseRecords(by_key, report.series), silent, known, span,
+                                 user_causes))
     return pm
 
 
@@ -298,6 +299,7 @@ class _Sources:
     silent: list[tuple[str, str]]
     known: set[str]
     span: Span
+    users: list[Cause]  # user-facing causes: what lets a part of a cause stay high
 
     def find_origin(self, ep: Episode) -> None:
         _find_origin(ep, self.records.by_key, self.silent, self.known)
@@ -429,6 +431,9 @@ def _focus(episodes: list[Episode], top: DayIncident, incidents: list[DayInciden
     if not any(SEVERITY_WEIGHT.get(c.severity, 1) >= SEVERITY_WEIGHT["medium"]
                for c in causes):
         return None
+    # a part is high as a whole cause is: bursting beside others' errors, or user-facing
+    causes = [replace(c) for c in causes]  # a part may be the whole, told elsewhere too
+    _calibrate(causes, sources.users, {})
     return Episode(causes, causes[0].first_seen, latest([c.last_seen for c in causes])), rests
 
 

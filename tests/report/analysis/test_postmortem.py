@@ -641,6 +641,34 @@ def test_a_lead_is_told_from_its_own_minutes_of_a_cause_that_recurs() -> None:
         in section(markdown, "Incidents")
 
 
+def test_a_part_of_a_cause_is_high_only_as_a_whole_cause_would_be() -> None:
+    """db's deadlocks are high: at 09:05 they burst beside api's timeouts calling db.
+    Their part in that incident stays high, beside api's; their part at 09:30, with
+    nothing else failing then, is medium, as a cause of one service alone is."""
+    minutes = [f"2026-11-29T09:{m:02d}" for m in range(40)]
+    deadlock, timeout = "deadlock detected on orders", "timed out calling db"
+    report = report_of(
+        routine(until=40),
+        frag("Deadlock detected", minute=5, until=7.9, records=30, service="db",
+             severity="high", template=deadlock),
+        frag("Deadlock detected", minute=30, until=32.9, records=18, service="db",
+             severity="high", template=deadlock),
+        frag("Payment timeouts", minute=5, until=7.9, records=30, service="api",
+             severity="high", template=timeout))
+    db = {**dict.fromkeys(minutes[5:8], 10), **dict.fromkeys(minutes[30:33], 6)}
+    report.series = {
+        "api": {**steady_api(minutes),
+                timeout: Series(level="ERROR", minutes=dict.fromkeys(minutes[5:8], 10),
+                                named={"db": 30})},
+        "db": {deadlock: Series(level="ERROR", minutes=db)}}
+    pm = derive(report)
+    told = {ep.incident.started[11:16]: sorted((c.title, c.count, c.severity)
+                                               for c in ep.causes)
+            for ep in pm.episodes if ep.incident is not None}
+    assert told == {"09:05": [("Deadlock detected", 30, "high"), ("Payment timeouts", 30, "high")],
+                    "09:30": [("Deadlock detected", 18, "medium")]}
+
+
 def test_a_failures_last_lines_go_with_its_incident_up_to_the_next_one() -> None:
     """db's deadlocks at 09:10, one more at 09:13, and again at 09:16: two incidents.
     The line at 09:13 is the first one winding down, told with it; the records at
