@@ -90,10 +90,10 @@ def ci_tool(name: str) -> str | None:
 
 
 def write_requests(path: Path, *, geo_slower: float, late_warns: bool = False) -> None:
-    """Ten minutes of JSON lines, nothing above INFO: web calls db 60 times a minute
-    and geo 4 times, each request under one trace id (web's call, the callee's answer,
-    web's reply); from 10:04 geo answers ``geo_slower`` times later than before, and
-    with ``late_warns`` web's reply to a slowed answer is a warning."""
+    """Ten minutes of JSON lines: web calls db 60 times a minute and geo 4 times, each
+    request under one trace id (web's call, the callee's answer, web's reply); from
+    10:04 geo answers ``geo_slower`` times later than before. Nothing is above INFO
+    but, with ``late_warns``, web's reply to a slowed answer: a warning."""
     rng = random.Random(7)
     start = datetime(2026, 11, 29, 10, 0, tzinfo=UTC)
     lines: list[tuple[datetime, str]] = []

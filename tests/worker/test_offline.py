@@ -132,4 +132,3 @@ def test_a_callers_warning_is_linked_by_trace_to_the_slowed_service_it_called_la
     for ev in told["evidence"]:
         ev["failed_after"] = {"callee": "geo"}  # without its counts
     assert not validator("report").is_valid(doc)
-
