@@ -431,9 +431,9 @@ def _focus(episodes: list[Episode], top: DayIncident, incidents: list[DayInciden
     if not any(SEVERITY_WEIGHT.get(c.severity, 1) >= SEVERITY_WEIGHT["medium"]
                for c in causes):
         return None
-    # a part is high as a whole cause is: bursting beside others' errors, or user-facing
+    # a part is high as a whole cause is: bursting in several services, or user-facing
     causes = [replace(c) for c in causes]  # a part may be the whole, told elsewhere too
-    _calibrate(causes, sources.users, {})
+    _calibrate(causes, sources.users, {}, parts=True)
     return Episode(causes, causes[0].first_seen, latest([c.last_seen for c in causes])), rests
 
 
@@ -670,17 +670,21 @@ def _find_origin(ep: Episode, by_key: Mapping[str, Incident],
 
 
 def _calibrate(causes: list[Cause], users: list[Cause],
-               onsets: dict[int, tuple[str | None, str | None]]) -> None:
+               onsets: dict[int, tuple[str | None, str | None]], *,
+               parts: bool = False) -> None:
     """High or critical only for errors that burst across services, or a user-facing
-    symptom: otherwise one source's errors are at most medium."""
+    symptom: otherwise one source's errors are at most medium. With ``parts`` (causes
+    cut to one incident, whose other services' errors are other incidents), a part in
+    several services bursts across them by itself."""
     failing = [c for c in causes if SEVERITY_WEIGHT.get(c.severity, 1) >= SEVERITY_WEIGHT["medium"]]
     for c in failing:
         if SEVERITY_WEIGHT.get(c.severity, 1) <= SEVERITY_WEIGHT["medium"]:
             continue
         window = onsets.get(id(c), (c.first_seen, c.last_seen))
-        across = any(set(d.services) - set(c.services)
-                     and _overlaps(window, onsets.get(id(d), (d.first_seen, d.last_seen)))
-                     for d in failing if d is not c)
+        across = (parts and len(c.services) > 1) or any(
+            set(d.services) - set(c.services)
+            and _overlaps(window, onsets.get(id(d), (d.first_seen, d.last_seen)))
+            for d in failing if d is not c)
         facing = _USER_FACING.search(f"{c.title} {c.cause}") is not None or any(
             _overlaps(window, (u.first_seen, u.last_seen)) for u in users)
         if not (across or facing):

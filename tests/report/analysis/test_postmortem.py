@@ -644,29 +644,41 @@ def test_a_lead_is_told_from_its_own_minutes_of_a_cause_that_recurs() -> None:
 def test_a_part_of_a_cause_is_high_only_as_a_whole_cause_would_be() -> None:
     """db's deadlocks are high: at 09:05 they burst beside api's timeouts calling db.
     Their part in that incident stays high, beside api's; their part at 09:30, with
-    nothing else failing then, is medium, as a cause of one service alone is."""
+    nothing else failing then, is medium, as a cause of one service alone is; unless a
+    caller logs the same deadlocks then: a part in two services is high by itself."""
     minutes = [f"2026-11-29T09:{m:02d}" for m in range(40)]
     deadlock, timeout = "deadlock detected on orders", "timed out calling db"
-    report = report_of(
+    report_fragments = [
         routine(until=40),
         frag("Deadlock detected", minute=5, until=7.9, records=30, service="db",
              severity="high", template=deadlock),
         frag("Deadlock detected", minute=30, until=32.9, records=18, service="db",
              severity="high", template=deadlock),
         frag("Payment timeouts", minute=5, until=7.9, records=30, service="api",
-             severity="high", template=timeout))
+             severity="high", template=timeout)]
+    report = report_of(*report_fragments)
     db = {**dict.fromkeys(minutes[5:8], 10), **dict.fromkeys(minutes[30:33], 6)}
-    report.series = {
+    series = {
         "api": {**steady_api(minutes),
                 timeout: Series(level="ERROR", minutes=dict.fromkeys(minutes[5:8], 10),
                                 named={"db": 30})},
         "db": {deadlock: Series(level="ERROR", minutes=db)}}
+    report.series = series
     pm = derive(report)
     told = {ep.incident.started[11:16]: sorted((c.title, c.count, c.severity)
                                                for c in ep.causes)
             for ep in pm.episodes if ep.incident is not None}
     assert told == {"09:05": [("Deadlock detected", 30, "high"), ("Payment timeouts", 30, "high")],
                     "09:30": [("Deadlock detected", 18, "medium")]}
+    report = report_of(*report_fragments, frag(
+        "Deadlock detected", minute=30, until=32.9, records=18, service="batch",
+        severity="high", template=deadlock))
+    report.series = {**series, "batch": {deadlock: Series(
+        level="ERROR", minutes=dict.fromkeys(minutes[30:33], 6), named={"db": 18})}}
+    [at_half_past] = [ep.causes for ep in derive(report).episodes
+                      if ep.incident is not None and ep.incident.started[11:16] == "09:30"]
+    assert [(c.title, c.services, c.severity) for c in at_half_past] == [
+        ("Deadlock detected", ["batch", "db"], "high")]
 
 
 def test_a_failures_last_lines_go_with_its_incident_up_to_the_next_one() -> None:
