@@ -24,6 +24,7 @@ from streams.report.state.minutes import (
     parse_minute,
 )
 from streams.report.state.model import Incident, Series
+from streams.report.state.series import earliest_per_minute
 
 ByService = dict[str, dict[str, int]]  # service -> minute -> records
 ANY_SERVICE = ""  # a cause's records whose services the series cannot tell apart
@@ -66,16 +67,14 @@ class CauseRecords:
         templates = {ev.template for key in cause.keys if key in self.by_key
                      for ev in self.by_key[key].evidence}
         per: ByService = {}
-        starts: dict[str, str] = {}
+        held: list[Series] = []
         for service in cause.services:
             found = [s for t in sorted(templates)
                      if (s := self.series.get(service, {}).get(t)) is not None]
             if found:
                 per[service] = add_minutes(*(s.minutes for s in found))
-            for s in found:
-                for minute, when in s.starts.items():
-                    if minute not in starts or when < starts[minute]:
-                        starts[minute] = when
+            held += found
+        starts = earliest_per_minute(s.starts for s in held)
         if not per:
             per = {ANY_SERVICE: minutes_of(cause, self.by_key)}
         self.keep(cause, per, starts)  # asked again for each incident it may tell of

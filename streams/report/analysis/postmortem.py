@@ -427,7 +427,7 @@ def _focus(episodes: list[Episode], top: DayIncident, incidents: list[DayInciden
             part, rest = found
             causes.append(part)
             rests[id(c)] = None if rest is None else sources.judged(rest)
-    causes.sort(key=lambda c: (c.first_seen or "", -c.weight))
+    causes.sort(key=_in_time)
     if not any(SEVERITY_WEIGHT.get(c.severity, 1) >= SEVERITY_WEIGHT["medium"]
                for c in causes):
         return None
@@ -437,14 +437,18 @@ def _focus(episodes: list[Episode], top: DayIncident, incidents: list[DayInciden
     return Episode(causes, causes[0].first_seen, latest([c.last_seen for c in causes])), rests
 
 
+def _in_time(c: Cause) -> tuple[str, int]:
+    """Causes in time order, the heavier first at one time: how an episode lists them."""
+    return c.first_seen or "", -c.weight
+
+
 def _without(episodes: list[Episode], taken: dict[int, Cause | None]) -> list[Episode]:
     """The episodes with what is left of the causes ``taken`` from them (by the id of
     the whole), those still significant."""
     out = []
     for ep in episodes:
         kept = (taken.get(id(c), c) for c in ep.causes)  # a stored None: nothing left
-        left = sorted((c for c in kept if c is not None),
-                      key=lambda c: (c.first_seen or "", -c.weight))
+        left = sorted((c for c in kept if c is not None), key=_in_time)
         if any(SEVERITY_WEIGHT.get(c.severity, 1) >= SEVERITY_WEIGHT["medium"] for c in left):
             out.append(replace(ep, causes=left, first_seen=left[0].first_seen,
                                last_seen=latest([c.last_seen for c in left])))
@@ -717,7 +721,7 @@ def _for_episode(change: Change, ep: Episode) -> Change:
 def _episodes(causes: list[Cause], changes: list[Change]) -> list[Episode]:
     """Causes grouped in time; each significant episode gets its trigger, alert, fixes."""
     episodes: list[Episode] = []
-    for cause in sorted(causes, key=lambda c: (c.first_seen or "", -c.weight)):
+    for cause in sorted(causes, key=_in_time):
         ep = episodes[-1] if episodes else None
         if ep is not None and _joins(ep, cause):
             ep.causes.append(cause)
