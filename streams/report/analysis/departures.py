@@ -30,8 +30,13 @@ it (at most ``BASELINE_HOURS`` back), and then joins them. The statistics, state
   ``THIN_FACTOR`` of r times that and the binomial tail P(X <= x | partner count, r)
   is below ``TAIL_P``, in this minute or summed over the last ``THIN_MINUTES`` (a
   line written a few times a minute needs several to tell).
-* **quiet**: a service whose volume falls to a third of its expected count (at least
-  ``MIN_QUIET_EXPECTED``), with a lower tail below ``TAIL_P`` (the test of burst).
+* **quiet**: a service whose volume falls to a third of its expected count and of its
+  own records a minute (a stream swollen by others' traffic shrinks every share), with
+  a lower tail below ``TAIL_P`` (the test of burst), in this minute or summed with
+  the ones before (``THIN_MINUTES``). Counted in requests: a service's lines come a
+  request's worth at a time, so its records are divided by its records per record of
+  its most frequent line, which a request writes about once; at least
+  ``MIN_QUIET_EXPECTED`` requests expected.
 * **slow**: calls into a service take far longer than they used to: of the minute's
   hops into it (``streams.traces``: from its caller's line to its own first line of
   a request), at least ``MIN_SLOW`` took 4x, 16x or 64x (``SLOW_STEPS``) its
@@ -101,7 +106,7 @@ NEW_SILENCE = -math.log(0.05)  # its rate now predicts this many in the baseline
 MIN_BURST = 3
 BURST_FACTOR = 3.0
 MIN_PARTNER = 5
-THIN_MINUTES = 3  # a thinning is judged on this minute, else summed with the ones before
+THIN_MINUTES = 3  # a thinning or quiet is judged on this minute, else summed with the ones before
 THIN_FACTOR = 0.5
 PAIR_MIN_RATIO = 0.5  # a partner writes at most twice as often as its line
 PAIR_SPREAD = 0.25  # sum |line - r * partner| over the baseline, as a share of the line's
@@ -470,7 +475,7 @@ class Walk:
         for i in range(len(state.walked), len(minutes)):
             if i == cut:
                 self._kept = state.copy()
-            _step(state, lines, by_service, minutes, i, stream[minutes[i]])
+            _step(state, lines, by_service, minutes, i, stream)
             _step_hops(state, minutes[i], by_minute.get(minutes[i], {}))
         if self._kept is None:
             self._kept = state.copy()
@@ -605,9 +610,11 @@ def _opening(minutes: list[str], stream: Mapping[str, int]) -> list[str]:
 
 
 def _step(state: _State, lines: list[_Line], by_service: Mapping[str, list[_Line]],
-          minutes: list[str], i: int, total: int) -> None:
-    """Judge minute ``i`` against each line's baseline, then learn it."""
+          minutes: list[str], i: int, stream: Mapping[str, int]) -> None:
+    """Judge minute ``i`` against each line's baseline, then learn it; ``stream``: each
+    minute's total the expectations scale by."""
     minute = minutes[i]
+    total = stream[minute]
     when = parse_minute(minute)
     start = when - timedelta(hours=BASELINE_HOURS)
     for line in lines:
@@ -634,7 +641,7 @@ def _step(state: _State, lines: list[_Line], by_service: Mapping[str, list[_Line
         elif line.unseen[0]:  # too soon to call it new: kept out of the baseline
             departed.add(id(line))
     for service, own in by_service.items():
-        found = _quiet(service, own, minute, total)
+        found = _quiet(service, own, recent, stream)
         if found is not None:
             state.found.append((None, found))
     for line in lines:
@@ -738,19 +745,36 @@ def _judge(line: _Line, minute: str, x: int, total: int, recent: list[str]
     return None
 
 
-def _quiet(service: str, own: list[_Line], minute: str, total: int) -> Departure | None:
+def _quiet(service: str, own: list[_Line], recent: list[str], stream: Mapping[str, int]
+           ) -> Departure | None:
+    """``recent``: this minute and the ones before it, summed over when this one is quiet
+    too (a service a few requests a minute reach falls silent over several)."""
     base = sum(line.count for line in own)
     span = max((line.total for line in own), default=0)
-    if span < MIN_BASELINE_RECORDS:
+    if span < MIN_BASELINE_RECORDS or not base:
         return None
-    expected = base / span * total
+    # its lines come a request's worth at a time: counted as requests, a minute that
+    # served none of the two it usually serves is no departure
+    per_request = max(1.0, base / max((line.count for line in own
+                                       if line.template != OTHER_TEMPLATES), default=base))
+    # and it fell, not just its share: a stream swollen by others' traffic is no sign
+    per_minute = base / max(len(line.history) for line in own)
+    minute = recent[0]
     x = sum(line.minutes.get(minute, 0) for line in own)
-    if expected < MIN_QUIET_EXPECTED or x > QUIET_FACTOR * expected:
-        return None
-    p = _binomial_lower(x, x + base, total / (total + span))
-    if p >= TAIL_P:
-        return None
-    return Departure(minute, service, ALL_LINES, "quiet", x, expected, _surprise(p), False)
+    for minutes in recent[:1], (recent if x <= QUIET_FACTOR * base / span * stream[minute]
+                                else ()):
+        total = sum(stream[m] for m in minutes)
+        mine = sum(line.minutes.get(m, 0) for line in own for m in minutes)
+        expected = base / span * total
+        if expected / per_request < MIN_QUIET_EXPECTED \
+                or mine > QUIET_FACTOR * min(expected, per_minute * len(minutes)):
+            continue
+        p = _binomial_lower(round(mine / per_request), round((mine + base) / per_request),
+                            total / (total + span))
+        if p < TAIL_P:
+            return Departure(minute, service, ALL_LINES, "quiet", x,
+                             base / span * stream[minute], _surprise(p), False)
+    return None
 
 
 def _departure(line: _Line, minute: str, kind: Kind, x: int, expected: float,

@@ -264,6 +264,48 @@ def test_a_service_that_goes_quiet_departs_and_one_that_dips_does_not() -> None:
     assert ("db", "quiet") in kinds(series)
 
 
+def request_lines(requests: dict[str, int], lines: int) -> dict[str, Series]:
+    """A service whose every request writes the same ``lines`` lines, once each."""
+    return {f"step {n} done": Series(level="INFO", minutes=dict(requests))
+            for n in range(lines)}
+
+
+def test_a_service_of_few_requests_that_serves_none_for_a_minute_is_not_quiet() -> None:
+    """Lines come a request's worth at a time: 2 requests a minute of 12 lines each are
+    24 lines, but a minute without a request is as likely as Poisson(2) gives, 14%."""
+    series = background()
+    served = steady(2)
+    served[HOUR[50]] = 0
+    series["cancel"] = request_lines(served, 12)
+    assert ("cancel", "quiet") not in kinds(series)
+    # the same volume of single-line requests (24 a minute) falling to none departs
+    series["cancel"] = request_lines({**steady(24), HOUR[50]: 0}, 1)
+    assert ("cancel", "quiet") in kinds(series)
+
+
+def test_a_service_of_few_requests_that_stops_for_minutes_is_quiet() -> None:
+    """One silent minute of 8 requests is no proof (P = 3e-4); three running are."""
+    series = background()
+    series["web"] = {"page served": Series(level="INFO", minutes=steady(100))}
+    series["cancel"] = request_lines({**steady(8), HOUR[50]: 0}, 12)
+    assert ("cancel", "quiet") not in kinds(series)
+    series["cancel"] = request_lines({**steady(8), **dict.fromkeys(HOUR[50:53], 0)}, 12)
+    found = [d for d in find_departures(series).departures if d.kind == "quiet"]
+    assert [(d.service, d.minute) for d in found] == [("cancel", HOUR[52])]
+
+
+def test_a_service_whose_share_falls_as_others_traffic_swells_is_not_quiet() -> None:
+    series = background()
+    series["web"] = {"page served": Series(level="INFO", minutes={
+        **steady(100), **dict.fromkeys(HOUR[50:53], 600)})}
+    # db writes 30 a minute all along: under a quarter of its share, no fewer records
+    assert ("db", "quiet") not in kinds(series)
+    # the same swell while db falls to 5 a minute
+    series["db"]["query ok"] = Series(level="INFO", minutes={
+        **steady(30), **dict.fromkeys(HOUR[50:53], 5)})
+    assert ("db", "quiet") in kinds(series)
+
+
 def test_origins_are_services_and_callers_point_at_their_callee() -> None:
     series = background()
     late = {m: 8 for m in HOUR[40:44]}
