@@ -247,7 +247,8 @@ class _Near:
         self.holding: set[tuple[str, str]] = set()  # (service, minute): quiet, thin, slow
         self.silent: set[tuple[str, str]] = set()  # (service, minute): quiet, thin
         self.slow: set[tuple[str, str]] = set()  # (service, minute): calls into it slowed
-        self.naming: dict[tuple[str, str], set[str]] = {}  # failing lines' callees
+        # (service, minute) -> callee -> its failing lines that name that callee
+        self.naming: dict[tuple[str, str], dict[str, int]] = {}
         # (caller, minute) -> callee -> requests that failed in the caller after calling it
         self.failed_calls: dict[tuple[str, str], dict[str, int]] = {}
         for caller, callees in findings.failed_calls.items():
@@ -263,7 +264,9 @@ class _Near:
             if d.kind == "slow":
                 self.slow.add((d.service, d.minute))
             if d.failing and d.named:
-                self.naming.setdefault((d.service, d.minute), set()).update(d.named)
+                naming = self.naming.setdefault((d.service, d.minute), {})
+                for callee in d.named:
+                    naming[callee] = naming.get(callee, 0) + 1
         # (service, minute) of slow departures that count for a caller slowed with them,
         # not for their service: that caller
         self.downstream: dict[tuple[str, str], str] = {}
@@ -275,18 +278,23 @@ class _Near:
     def target(self, dep: Departure) -> tuple[str, Departure]:
         """Whose departure ``dep`` is, and ``dep`` with the trace link when that decided.
 
-        A callee its failure names (one that departed itself first, if any); a callee
-        its service's other failures name in the same minutes (a caller's generic "500
-        Internal Server Error" beside its "timed out calling X"); the callee most of its
-        failed requests called last, when that one departed too; a callee that went
-        silent or slow with it; else its own service."""
+        A callee its failure names (one that departed itself first, else the one its
+        service's other failures name most in the same minutes); a callee those other
+        failures name (a caller's generic "500 Internal Server Error" beside its "timed
+        out calling X"); the callee most of its failed requests called last, when that
+        one departed too; a callee that went silent or slow with it; else its own
+        service."""
         around = _around(dep.minute)
         if dep.failing:
-            named = dep.named or tuple(sorted(
-                {c for m in around for c in self.naming.get((dep.service, m), ())}))
+            naming: dict[str, int] = {}
+            for m in around:
+                for callee, lines in self.naming.get((dep.service, m), {}).items():
+                    naming[callee] = naming.get(callee, 0) + lines
+            named = dep.named or tuple(sorted(naming))
             if named:
                 moved = [c for c in named if any((c, m) in self.departed for m in around)]
-                return (moved or list(named))[0], dep
+                return (moved[0] if moved else
+                        min(named, key=lambda c: (-naming.get(c, 0), named.index(c)))), dep
             if (traced := self._failed_after(dep.service, around)) is not None:
                 return traced[0], replace(dep, failed_after=traced)
         return self._held_by(dep, around), dep

@@ -346,6 +346,25 @@ def test_a_request_path_names_a_service_spelt_without_separators_or_project_pref
     assert origins({"seatservice": 32}, *project, *other) == {"api"}
 
 
+def test_a_failure_naming_two_callees_is_the_one_its_services_other_failures_name(
+) -> None:
+    series = background()
+    series["cache"] = {"hit": Series(level="INFO", minutes=steady(20))}
+    late = {m: 8 for m in HOUR[40:44]}
+    # a client's timeout quotes the gateway's URL and the service behind it, alike
+    series["api"]["Post <*> context deadline exceeded"] = Series(
+        level="ERROR", minutes=late, named={"cache": 32, "db": 32})
+    series["api"]["Read timed out calling db"] = Series(level="ERROR", minutes=late,
+                                                        named={"db": 32})
+    incidents = find_incidents(find_departures(series))
+    assert [(i.origin, i.callers) for i in incidents] == [("db", ["api"])]
+    # the other failures naming cache instead: cache's
+    series["api"]["Read timed out calling db"] = Series(level="ERROR", minutes=late,
+                                                        named={"cache": 32})
+    incidents = find_incidents(find_departures(series))
+    assert [(i.origin, i.callers) for i in incidents] == [("cache", ["api"])]
+
+
 def test_incidents_apart_in_time_stay_apart() -> None:
     series = background()
     series["api"]["payment call failed"] = Series(
