@@ -83,6 +83,22 @@ async def partition_view(bootstrap: str, topics: list[str]
         await stop_consumer(consumer)
 
 
+async def created_view(bootstrap: str, topics: list[str], timeout: float = 60.0
+                       ) -> dict[TopicPartition, tuple[int, int]]:
+    """The partition view once every topic has a leader for each partition: a broker
+    other than the controller may answer metadata without a topic just created."""
+    deadline = time.monotonic() + timeout
+    while True:
+        view = await partition_view(bootstrap, topics)
+        named = {tp.topic for tp in view}
+        if named == set(topics) and all(leader >= 0 for leader, _ in view.values()):
+            return view
+        if time.monotonic() > deadline:
+            raise RuntimeError(f"topics without leaders after {timeout:.0f} s: "
+                               f"{sorted(set(topics) - named)}")
+        await asyncio.sleep(0.5)
+
+
 async def drill(args: argparse.Namespace, tmp: Path, cluster: LocalCluster,
                 bootstrap: str) -> dict[str, Any]:
     loop, main_task = asyncio.get_running_loop(), asyncio.current_task()
@@ -102,7 +118,7 @@ async def drill(args: argparse.Namespace, tmp: Path, cluster: LocalCluster,
     code, out, err = await retro(env, "topics", timeout=120)
     if code:
         raise RuntimeError(f"`retro topics` failed ({code}): {out}{err}")
-    view = await partition_view(bootstrap, list(topics.values()))
+    view = await created_view(bootstrap, list(topics.values()))
     replicas = min(isr for _, isr in view.values())
     first, _ = make_data("sample", args.records, tmp / "data1")
     second, _ = make_data("sample", max(300, args.records // 2), tmp / "data2")
