@@ -51,7 +51,8 @@ it (at most ``BASELINE_HOURS`` back), and then joins them. The statistics, state
   (a delayed network, a starved CPU) shows here while its own lines and its callers'
   may say nothing.
 * **chronic**: a line at WARN or above present in at least ``CHRONIC_SHARE`` of at
-  least ``CHRONIC_MIN_MINUTES`` baseline minutes: background, listed, never judged.
+  least ``CHRONIC_MIN_MINUTES`` baseline minutes: background, listed, judged only for
+  a burst (a line always there may still flare up far past its usual rate).
 * **standing**: a line at ERROR or above written in the report's opening minutes
   (those before the stream held ``MIN_BASELINE_RECORDS`` records, which nothing can be
   judged in), ``MIN_NEW`` times there or in the minute after them (a log cut
@@ -632,9 +633,11 @@ def _step(state: _State, lines: list[_Line], by_service: Mapping[str, list[_Line
         x = line.minutes.get(minute, 0)
         if line.failing and len(line.history) >= CHRONIC_MIN_MINUTES \
                 and line.seen >= CHRONIC_SHARE * len(line.history):
+            # background while it keeps its rate; a burst of it is a departure still
             state.chronic.add(line.key)
-            continue
-        found = _judge(line, minute, x, total, recent)
+            found = _burst(line, minute, x, total) if line.template != OTHER_TEMPLATES else None
+        else:
+            found = _judge(line, minute, x, total, recent)
         if found is not None:
             state.found.append((line.key, found))
             departed.add(id(line))
@@ -725,10 +728,8 @@ def _judge(line: _Line, minute: str, x: int, total: int, recent: list[str]
                 return _departure(line, minute, "new", x, expected, MAX_SURPRISE)
             line.unseen = (seen, span)
             return None
-        if line.count and x >= MIN_BURST and x >= BURST_FACTOR * expected:
-            p = _binomial_upper(x, x + line.count, total / (total + line.total))
-            if p < TAIL_P:
-                return _departure(line, minute, "burst", x, expected, _surprise(p))
+        if line.count and (found := _burst(line, minute, x, total)) is not None:
+            return found
     partner = line.partner
     if partner is not None:
         # this minute alone, else (when it is thin too) with the minutes before it: a line
@@ -742,6 +743,15 @@ def _judge(line: _Line, minute: str, x: int, total: int, recent: list[str]
                 p = _binomial_lower(mine, seen, min(line.ratio, 0.999))
                 if p < TAIL_P:
                     return _departure(line, minute, "thin", x, this, _surprise(p))
+    return None
+
+
+def _burst(line: _Line, minute: str, x: int, total: int) -> Departure | None:
+    expected = line.count / line.total * total
+    if x >= MIN_BURST and x >= BURST_FACTOR * expected:
+        p = _binomial_upper(x, x + line.count, total / (total + line.total))
+        if p < TAIL_P:
+            return _departure(line, minute, "burst", x, expected, _surprise(p))
     return None
 
 

@@ -16,7 +16,8 @@ For each template of the incident, in each of its services (the departed first, 
 * ``new``: a failing line its service never wrote in its baseline;
 * ``departed``: kind ``burst`` (a failing line far above its usual rate) or ``thin`` (a
   usual line that thinned out while the line it follows went on);
-* ``chronic``: a failing line present through its baseline: background, never an origin;
+* ``chronic``: a failing line present through its baseline, at its usual rate:
+  background, never an origin;
 * ``usual``: judged against its baseline and within it;
 * ``unknown``: no baseline judged it: undated records, all of them before the stream
   held ``MIN_BASELINE_RECORDS`` records, or a line below WARN first seen after that
@@ -27,7 +28,8 @@ For each template of the incident, in each of its services (the departed first, 
 
 A new or departed entry gives its first departed minute, how many minutes departed, and
 its strongest minute with the records observed against those expected (0 for a new
-line); ``chronic: true`` when it went on long enough to become background. A service of
+line); ``chronic: true`` when it is background besides (it went on long enough to
+become so, or it was background until it burst). A service of
 the incident whose whole volume fell while its records came (within ``GAP_MINUTES``) is
 ``departed`` of kind ``quiet`` in ``services``.
 

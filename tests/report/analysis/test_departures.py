@@ -53,6 +53,21 @@ def test_a_new_error_line_departs_and_an_old_one_does_not() -> None:
     assert not [d for d in found.departures if d.template == "payment call failed"]
 
 
+def test_a_chronic_line_that_bursts_departs_and_one_that_wobbles_does_not() -> None:
+    series = background()  # db warns of a slow query twice a minute all hour
+    wobbled = {**steady(2), HOUR[50]: 5}
+    series["db"]["slow query warning"] = Series(level="WARN", minutes=wobbled)
+    found = find_departures(series)
+    assert ("db", "slow query warning") in found.chronic and not found.departures
+    # background while it keeps its rate: ten times it is a departure still
+    burst = {**steady(2), HOUR[50]: 20}
+    series["db"]["slow query warning"] = Series(level="WARN", minutes=burst)
+    found = find_departures(series)
+    assert ("db", "slow query warning") in found.chronic
+    assert [(d.service, d.kind, d.minute) for d in found.departures] == [
+        ("db", "burst", HOUR[50])]
+
+
 def test_a_line_too_early_to_call_new_that_goes_on_every_minute_becomes_background(
         ) -> None:
     # judged from the second minute on: three records against a one-minute baseline of
