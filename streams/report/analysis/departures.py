@@ -765,8 +765,8 @@ def _quiet(service: str, own: list[_Line], recent: list[str], stream: Mapping[st
         return None
     # its lines come a request's worth at a time: counted as requests, a minute that
     # served none of the two it usually serves is no departure
-    per_request = max(1.0, base / max((line.count for line in own
-                                       if line.template != OTHER_TEMPLATES), default=base))
+    top = max((line.count for line in own if line.template != OTHER_TEMPLATES), default=0)
+    per_request = max(1.0, base / (top or base))
     # and it fell, not just its share: a stream swollen by others' traffic is no sign
     per_minute = base / max(len(line.history) for line in own)
     minute = recent[0]

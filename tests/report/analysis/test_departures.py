@@ -15,7 +15,7 @@ from streams.report.analysis.departures import (
     find_departures,
 )
 from streams.report.analysis.incidents import find_incidents, find_unjudged
-from streams.report.state.model import Series
+from streams.report.state.model import OTHER_TEMPLATES, Series
 
 HOUR = [f"2026-11-29T10:{m:02d}" for m in range(60)]
 
@@ -307,6 +307,15 @@ def test_a_service_of_few_requests_that_stops_for_minutes_is_quiet() -> None:
     series["cancel"] = request_lines({**steady(8), **dict.fromkeys(HOUR[50:53], 0)}, 12)
     found = [d for d in find_departures(series).departures if d.kind == "quiet"]
     assert [(d.service, d.minute) for d in found] == [("cancel", HOUR[52])]
+
+
+def test_a_service_of_untemplated_lines_alone_is_judged_line_by_line() -> None:
+    """Lines no template took say nothing of requests: each counts for one."""
+    series = background()
+    series["batch"] = {OTHER_TEMPLATES: Series(level="INFO", minutes={
+        **steady(30), HOUR[50]: 0}), "job started": Series(level="INFO", minutes={
+            HOUR[55]: 1})}
+    assert ("batch", "quiet") in kinds(series)
 
 
 def test_a_service_whose_share_falls_as_others_traffic_swells_is_not_quiet() -> None:
