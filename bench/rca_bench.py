@@ -376,6 +376,14 @@ def at_onset(got: Got, service: str, at: datetime) -> dict[str, Any] | None:
     return min(hits, key=lambda h: h[0])[1] if hits else None
 
 
+def elsewhere(got: Got, faults: Sequence[tuple[str, datetime]]) -> int:
+    """Incidents that open at no fault's onset blaming its service: a fault's callers,
+    cascades and background taken for incidents (what a reader wades through)."""
+    return sum(1 for inc in got.incidents
+               if not any(inc.get("origin") == service and (start := _time(inc.get("started")))
+                          and ONSET[0] <= start - at <= ONSET[1] for service, at in faults))
+
+
 def minutes_to(inc: dict[str, Any] | None, at: datetime) -> float | None:
     start = _time(inc.get("started")) if inc else None
     return None if start is None else round((start - at).total_seconds() / 60, 2)
@@ -584,7 +592,9 @@ def score_days(windows: list[Window], days: dict[str, tuple[Path, list[Line]]],
             "injections": len(rows),
             "code_onset": _frac(by_group["code"]), "code_naive": _frac(naive_by_group["code"]),
             "slow_onset": _frac(by_group["slow"]), "slow_naive": _frac(naive_by_group["slow"]),
-            "incidents": len(g.incidents), "origins_not_services": bad,
+            "incidents": len(g.incidents),
+            "incidents_elsewhere": elsewhere(g, [(w.service, w.at) for w in mine]),
+            "origins_not_services": bad,
             "listed_not_services": listed, "md_lines": g.md_lines,
             "title": g.pm.get("title", ""), "seconds": round(g.seconds, 2),
             "cpu_seconds": round(g.cpu, 2), "error": g.error,
@@ -688,7 +698,9 @@ def score_generated(cases: list[tuple[DayCase, list[Line]]], got: dict[str, Got]
             "naive_onset": _frac([m["naive_onset"] for m in mine]),
             "high_incidents": highs,
             "quiet_ok": (highs == 0 and not g.error) if not case.faults else None,
-            "incidents": len(g.incidents), "origins_not_services": bad,
+            "incidents": len(g.incidents),
+            "incidents_elsewhere": elsewhere(g, [(f.service, f.time) for f in case.faults]),
+            "origins_not_services": bad,
             "listed_not_services": listed, "md_lines": g.md_lines,
             "title": g.pm.get("title", ""), "seconds": round(g.seconds, 2),
             "cpu_seconds": round(g.cpu, 2), "error": g.error,
@@ -816,10 +828,12 @@ def main() -> int:
                           _min(r["minutes"]), _yn(r["naive_onset"])] for r in injections]))
             print()
             print(table(["day", "lines", "code onset", "naive", "slow onset", "naive",
-                         "incidents", "not a service", "md lines", "cpu s", "post-mortem title"],
+                         "incidents", "elsewhere", "not a service", "md lines", "cpu s",
+                         "post-mortem title"],
                         [[s["day"], s["lines"], s["code_onset"], s["code_naive"],
                           s["slow_onset"], s["slow_naive"], s["incidents"],
-                          s["origins_not_services"], _dash(s["md_lines"]), s["cpu_seconds"],
+                          s["incidents_elsewhere"], s["origins_not_services"],
+                          _dash(s["md_lines"]), s["cpu_seconds"],
                           s["title"][:60]] for s in summary]))
             for group, target in TARGETS.items():
                 hits = [r["onset"] for r in injections if r["group"] == group]
@@ -834,11 +848,12 @@ def main() -> int:
             result["generated"] = rows
             result["generated_faults"] = faults
             print(table(["generated", "layout", "lines", "faults", "onset", "naive onset",
-                         "high/crit", "incidents", "not a service", "md lines", "cpu s",
-                         "post-mortem title"],
+                         "high/crit", "incidents", "elsewhere", "not a service", "md lines",
+                         "cpu s", "post-mortem title"],
                         [[r["case"], r["layout"], r["lines"], r["faults"], r["onset"],
                           r["naive_onset"], r["high_incidents"], r["incidents"],
-                          r["origins_not_services"], _dash(r["md_lines"]), r["cpu_seconds"],
+                          r["incidents_elsewhere"], r["origins_not_services"],
+                          _dash(r["md_lines"]), r["cpu_seconds"],
                           r["title"][:60]] for r in rows]))
             kinds = sorted({f["kind"] for f in faults})
             print(table(["generated faults", "n", "onset", "naive onset", "median min"],
