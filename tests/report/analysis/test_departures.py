@@ -312,9 +312,10 @@ def test_a_service_of_few_requests_that_stops_for_minutes_is_quiet() -> None:
 def test_a_service_of_untemplated_lines_alone_is_judged_line_by_line() -> None:
     """Lines no template took say nothing of requests: each counts for one."""
     series = background()
-    series["batch"] = {OTHER_TEMPLATES: Series(level="INFO", minutes={
-        **steady(30), HOUR[50]: 0}), "job started": Series(level="INFO", minutes={
-            HOUR[55]: 1})}
+    series["batch"] = {
+        OTHER_TEMPLATES: Series(level="INFO", minutes={**steady(30), HOUR[50]: 0}),
+        "job started": Series(level="INFO", minutes={HOUR[55]: 1}),
+    }
     assert ("batch", "quiet") in kinds(series)
 
 
@@ -383,8 +384,9 @@ def test_a_failure_naming_two_callees_is_the_one_its_services_other_failures_nam
     incidents = find_incidents(find_departures(series))
     assert [(i.origin, i.callers) for i in incidents] == [("db", ["api"])]
     # the other failures naming cache instead: cache's
-    series["api"]["Read timed out calling db"] = Series(level="ERROR", minutes=late,
-                                                        named={"cache": 32})
+    del series["api"]["Read timed out calling db"]
+    series["api"]["Read timed out calling cache"] = Series(level="ERROR", minutes=late,
+                                                           named={"cache": 32})
     incidents = find_incidents(find_departures(series))
     assert [(i.origin, i.callers) for i in incidents] == [("cache", ["api"])]
 
