@@ -29,6 +29,7 @@ from streams.records import (
     count_minutes,
     smallest_traces,
 )
+from streams.report.analysis.postmortem import derive
 from streams.report.state.merge import (
     compose,
     incident_key,
@@ -44,6 +45,7 @@ from streams.report.state.model import (
     SEVERITY_WEIGHT,
     Report,
 )
+from streams.report.views.view import render_markdown
 
 from helpers import make_fragment as one_fragment
 from helpers import shared_file
@@ -764,3 +766,14 @@ def test_service_minutes_are_left_out_while_no_record_is_dated() -> None:
     assert report.service_minutes == {} and "service_minutes" not in json.loads(report.to_json())
     jsonschema.validate(json.loads(report.to_json()), SCHEMA)
     assert Report.from_json(report.to_json()) == report
+
+
+@settings(max_examples=40, deadline=None)
+@given(scenario=scenarios())
+def test_any_merged_report_tells_a_post_mortem_that_names_only_its_services(scenario) -> None:
+    _, fragments = scenario
+    report, _ = apply_all(fragments)
+    assert report is not None
+    assert render_markdown(report).startswith("# Post-mortem")
+    services = {s for inc in report.incidents for s in inc.services}
+    assert {i.origin for i in derive(report).incidents} <= services
