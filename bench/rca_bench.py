@@ -366,22 +366,24 @@ def first_named(got: Got, n: int) -> list[str]:
     return out[:n]
 
 
+def _at_onset_of(inc: dict[str, Any], service: str, at: datetime) -> bool:
+    """``inc`` opens within the onset window of a fault at ``at`` and blames ``service``."""
+    start = _time(inc.get("started"))
+    return inc.get("origin") == service and start is not None \
+        and ONSET[0] <= start - at <= ONSET[1]
+
+
 def at_onset(got: Got, service: str, at: datetime) -> dict[str, Any] | None:
     """The earliest incident that opens within the onset window and blames ``service``."""
-    hits = []
-    for inc in got.incidents:
-        start = _time(inc.get("started"))
-        if inc.get("origin") == service and start and ONSET[0] <= start - at <= ONSET[1]:
-            hits.append((start, inc))
-    return min(hits, key=lambda h: h[0])[1] if hits else None
+    hits = [inc for inc in got.incidents if _at_onset_of(inc, service, at)]
+    return min(hits, key=lambda inc: _time(inc.get("started"))) if hits else None
 
 
 def elsewhere(got: Got, faults: Sequence[tuple[str, datetime]]) -> int:
     """Incidents that open at no fault's onset blaming its service: a fault's callers,
     cascades and background taken for incidents (what a reader wades through)."""
     return sum(1 for inc in got.incidents
-               if not any(inc.get("origin") == service and (start := _time(inc.get("started")))
-                          and ONSET[0] <= start - at <= ONSET[1] for service, at in faults))
+               if not any(_at_onset_of(inc, service, at) for service, at in faults))
 
 
 def minutes_to(inc: dict[str, Any] | None, at: datetime) -> float | None:

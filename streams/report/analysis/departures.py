@@ -763,27 +763,30 @@ def _quiet(service: str, own: list[_Line], recent: list[str], stream: Mapping[st
     span = max((line.total for line in own), default=0)
     if span < MIN_BASELINE_RECORDS or not base:
         return None
+    share = base / span
+    minute = recent[0]
+    x = sum(line.minutes.get(minute, 0) for line in own)
+    this = share * stream[minute]
+    if x > QUIET_FACTOR * this:  # most minutes: neither it nor a sum with it is quiet
+        return None
     # its lines come a request's worth at a time: counted as requests, a minute that
     # served none of the two it usually serves is no departure
     top = max((line.count for line in own if line.template != OTHER_TEMPLATES), default=0)
     per_request = max(1.0, base / (top or base))
     # and it fell, not just its share: a stream swollen by others' traffic is no sign
     per_minute = base / max(len(line.history) for line in own)
-    minute = recent[0]
-    x = sum(line.minutes.get(minute, 0) for line in own)
-    for minutes in recent[:1], (recent if x <= QUIET_FACTOR * base / span * stream[minute]
-                                else ()):
+    for minutes in recent[:1], recent:
         total = sum(stream[m] for m in minutes)
         mine = sum(line.minutes.get(m, 0) for line in own for m in minutes)
-        expected = base / span * total
+        expected = share * total
         if expected / per_request < MIN_QUIET_EXPECTED \
                 or mine > QUIET_FACTOR * min(expected, per_minute * len(minutes)):
             continue
         p = _binomial_lower(round(mine / per_request), round((mine + base) / per_request),
                             total / (total + span))
         if p < TAIL_P:
-            return Departure(minute, service, ALL_LINES, "quiet", x,
-                             base / span * stream[minute], _surprise(p), False)
+            return Departure(minute, service, ALL_LINES, "quiet", x, this, _surprise(p),
+                             False)
     return None
 
 

@@ -293,8 +293,9 @@ class _Near:
             named = dep.named or tuple(sorted(naming))
             if named:
                 moved = [c for c in named if any((c, m) in self.departed for m in around)]
+                # min keeps the first of equals: the failure's own order of names
                 return (moved[0] if moved else
-                        min(named, key=lambda c: (-naming.get(c, 0), named.index(c)))), dep
+                        min(named, key=lambda c: -naming.get(c, 0))), dep
             if (traced := self._failed_after(dep.service, around)) is not None:
                 return traced[0], replace(dep, failed_after=traced)
         return self._held_by(dep, around), dep
