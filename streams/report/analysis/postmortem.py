@@ -39,6 +39,7 @@ lines each, a short timeline. The full report stays in the JSON and the HTML vie
 from __future__ import annotations
 
 import re
+from bisect import bisect_left
 from collections import Counter
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
@@ -69,8 +70,13 @@ from streams.report.analysis.cuts import (
     minutes_of,
 )
 from streams.report.analysis.departures import ALL_CALLS, ALL_LINES, Findings, Walk
+from streams.report.analysis.incidents import (
+    OWN_FAILURE,
+    DayIncident,
+    find_incidents,
+    find_unjudged,
+)
 from streams.report.analysis.incidents import Change as IncidentChange
-from streams.report.analysis.incidents import DayIncident, find_incidents, find_unjudged
 from streams.report.analysis.origin import Origin, find_origin
 from streams.report.state.keys import format_time, parse_time
 from streams.report.state.merge import normalize_text
@@ -95,6 +101,7 @@ MAX_ACTIONS = 6
 TRIGGER_LOOKBACK_S = 3600  # a change this long before the first failure may be its trigger
 EPISODE_GAP_S = 300  # a cause this soon after an episode, sharing a service, joins it
 FIX_LOOKBACK_S = 3600  # a fix this long before the errors stopped may have stopped them
+MEASURED_PAST = 2  # minutes of log before a low departure that let it lead unjudged lines
 
 _TRIGGERS: frozenset[str] = frozenset({"deploy", "config", "restart", "scale"})
 _MITIGATIONS: frozenset[str] = frozenset(
@@ -326,7 +333,7 @@ def _lead_with_incident(pm: PostMortem, span: Span, sources: _Sources) -> None:
     post-mortem and opens the summary. The story told after it is of the causes in its
     origin and failing callers, cut to its minutes (errors elsewhere are other
     incidents), or, where none are, of its departures alone."""
-    top = leading(pm.incidents)
+    top = leading(pm.incidents) or _measured(pm)
     if top is None:
         _lead_with_unjudged(pm, span, sources)
         return
@@ -509,6 +516,19 @@ def _narrate_incident(pm: PostMortem, top: DayIncident, span: Span) -> None:
     items += [_separate(other, pm) for other in pm.episodes[:3]]
     items.sort(key=lambda it: (it[0] is None, it[0] or ""))
     pm.timeline = items[:MAX_TIMELINE]
+
+
+def _measured(pm: PostMortem) -> DayIncident | None:
+    """Where no incident is medium or worse and lines failing since the log began have
+    no past to judge them by, a service whose own failure was measured against
+    ``MEASURED_PAST`` minutes or more of the log (calls into it slowed, a usual line
+    thinned) leads ahead of them; on fewer its rate is as much a guess as theirs."""
+    if not any(i.unjudged for i in pm.incidents):
+        return None
+    minutes = pm.findings.minutes
+    return next((i for i in pm.incidents if not i.unjudged and any(
+        d.service == i.origin and d.kind in OWN_FAILURE
+        and bisect_left(minutes, d.minute) >= MEASURED_PAST for d in i.evidence)), None)
 
 
 def _lead_with_unjudged(pm: PostMortem, span: Span, sources: _Sources) -> None:

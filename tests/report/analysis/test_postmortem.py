@@ -438,6 +438,34 @@ def test_a_log_that_begins_mid_failure_is_titled_by_it_but_never_pages() -> None
             ] == [("db", "new"), ("api", "standing")]
 
 
+def test_a_low_slowdown_measured_on_minutes_of_past_leads_lines_with_none() -> None:
+    """api was failing when the log began; db's calls slowed later, too few to be
+    medium. Measured against two minutes of the log, db's slowdown titles the report;
+    against one, it is as much a guess as api's errors, which title it."""
+    minutes = [f"2026-11-29T09:0{m}" for m in range(5)]
+
+    def slowed_at(minute: int, slow: int) -> Report:
+        report = report_of(routine(until=5))
+        report.series = {
+            "api": {**steady_api(minutes), "payment call failed": Series(
+                level="ERROR", minutes=dict.fromkeys(minutes, 8),
+                first_seen="2026-11-29T09:00:12Z")},
+            "db": {"query ok": Series(level="INFO", minutes=dict.fromkeys(minutes, 300))}}
+        report.hops = {"db": {m: {"7": 40 - slow, "14": slow} if m == minutes[minute]
+                              else {"7": 40} for m in minutes}}
+        return report
+
+    later = slowed_at(3, slow=4)
+    pm = derive(later)
+    assert [(i.origin, i.severity) for i in pm.incidents] == [("db", "low"), ("api", "low")]
+    assert pm.title == "db: calls into it slowed"
+    assert pm.summary[0].startswith("db departed from its baseline at 09:03:00 (low)")
+    soon = slowed_at(1, slow=6)
+    pm = derive(soon)
+    assert [(i.origin, i.severity) for i in pm.incidents] == [("db", "low"), ("api", "low")]
+    assert pm.title == "api: already failing when the log begins"
+
+
 def slowed_db(report: Report) -> Report:
     """``report`` with api's steady lines and calls into db: about 8 ms a call, 90 from
     09:30 on."""
