@@ -28,8 +28,9 @@ it (at most ``BASELINE_HOURS`` back), and then joins them. The statistics, state
   difference two independent Poisson lines of those rates would show); the line
   departs when, with its partner seen at least ``MIN_PARTNER`` times, it falls to
   ``THIN_FACTOR`` of r times that and the binomial tail P(X <= x | partner count, r)
-  is below ``TAIL_P``, in this minute or summed over the last ``THIN_MINUTES`` (a
-  line written a few times a minute needs several to tell).
+  is below ``TAIL_P``, in this minute or summed over the last ``THIN_MINUTES`` when
+  this one is thin itself, or below r times its partner with too few partner records
+  to tell alone (a line written a few times a minute needs several to tell).
 * **quiet**: a service whose volume falls to a third of its expected count and of its
   own records a minute (a stream swollen by others' traffic shrinks every share), with
   a lower tail below ``TAIL_P`` (the test of burst), in this minute or summed with
@@ -732,10 +733,13 @@ def _judge(line: _Line, minute: str, x: int, total: int, recent: list[str]
             return found
     partner = line.partner
     if partner is not None:
-        # this minute alone, else (when it is thin too) with the minutes before it: a line
-        # written a few times a minute thins out over several before one can tell
-        this = line.ratio * partner.minutes.get(minute, 0)
-        for span in recent[:1], (recent if x <= THIN_FACTOR * this else ()):
+        # this minute alone, else (when it is thin too, or below its usual with too few
+        # partner records to tell) with the minutes before it: a line written a few times
+        # a minute thins out over several before one can tell
+        alone = partner.minutes.get(minute, 0)
+        this = line.ratio * alone
+        summed = x <= THIN_FACTOR * this or (alone < MIN_PARTNER and x < this)
+        for span in recent[:1], (recent if summed else ()):
             mine = sum(line.minutes.get(m, 0) for m in span)
             seen = sum(partner.minutes.get(m, 0) for m in span)
             usual = line.ratio * seen

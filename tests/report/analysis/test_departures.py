@@ -530,6 +530,23 @@ def test_a_line_written_a_few_times_a_minute_thins_out_over_several_minutes() ->
     assert thin and HOUR[45] < thin[0] <= HOUR[47] and thin[-1] <= HOUR[49]
 
 
+def test_a_line_of_one_to_three_a_minute_that_halves_departs_and_one_running_late_not(
+        ) -> None:
+    series = background()
+    few = {m: 1 + i % 3 for i, m in enumerate(HOUR)}  # 1, 2, 3, 1, 2, 3 ... a minute
+    series["db"]["lock taken"] = Series(level="INFO", minutes=few)
+
+    def thin(released: dict[str, int]) -> list[str]:
+        series["db"]["lock released"] = Series(level="INFO", minutes={**few, **released})
+        return [d.minute for d in find_departures(series).departures if d.kind == "thin"]
+
+    # 0 of 1, 1 of 2, 2 of 3: no minute alone holds enough to tell, nor is the last
+    # one thin by itself, but the three together are half of the usual
+    assert thin({HOUR[45]: 0, HOUR[46]: 1, HOUR[47]: 2}) == [HOUR[47]]
+    # one release written a second late, in the next minute: below usual, then above
+    assert thin({HOUR[46]: 1, HOUR[47]: 4}) == []
+
+
 def test_a_log_that_begins_mid_failure_names_it_and_one_that_begins_healthy_does_not(
         ) -> None:
     short = HOUR[:3]  # three minutes: too short for anything to prove chronic
