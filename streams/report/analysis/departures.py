@@ -48,9 +48,13 @@ it (at most ``BASELINE_HOURS`` back), and then joins them. The statistics, state
   own tail, and a baseline without a slow hop is no proof that they never happen.
   Each step is judged once the baseline holds ``STEP_HOPS`` hops (20 at 4x, 5 at 16x,
   2 at 64x): near the median services' spreads differ, so its own hops must tell, and
-  a median of a few hops may be off by more than 4x but not by 64x. A slowed service
-  (a delayed network, a starved CPU) shows here while its own lines and its callers'
-  may say nothing.
+  a median of a few hops may be off by more than 4x but not by 64x. Hops 64x its
+  median or more in a minute that does not depart wait outside the baseline for up to
+  ``THIN_MINUTES`` - 1 minutes, and join it when a minute comes without one: a
+  service called a few times a minute slows a call or two at a time, and learned at
+  once those calls would hide the minute that tells. A slowed service (a delayed
+  network, a starved CPU) shows here while its own lines and its callers' may say
+  nothing.
 * **chronic**: a line at WARN or above present in at least ``CHRONIC_SHARE`` of at
   least ``CHRONIC_MIN_MINUTES`` baseline minutes: background, listed, judged only for
   a burst (a line always there may still flare up far past its usual rate).
@@ -271,9 +275,28 @@ class _Hops:
     bins: dict[int, int] = field(default_factory=dict)
     count: int = 0
     departed_run: int = 0
+    # hops far past the median, too few to judge, kept out while they may begin a
+    # slowdown: (minute, bins), at most ``THIN_MINUTES - 1`` minutes of them
+    held: list[tuple[datetime, dict[int, int]]] = field(default_factory=list)
 
     def copy(self) -> _Hops:
-        return _Hops(deque(self.history), dict(self.bins), self.count, self.departed_run)
+        return _Hops(deque(self.history), dict(self.bins), self.count, self.departed_run,
+                     list(self.held))
+
+    def learn_minute(self, when: datetime, bins: dict[int, int], far: int | None) -> None:
+        """Learn a minute that did not depart; its hops at bin ``far`` or past it are
+        held back instead while earlier minutes' are not yet ``THIN_MINUTES - 1``, and
+        all held ones are learned once a minute has none (a few stray slow calls are
+        the service's usual after all)."""
+        held = {b: n for b, n in bins.items() if far is not None and b >= far}
+        if held and len(self.held) < THIN_MINUTES - 1:
+            self.held.append((when, held))
+            self.learn(when, {b: n for b, n in bins.items() if b not in held})
+            return
+        for at, kept in self.held:
+            self.learn(at, kept)
+        self.held.clear()
+        self.learn(when, bins)
 
     def learn(self, when: datetime, bins: dict[int, int]) -> None:
         self.history.append((when, bins))
@@ -551,15 +574,17 @@ def _step_hops(state: _State, minute: str, hops: Mapping[str, dict[int, int]]) -
     for service in sorted(hops):
         bins = hops[service]
         base = state.hops.setdefault(service, _Hops())
-        found = _slow(service, base, tails.get(service), minute, bins, pool)
+        own = tails.get(service)
+        found = _slow(service, base, own, minute, bins, pool)
         state.hops_walked += sum(bins.values())
         if found is not None:
             state.found.append((None, found))
+            base.held.clear()  # the slowdown's first calls, not the service's usual
             if base.departed_run < ABSORB_MINUTES:
                 base.departed_run += 1
                 continue
         base.departed_run = 0
-        base.learn(when, bins)
+        base.learn_minute(when, bins, own[0] + SLOW_STEPS[-1] if own is not None else None)
 
 
 def _slow_shares(bases: Mapping[str, _Hops],

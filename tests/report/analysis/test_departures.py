@@ -177,6 +177,22 @@ def test_two_calls_in_a_baseline_judge_a_call_64x_slower_and_not_one_16x() -> No
     assert find_departures(background(), hops=hops([6], [20, 20, 20, 6])).departures == []
 
 
+def test_slow_calls_too_few_to_tell_wait_outside_the_baseline_a_minute_or_two() -> None:
+    """db is called four times a minute. Two calls 100x slower, two minutes running,
+    are too few to judge; learned as its usual they would hide the third minute's four.
+    Two such calls every minute for ten minutes are its usual after all."""
+    def hops(then: list[list[int]]) -> dict[str, dict[str, dict[str, int]]]:
+        return api_and_db([6, 6, 7, 5, 6, 8, 6, 7],
+                          {HOUR[40 + i]: [6, 7, 6, 7] for i in range(4)}
+                          | {HOUR[44 + i]: calls for i, calls in enumerate(then)})
+
+    slowing = [[20, 20, 6, 7], [20, 20, 6, 7], [20, 20, 20, 20]]
+    [slow] = find_departures(background(), hops=hops(slowing)).departures
+    assert (slow.service, slow.minute, slow.observed, slow.times) == ("db", HOUR[46], 4, 64)
+    usual = [[20, 20, 6, 7]] * 10 + [[20, 20, 20, 20]]
+    assert find_departures(background(), hops=hops(usual)).departures == []
+
+
 def test_a_new_routine_line_is_not_a_departure() -> None:
     series = background()
     series["api"]["cache warmed"] = Series(level="INFO", minutes={m: 6 for m in HOUR[40:45]})
