@@ -284,10 +284,9 @@ class _Hops:
                      list(self.held))
 
     def learn_minute(self, when: datetime, bins: dict[int, int], far: int | None) -> None:
-        """Learn a minute that did not depart; its hops at bin ``far`` or past it are
-        held back instead while earlier minutes' are not yet ``THIN_MINUTES - 1``, and
-        all held ones are learned once a minute has none (a few stray slow calls are
-        the service's usual after all)."""
+        """Learn a minute that did not depart. Its hops at bin ``far`` or past it wait
+        in ``held`` while fewer than ``THIN_MINUTES - 1`` minutes' do; a minute without
+        any, or past that, learns them all: stray slow calls are the service's usual."""
         held = {b: n for b, n in bins.items() if far is not None and b >= far}
         if held and len(self.held) < THIN_MINUTES - 1:
             self.held.append((when, held))
@@ -584,7 +583,8 @@ def _step_hops(state: _State, minute: str, hops: Mapping[str, dict[int, int]]) -
                 base.departed_run += 1
                 continue
         base.departed_run = 0
-        base.learn_minute(when, bins, own[0] + SLOW_STEPS[-1] if own is not None else None)
+        far = own[0] + SLOW_STEPS[-1] if own is not None else None  # 64x its median
+        base.learn_minute(when, bins, far)
 
 
 def _slow_shares(bases: Mapping[str, _Hops],

@@ -101,7 +101,7 @@ MAX_ACTIONS = 6
 TRIGGER_LOOKBACK_S = 3600  # a change this long before the first failure may be its trigger
 EPISODE_GAP_S = 300  # a cause this soon after an episode, sharing a service, joins it
 FIX_LOOKBACK_S = 3600  # a fix this long before the errors stopped may have stopped them
-MEASURED_PAST = 2  # minutes of log before a low departure that let it lead unjudged lines
+MEASURED_PAST = 2  # minutes of log before a low departure that lets it lead unjudged lines
 
 _TRIGGERS: frozenset[str] = frozenset({"deploy", "config", "restart", "scale"})
 _MITIGATIONS: frozenset[str] = frozenset(
