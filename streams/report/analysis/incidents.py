@@ -43,6 +43,7 @@ are a function of its series alone.
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Container, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime, timedelta
@@ -248,7 +249,7 @@ class _Near:
         self.silent: set[tuple[str, str]] = set()  # (service, minute): quiet, thin
         self.slow: set[tuple[str, str]] = set()  # (service, minute): calls into it slowed
         # (service, minute) -> callee -> its failing lines that name that callee
-        self.naming: dict[tuple[str, str], dict[str, int]] = {}
+        self.naming: dict[tuple[str, str], Counter[str]] = {}
         # (caller, minute) -> callee -> requests that failed in the caller after calling it
         self.failed_calls: dict[tuple[str, str], dict[str, int]] = {}
         for caller, callees in findings.failed_calls.items():
@@ -264,9 +265,7 @@ class _Near:
             if d.kind == "slow":
                 self.slow.add((d.service, d.minute))
             if d.failing and d.named:
-                naming = self.naming.setdefault((d.service, d.minute), {})
-                for callee in d.named:
-                    naming[callee] = naming.get(callee, 0) + 1
+                self.naming.setdefault((d.service, d.minute), Counter()).update(d.named)
         # (service, minute) of slow departures that count for a caller slowed with them,
         # not for their service: that caller
         self.downstream: dict[tuple[str, str], str] = {}
@@ -286,16 +285,14 @@ class _Near:
         service."""
         around = _around(dep.minute)
         if dep.failing:
-            naming: dict[str, int] = {}
+            naming: Counter[str] = Counter()
             for m in around:
-                for callee, lines in self.naming.get((dep.service, m), {}).items():
-                    naming[callee] = naming.get(callee, 0) + lines
+                naming.update(self.naming.get((dep.service, m), {}))
             named = dep.named or tuple(sorted(naming))
             if named:
                 moved = [c for c in named if any((c, m) in self.departed for m in around)]
-                # min keeps the first of equals: the failure's own order of names
-                return (moved[0] if moved else
-                        min(named, key=lambda c: -naming.get(c, 0))), dep
+                # max keeps the first of equals: the failure's own order of names
+                return (moved[0] if moved else max(named, key=naming.__getitem__)), dep
             if (traced := self._failed_after(dep.service, around)) is not None:
                 return traced[0], replace(dep, failed_after=traced)
         return self._held_by(dep, around), dep
