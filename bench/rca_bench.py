@@ -19,6 +19,12 @@ Three sets of cases, each scored beside a naive baseline computed from the raw l
   another labeller might have cut it, its first 30 or 60 seconds dropped or its last 30,
   scored as the windows are. The fault windows kept back for evaluation are cut their
   own way; a score that holds only for these cuts is fitted to them.
+* **silenced** (opt in: ``--only silenced``): each code-fault window with the injected
+  service's own failure lines dropped (a line of it with a WARN or ERROR level word, or
+  with "fail", "error" or "exception" in it): a fault that logs nothing itself, an early
+  return whose service says nothing, which leaves its callers' errors and its thinned
+  lines to tell. Scored alone, as the windows are, and as a day replay of those windows
+  with the day's other windows as they are. The grep has nothing of the service to count.
 * **generated** (``streams.dev.faults.write_day``; runs everywhere): days of seven or
   eight services with four or five faults at known times (crash, silent, vanishing
   line, slow callee) and chronic noise; ``onset`` per fault (target 90%); quiet days
@@ -47,7 +53,7 @@ episodes taken as the incidents. Nothing here is tuned to the data: it only meas
 is not measured by accident. The generated days and the scoring are this tree's.
 
 Run: ``.venv/bin/python bench/rca_bench.py [--before] [--ref REV] [--data ../shared/data]
-[--seeds 2] [--jobs 2] [--only windows,days,generated,trimmed]``
+[--seeds 2] [--jobs 2] [--only windows,days,generated,trimmed,silenced]``
 """
 
 from __future__ import annotations
@@ -512,6 +518,27 @@ def write_trimmed(windows: list[Window], folder: Path) -> dict[str, list[Window]
     return out
 
 
+SILENCED = "silenced"
+_FAILURE_WORDS = re.compile(r"\b(?:WARN(?:ING)?|ERROR|FATAL)\b|fail|error|exception",
+                            re.IGNORECASE)
+
+
+def write_silenced(windows: list[Window], folder: Path) -> list[Window]:
+    """Each window, its injected service's failure lines dropped when the fault is in
+    its code (``SILENCED`` in the module's docstring), written to ``folder``."""
+    folder.mkdir(parents=True, exist_ok=True)
+    out = []
+    for w in windows:
+        kept = [(text, x) for text, x in zip(w.texts, w.lines, strict=True)
+                if w.group != "code" or x.service != w.service
+                or not _FAILURE_WORDS.search(text)]
+        path = folder / f"{w.key}.fluentbit.jsonl"
+        path.write_text("\n".join(t for t, _ in kept) + "\n", encoding="utf-8")
+        out.append(Window(w.key, path, w.service, w.type, w.at, [t for t, _ in kept],
+                          [x for _, x in kept]))
+    return out
+
+
 def trim_key(name: str, w: Window) -> str:
     return f"trim/{name}/{w.key}"
 
@@ -572,10 +599,11 @@ def window_summary(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
 
 
 def score_days(windows: list[Window], days: dict[str, tuple[Path, list[Line]]],
-               got: dict[str, Got]) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+               got: dict[str, Got], key: str = "day"
+               ) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
     injections, summary = [], []
     for day, (_, lines) in days.items():
-        g = got[f"day/{day}"]
+        g = got[f"{key}/{day}"]
         mine = [w for w in windows if w.day == day]
         rows = []
         for w in mine:
@@ -732,7 +760,7 @@ def main() -> int:
     parser.add_argument("--jobs", type=int, default=min(2, os.cpu_count() or 1),
                         help="post-mortems computed at the same time (processes)")
     parser.add_argument("--only", default="windows,days,generated",
-                        help="comma list of windows, days, generated, trimmed")
+                        help="comma list of windows, days, generated, trimmed, silenced")
     add_tag_argument(parser)
     args = parser.parse_args()
     parts = {p.strip() for p in args.only.split(",") if p.strip()}
@@ -756,13 +784,20 @@ def main() -> int:
         windows: list[Window] = []
         days: dict[str, tuple[Path, list[Line]]] = {}
         trimmed: dict[str, list[Window]] = {}
-        if parts & {"windows", "days", "trimmed"}:
+        silenced: list[Window] = []
+        silenced_days: dict[str, tuple[Path, list[Line]]] = {}
+        if parts & {"windows", "days", "trimmed", SILENCED}:
             if (folder / "labels.json").exists():
                 windows = load_windows(folder)
                 if "days" in parts:
                     days = write_days(windows, Path(tmp))
                 if "trimmed" in parts:
                     trimmed = write_trimmed(windows, Path(tmp))
+                if SILENCED in parts:  # the days with a code fault, and those windows
+                    coded = {w.day for w in windows if w.group == "code"}
+                    silenced = write_silenced([w for w in windows if w.day in coded],
+                                              Path(tmp) / SILENCED)
+                    silenced_days = write_days(silenced, Path(tmp) / SILENCED)
             else:
                 print(f"note: {folder} is absent; its windows and days are skipped",
                       file=sys.stderr)
@@ -774,6 +809,9 @@ def main() -> int:
             jobs += [(f"window/{w.key}", [w.path], MODE == "before") for w in windows]
         jobs += [(f"day/{d}", [p], True) for d, (p, _) in days.items()]
         jobs += [(trim_key(n, w), [w.path], False) for n, ws in trimmed.items() for w in ws]
+        jobs += [(trim_key(SILENCED, w), [w.path], False) for w in silenced
+                 if w.group == "code"]
+        jobs += [(f"{SILENCED}-day/{d}", [p], False) for d, (p, _) in silenced_days.items()]
         jobs += [(f"gen/{c.name}", list(c.files), True) for c, _ in cases]
         jobs += [(f"genwin/{w.key}", w.files, False) for w in gen_windows]
         lines_of = {f"window/{w.key}": len(w.texts) for w in windows}
@@ -781,6 +819,8 @@ def main() -> int:
         lines_of |= {f"gen/{c.name}": len(x) for c, x in cases}
         lines_of |= {f"genwin/{w.key}": len(w.lines) for w in gen_windows}
         lines_of |= {trim_key(n, w): len(w.texts) for n, ws in trimmed.items() for w in ws}
+        lines_of |= {trim_key(SILENCED, w): len(w.texts) for w in silenced if w.group == "code"}
+        lines_of |= {f"{SILENCED}-day/{d}": len(x) for d, (_, x) in silenced_days.items()}
         got = run_all(jobs, args.jobs)
 
         errors = {k: g.error for k, g in got.items() if g.error}
@@ -820,6 +860,25 @@ def main() -> int:
                         [[name, s["group"], s["n"], s["title_at_1"], s["naive_at_1"],
                           s["named_at_3"], s["naive_at_3"], s["onset"], s["naive_onset"]]
                          for name, summary in cuts.items() for s in summary]))
+            print()
+        if silenced:
+            rows = score_windows([w for w in silenced if w.group == "code"], got,
+                                 trim=SILENCED)
+            injections, summary = score_days(silenced, silenced_days, got,
+                                             key=f"{SILENCED}-day")
+            result["silenced_windows"] = rows
+            result["silenced"] = window_summary(rows)
+            result["silenced_day_injections"] = injections
+            result["silenced_days"] = [{k: v for k, v in s.items()
+                                        if k not in ("postmortem", "markdown")}
+                                       for s in summary]
+            print(table(["silenced", "n", "title@1", "naive@1", "named@3", "naive@3",
+                         "onset", "naive onset"],
+                        [[f"{s['group']}, each alone", s["n"], s["title_at_1"],
+                          s["naive_at_1"], s["named_at_3"], s["naive_at_3"], s["onset"],
+                          s["naive_onset"]] for s in result["silenced"]]
+                        + [[f"{s['day']} replayed", s["injections"], "", "", "", "",
+                            s["code_onset"], s["code_naive"]] for s in summary]))
             print()
         if days:
             injections, summary = score_days(windows, days, got)

@@ -8,10 +8,11 @@ through ``--services`` services, writing ``--lines`` lines in each, over about 2
 and its marks come from four input partitions; in a ``--failing`` share of requests the
 last service's last line is a failure (a failed call to cut). Every ``CHECK_SECONDS``
 (as the trace step does) the table closes the complete traces and their hops are cut
-into updates. Printed at the end of each rate: the open traces and marks, the closed
-traces remembered, the Python heap the table holds (``tracemalloc``, its peak and at the
-end, from a second run), the CPU per mark of adding, closing and cutting hops, and of
-that the milliseconds a second the checks took.
+into updates (with which line followed which, when marks name their templates).
+Printed at the end of each rate: the open traces and marks, the closed traces
+remembered, the Python heap the table holds (``tracemalloc``, its peak and at the end,
+from a second run), the CPU per mark of adding, closing and cutting hops, and of that
+the milliseconds a second the checks took.
 
 Run: ``.venv/bin/python bench/traces_bench.py [--rate 1000 --rate 5000] [--seconds 720]
 [--failing 0.1]``
@@ -39,6 +40,14 @@ T0 = datetime(2026, 11, 29, 10, 0, tzinfo=UTC)
 INPUTS = 4  # input partitions the marks come from
 
 
+def named(service: int, line: int) -> dict[str, str]:
+    """The mark's template head, for a trace stage whose marks carry one (which line of
+    a service follows which is cut from each closed trace too)."""
+    if "template" not in TraceMark.__struct_fields__:
+        return {}
+    return {"template": f"svc-{service} step {line} of request <*>"}
+
+
 def requests(rate: int, seconds: float, services: int, lines: int, failing: float,
              seed: int = 7) -> Iterator[list[tuple[float, TraceMark]]]:
     """Each second's (arrival second, mark), ``rate`` marks a second (a request's lines
@@ -63,7 +72,7 @@ def requests(rate: int, seconds: float, services: int, lines: int, failing: floa
                         trace, f"logs/{part}/{offset}", f"svc-{s}", f"svc-{s}.log",
                         when.strftime("%Y-%m-%dT%H:%M:%S.%f")[:-3] + "Z",
                         Coord("logs", part, offset),
-                        failed and s == services - 1 and k == lines - 1)))
+                        failed and s == services - 1 and k == lines - 1, **named(s, k))))
             n += 1
         batch.sort(key=lambda x: x[0])
         yield batch

@@ -527,9 +527,23 @@ class TraceMark(msgspec.Struct, frozen=True):
     # at WARN or above: a request failing here is linked to the service it called last
     # (absent from an older clean stage's marks)
     failing: bool = False
+    # the head of the template the record was mined to (``template_head``): which of
+    # its service's lines follows which in a request (empty from an older clean stage)
+    template: str = ""
 
 
 _decode_mark = msgspec.json.Decoder(TraceMark).decode
+
+
+HEAD_WORDS = 16  # words of a template that name its line in a trace mark
+HEAD_WORD_CHARS = 40  # characters of each: a payload without spaces is no name
+
+
+def template_head(template: str) -> str:
+    """A template's first words, each clipped: enough to tell its line from its
+    service's others, at a small share of a long line's size. Word by word, so a
+    template still covers another's head as it covers the other (``<*>`` a word)."""
+    return " ".join(w[:HEAD_WORD_CHARS] for w in template.split()[:HEAD_WORDS])
 
 
 def trace_mark(fields: Mapping[str, Any]) -> tuple[bytes, bytes] | None:
@@ -542,7 +556,8 @@ def trace_mark(fields: Mapping[str, Any]) -> tuple[bytes, bytes] | None:
     return trace.encode(), msgspec.json.encode({
         "trace": trace, "id": fields["id"], "service": fields.get("service") or fields["source"],
         "source": fields["source"], "timestamp": timestamp, "raw": fields["raw"],
-        "failing": fields.get("level") in FAILING_LEVELS})
+        "failing": fields.get("level") in FAILING_LEVELS,
+        "template": template_head(fields.get("template") or "")})
 
 
 def mark_of(record: LaneRecord) -> TraceMark | None:
@@ -550,7 +565,8 @@ def mark_of(record: LaneRecord) -> TraceMark | None:
     the in-memory pipeline, which has the record rather than its fields."""
     fields = {"id": record.id, "raw": record.raw, "source": record.source,
               "service": record.service, "timestamp": record.timestamp,
-              "attributes": record.attributes, "level": record.level}
+              "attributes": record.attributes, "level": record.level,
+              "template": record.template}
     sent = trace_mark(fields)
     return None if sent is None else read_mark(sent[1])
 
@@ -574,6 +590,9 @@ class TraceHops(BaseModel):
     # (caller, callee, UTC minute of the caller's first failing line): a service that
     # failed in this request after calling another, that one the last it called
     failed: list[tuple[str, str, str]] = Field(default_factory=list)
+    # (service, UTC minute, template, the template of the service's next line in the
+    # trace or "" when none came, times): which line a service writes right after which
+    next_lines: list[tuple[str, str, str, str, int]] = Field(default_factory=list)
 
 
 class HopsUpdate(BaseModel):

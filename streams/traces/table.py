@@ -21,6 +21,10 @@ linked to the one it called last before its first failing line (``failed_calls_o
 a caller's generic "500" then points at the callee whose own lines did not fail, an
 early return, say.
 
+Which line a service wrote right after which in a request (``next_lines_of``) tells an
+early return from routine: a line it always writes after another goes missing while
+that one goes on.
+
 Lines of a trace that arrive after it closed are dropped for ``REMEMBER_MS`` (their hops
 would be counted twice, from half a trace).
 """
@@ -95,6 +99,30 @@ def failed_calls_of(marks: Collection[TraceMark],
         if before:
             out.append((mark, before[-1]))
     return out
+
+
+def next_lines_of(marks: Iterable[TraceMark]) -> list[tuple[str, str, str, str, int]]:
+    """(service, UTC minute, template, the template of the service's next line in the
+    trace or "" when none came, times) for each line of each service: in time order,
+    lines of one millisecond in the order they were written (their raw coordinates).
+    Marks of an older clean stage carry no template and count nothing."""
+    by_service: dict[str, list[tuple[int, str, int, int, int, TraceMark]]] = {}
+    for m in marks:
+        if m.template:
+            by_service.setdefault(m.service, []).append(
+                (epoch_ms(m.timestamp), m.raw.topic, m.raw.partition, m.raw.offset,
+                 m.raw.index or 0, m))
+    counts: dict[tuple[str, str, str, str], int] = {}
+    for service, lines in by_service.items():
+        lines.sort(key=lambda x: x[:5])
+        for i, (*_, mark) in enumerate(lines):
+            minute = minute_of(mark.timestamp)
+            if minute is None:
+                continue
+            after = lines[i + 1][5].template if i + 1 < len(lines) else ""
+            key = (service, minute, mark.template, after)
+            counts[key] = counts.get(key, 0) + 1
+    return [(*key, n) for key, n in sorted(counts.items())]
 
 
 @dataclass
@@ -182,9 +210,9 @@ class TraceTable:
 
 def hop_updates(traces: Iterable[OpenTrace], place: Callable[[TraceMark], str]
                 ) -> list[HopsUpdate]:
-    """The hops and failed calls of closed ``traces``, one update per report; ``place``:
-    the report of a record (``record_place``), here of the service's first line (of the
-    caller's first failing line, for a failed call)."""
+    """The hops, failed calls and next lines of closed ``traces``, one update per report;
+    ``place``: the report of a record (``record_place``), here of the service's first
+    line (of the caller's first failing line, for a failed call)."""
     by_report: dict[str, list[TraceHops]] = {}
     for trace in traces:
         hops: dict[str, list[tuple[str, str, int, str] | tuple[str, str, int]]] = {}
@@ -199,11 +227,19 @@ def hop_updates(traces: Iterable[OpenTrace], place: Callable[[TraceMark], str]
             minute = minute_of(mark.timestamp)
             if minute is not None:
                 failed.setdefault(place(mark), []).append((mark.service, callee, minute))
-        if not hops and not failed:
+        nexts: dict[str, list[tuple[str, str, str, str, int]]] = {}
+        firsts: dict[str, TraceMark] = {}
+        for mark in trace.marks.values():
+            held = firsts.get(mark.service)
+            if held is None or (mark.timestamp, mark.id) < (held.timestamp, held.id):
+                firsts[mark.service] = mark
+        for step in next_lines_of(trace.marks.values()):
+            nexts.setdefault(place(firsts[step[0]]), []).append(step)
+        if not hops and not failed and not nexts:
             continue
         covered = Coverage.from_coords(trace.offsets).to_json()
-        for report_id in sorted(hops.keys() | failed.keys()):
+        for report_id in sorted(hops.keys() | failed.keys() | nexts.keys()):
             by_report.setdefault(report_id, []).append(TraceHops(
                 covered=covered, hops=hops.get(report_id, []),
-                failed=failed.get(report_id, [])))
+                failed=failed.get(report_id, []), next_lines=nexts.get(report_id, [])))
     return [HopsUpdate(report_id=r, traces=t) for r, t in sorted(by_report.items())]

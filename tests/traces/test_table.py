@@ -5,7 +5,17 @@ from __future__ import annotations
 import json
 import math
 
-from streams.records import Coord, HopsUpdate, TraceHops, TraceMark, read_mark, trace_mark
+from streams.records import (
+    HEAD_WORD_CHARS,
+    HEAD_WORDS,
+    Coord,
+    HopsUpdate,
+    TraceHops,
+    TraceMark,
+    read_mark,
+    template_head,
+    trace_mark,
+)
 from streams.schemas import load_schema, validator
 from streams.traces.table import (
     TraceTable,
@@ -14,6 +24,7 @@ from streams.traces.table import (
     hop_bin,
     hop_updates,
     hops_of,
+    next_lines_of,
 )
 
 T0 = "2026-11-29T10:00:00.000Z"
@@ -27,9 +38,9 @@ def at(ms: int) -> str:
 
 
 def mark(trace: str, service: str, ms: int, offset: int, *, partition: int = 0,
-         failing: bool = False) -> TraceMark:
+         failing: bool = False, template: str = "") -> TraceMark:
     return TraceMark(trace, f"logs/{partition}/{offset}", service, f"{service}.log", at(ms),
-                     Coord("logs", partition, offset), failing)
+                     Coord("logs", partition, offset), failing, template)
 
 
 def test_the_hop_into_a_service_runs_from_its_callers_line_just_before_its_first() -> None:
@@ -58,6 +69,38 @@ def test_a_service_failing_before_it_called_anyone_is_linked_to_no_callee() -> N
     assert failed_calls_of(lines) == []
     # without failing lines a trace links nothing
     assert failed_calls_of([mark("t2", "gateway", 0, 1), mark("t2", "orders", 5, 2)]) == []
+
+
+def test_each_line_counts_the_line_its_service_wrote_next_in_the_request() -> None:
+    lines = [mark("t1", "gateway", 0, 1, template="GET /orders"),
+             mark("t1", "orders", 5, 12, template="lookup <*>"),
+             mark("t1", "orders", 5, 13, template="found <*>"),  # the same ms: written next
+             mark("t1", "stock", 6, 14, template="reserve <*>"),
+             mark("t1", "orders", 9, 15, template="lookup <*>"),
+             mark("t1", "orders", 61_000, 16, template="found <*>"),
+             mark("t1", "stock", 7, 17)]  # an older clean stage's mark: no template
+    minute, later = "2026-11-29T10:00", "2026-11-29T10:01"
+    # another service's line between two of orders' does not part them
+    assert next_lines_of(reversed(lines)) == [
+        ("gateway", minute, "GET /orders", "", 1),
+        ("orders", minute, "found <*>", "lookup <*>", 1),
+        ("orders", minute, "lookup <*>", "found <*>", 2),
+        ("orders", later, "found <*>", "", 1),
+        ("stock", minute, "reserve <*>", "", 1)]
+
+
+def test_a_mark_names_its_line_by_the_first_words_of_its_template() -> None:
+    payload = "Travels: [Trip(id=" + "ab12" * 2000 + ")]"  # one word of 8,000 characters
+    template = f"[queryForTravels][Query for travels][{payload} " + "<*> " * 40
+    head = template_head(template)
+    assert head.split()[:3] == ["[queryForTravels][Query", "for", "travels][Travels:"]
+    assert len(head.split()) == HEAD_WORDS and len(head) < HEAD_WORDS * (HEAD_WORD_CHARS + 1)
+    assert template_head("lookup <*> done") == "lookup <*> done"  # a short one is itself
+    fields = {"id": "logs/0/1", "raw": {"topic": "logs", "partition": 0, "offset": 1},
+              "source": "travel.log", "service": "travel", "timestamp": T0,
+              "attributes": {"trace_id": "4bf92f3577b34da6a3ce929d0e0e4736"},
+              "template": template}
+    assert read_mark(trace_mark(fields)[1]).template == head
 
 
 def test_hop_bins_are_half_octaves_so_four_up_is_four_times_slower() -> None:
@@ -146,6 +189,19 @@ def test_hop_updates_go_to_the_report_of_each_services_first_line() -> None:
     assert [t.failed for u in updates for t in u.traces] == [[], []]
 
 
+def test_next_lines_go_to_the_report_of_the_services_first_line_in_the_trace() -> None:
+    table = TraceTable()
+    for i, (ms, template) in enumerate([(59_990, "lookup <*>"), (60_010, "found <*>")]):
+        table.add(mark("t1", "orders", ms, i, template=template), ("retro.traces", 3, i),
+                  None, now=0.0)
+    # one service: no hop, but which line followed which is an update of its own
+    [update] = hop_updates(table.flush(), lambda m: m.timestamp[:16])
+    assert update.report_id == "2026-11-29T10:00"
+    assert update.traces[0].hops == [] and update.traces[0].next_lines == [
+        ("orders", "2026-11-29T10:00", "lookup <*>", "found <*>", 1),
+        ("orders", "2026-11-29T10:01", "found <*>", "", 1)]
+
+
 def test_a_failed_call_goes_to_the_report_of_the_callers_failing_line() -> None:
     table = TraceTable()
     for i, (service, ms, failing) in enumerate([("gateway", 0, False), ("orders", 8, False),
@@ -161,7 +217,8 @@ def test_a_failed_call_goes_to_the_report_of_the_callers_failing_line() -> None:
 def test_marks_and_hop_updates_match_their_schemas() -> None:
     fields = {"id": "logs/2/7", "raw": {"topic": "logs", "partition": 2, "offset": 7},
               "source": "orders.log", "service": "orders", "timestamp": T0,
-              "attributes": {"trace_id": "4BF92F3577B34DA6A3CE929D0E0E4736"}}
+              "attributes": {"trace_id": "4BF92F3577B34DA6A3CE929D0E0E4736"},
+              "template": "lookup <*>"}
     key, value = trace_mark(fields)
     assert key == b"4bf92f3577b34da6a3ce929d0e0e4736"
     assert read_mark(value).raw == Coord("logs", 2, 7) and not read_mark(value).failing
@@ -177,6 +234,7 @@ def test_marks_and_hop_updates_match_their_schemas() -> None:
               ("retro.traces", 0, 2), None, now=0.0)
     [update] = hop_updates(table.flush(), lambda m: "2026-11-29/all")
     assert update.traces[0].failed == [("orders", "stock", "2026-11-29T10:00")]
+    assert update.traces[0].next_lines == [("orders", "2026-11-29T10:00", "lookup <*>", "", 1)]
     assert list(validator("hops").iter_errors(update.model_dump(mode="json"))) == []
     # an older trace stage's hops carry no caller, and still read
     older = HopsUpdate(report_id="r", traces=[TraceHops(covered={"retro.traces/0": [[0, 1]]},
@@ -184,6 +242,7 @@ def test_marks_and_hop_updates_match_their_schemas() -> None:
     assert list(validator("hops").iter_errors(older.model_dump(mode="json"))) == []
     assert set(load_schema("hops")["properties"]) == set(HopsUpdate.model_fields)
     assert set(load_schema("trace-mark")["properties"]) == set(TraceMark.__struct_fields__)
-    # an older clean stage's mark has no failing flag, and still reads
-    older_mark = {k: v for k, v in json.loads(value).items() if k != "failing"}
+    # an older clean stage's mark has no failing flag nor template, and still reads
+    older_mark = {k: v for k, v in json.loads(value).items() if k not in ("failing", "template")}
     assert not read_mark(json.dumps(older_mark).encode()).failing
+    assert read_mark(json.dumps(older_mark).encode()).template == ""

@@ -31,6 +31,17 @@ it (at most ``BASELINE_HOURS`` back), and then joins them. The statistics, state
   is below ``TAIL_P``, in this minute or summed over the last ``THIN_MINUTES`` when
   this one is thin itself, or below r times its partner with too few partner records
   to tell alone (a line written a few times a minute needs several to tell).
+  Where lines carry trace ids, a line also thins out by request (``Report.next_lines``:
+  which line of a service came right after which in a request): a routine line that
+  came right after another in at least ``PAIR_MIN_RATIO`` of that one's requests in
+  the baseline (k0 of n0) departs when it follows x of its n this minute (n at least
+  ``MIN_PARTNER``, or summed over the ``THIN_MINUTES`` as above), x at most
+  ``THIN_FACTOR`` times n k0 / n0, with Fisher's exact lower tail (the two shares given
+  both counts) below ``TAIL_P``. A request shows in one minute the pairing that minute
+  counts need many to show, so a log of a few minutes is judged too. A failure that
+  stops following a line is a recovery, not a departure; a minute in which a line
+  stopped following another stays out of the baseline of every line after that one
+  (what came instead is the departure's).
 * **quiet**: a service whose volume falls to a third of its expected count and of its
   own records a minute (a stream swollen by others' traffic shrinks every share), with
   a lower tail below ``TAIL_P`` (the test of burst), in this minute or summed with
@@ -92,8 +103,8 @@ from functools import lru_cache
 from typing import Literal
 
 from streams.batch.covering import canonical_templates
-from streams.records import LEVEL_RANK, smallest_traces
-from streams.report.state.hops import Calls, FailedCalls, Hops, add_calls, add_hops
+from streams.records import LEVEL_RANK, smallest_traces, template_head
+from streams.report.state.hops import Calls, FailedCalls, Hops, NextLines, add_calls, add_hops
 from streams.report.state.minutes import MINUTE_FORMAT, add_minutes, parse_minute
 from streams.report.state.model import OTHER_TEMPLATES, Series
 from streams.report.state.series import (
@@ -325,6 +336,35 @@ class _Hops:
                         for step in SLOW_STEPS}
 
 
+@dataclass(slots=True)
+class _Next:
+    """How often one line of a service came right after another in a request, in the
+    baseline: ``k`` of the ``n`` times the other was written."""
+
+    history: deque[tuple[datetime, int, int]] = field(default_factory=deque)  # (minute, k, n)
+    k: int = 0
+    n: int = 0
+    departed_run: int = 0
+
+    def copy(self) -> _Next:
+        return _Next(deque(self.history), self.k, self.n, self.departed_run)
+
+    def learn(self, when: datetime, k: int, n: int) -> None:
+        self.history.append((when, k, n))
+        self.k += k
+        self.n += n
+
+    def forget_before(self, start: datetime) -> None:
+        while self.history and self.history[0][0] < start:
+            _, k, n = self.history.popleft()
+            self.k -= k
+            self.n -= n
+
+
+# minute -> (service, template) -> the template of the next line ("": none) -> times
+NextByMinute = dict[str, dict[tuple[str, str], dict[str, int]]]
+
+
 def fold_series(series: Mapping[str, Mapping[str, Series]]) -> dict[str, dict[str, Series]]:
     """Each service's templates folded to their canonical form (counts summed)."""
     out: dict[str, dict[str, Series]] = {}
@@ -393,11 +433,11 @@ def _squashed(services: tuple[str, ...]) -> dict[str, str]:
 
 
 def find_departures(series: Mapping[str, Mapping[str, Series]], hops: Hops | None = None,
-                    calls: Calls | None = None, failed_calls: FailedCalls | None = None
-                    ) -> Findings:
+                    calls: Calls | None = None, failed_calls: FailedCalls | None = None,
+                    next_lines: NextLines | None = None) -> Findings:
     """Walk the minutes of ``series`` in time order and judge each against its past."""
     return Walk().findings(series, hops=hops, calls=[calls] if calls else [],
-                           failed_calls=failed_calls)
+                           failed_calls=failed_calls, next_lines=next_lines)
 
 
 @dataclass
@@ -414,6 +454,9 @@ class _State:
     found: list[tuple[tuple[str, str] | None, Departure]] = field(default_factory=list)
     hops: dict[str, _Hops] = field(default_factory=dict)  # per service
     hops_walked: int = 0  # the hops in the walked minutes
+    # (service, template) -> the template of the next line in a request -> its baseline
+    nexts: dict[tuple[str, str], dict[str, _Next]] = field(default_factory=dict)
+    nexts_walked: int = 0  # the next-line counts in the walked minutes
 
     def copy(self) -> _State:
         lines = {key: line.copy() for key, line in self.lines.items()}
@@ -422,7 +465,10 @@ class _State:
                 lines[key].partner = lines[line.partner.key]
         return _State(lines, list(self.walked), deque(self.learned), set(self.chronic),
                       list(self.found), {s: h.copy() for s, h in self.hops.items()},
-                      self.hops_walked)
+                      self.hops_walked,
+                      {lead: {t: n.copy() for t, n in after.items()}
+                       for lead, after in self.nexts.items()},
+                      self.nexts_walked)
 
 
 class Walk:
@@ -447,12 +493,15 @@ class Walk:
     def findings(self, series: Mapping[str, Mapping[str, Series]],
                  before: Mapping[str, Mapping[str, Series]] | None = None,
                  hops: Hops | None = None, hops_before: Hops | None = None,
-                 calls: Iterable[Calls] = (), failed_calls: FailedCalls | None = None
+                 calls: Iterable[Calls] = (), failed_calls: FailedCalls | None = None,
+                 next_lines: NextLines | None = None, next_lines_before: NextLines | None = None
                  ) -> Findings:
         """``hops``: the report's hops into services (``Report.hops``), judged with the
         lines; ``hops_before``: the window before's; ``calls``: call graphs the traces
         showed (``Report.calls``, the window before's too); ``failed_calls``: the
-        report's (``Report.failed_calls``)."""
+        report's (``Report.failed_calls``); ``next_lines``: which line followed which in
+        a request (``Report.next_lines``), judged with the lines; ``next_lines_before``:
+        the window before's."""
         folded = fold_series(series)
         services = sorted(folded)
         specs = {(service, template): s for service, templates in folded.items()
@@ -477,7 +526,8 @@ class Walk:
         # a minute's stream total as expectations scale by: its routine records
         stream = {m: routine.get(m) or totals[m] for m in minutes}
         by_minute = _hops_by_minute(hops or {}, hops_before or {})
-        state, self._kept = self._resumed(specs, failing, minutes, by_minute), None
+        nexts = _nexts_by_minute(next_lines or {}, next_lines_before or {}, specs)
+        state, self._kept = self._resumed(specs, failing, minutes, by_minute, nexts), None
         lines = []
         for key, s in specs.items():
             line = state.lines.get(key)
@@ -499,7 +549,7 @@ class Walk:
         for i in range(len(state.walked), len(minutes)):
             if i == cut:
                 self._kept = state.copy()
-            _step(state, lines, by_service, minutes, i, stream)
+            _step(state, lines, by_service, minutes, i, stream, nexts)
             _step_hops(state, minutes[i], by_minute.get(minutes[i], {}))
         if self._kept is None:
             self._kept = state.copy()
@@ -530,13 +580,17 @@ class Walk:
 
     def _resumed(self, specs: Mapping[tuple[str, str], Series],
                  failing: Mapping[tuple[str, str], bool], minutes: list[str],
-                 hops: Mapping[str, Mapping[str, dict[int, int]]]) -> _State:
+                 hops: Mapping[str, Mapping[str, dict[int, int]]], nexts: NextByMinute
+                 ) -> _State:
         """The kept walk if this version only added to what it walked, else a new one."""
         kept = self._kept
         if kept is None or minutes[:len(kept.walked)] != kept.walked:
             return _State()
         if kept.hops_walked != sum(sum(bins.values()) for m in kept.walked
                                    for bins in hops.get(m, {}).values()):
+            return _State()
+        if kept.nexts_walked != sum(sum(after.values()) for m in kept.walked
+                                    for after in nexts.get(m, {}).values()):
             return _State()
         tail = minutes[len(kept.walked):]
         for key, s in specs.items():
@@ -558,6 +612,43 @@ def _hops_by_minute(hops: Hops, before: Hops) -> dict[str, dict[str, dict[int, i
         for service, minutes in table.items():
             for minute, bins in minutes.items():
                 out.setdefault(minute, {})[service] = {int(b): n for b, n in bins.items()}
+    return out
+
+
+def _nexts_by_minute(table: NextLines, before: NextLines,
+                     specs: Mapping[tuple[str, str], Series]) -> NextByMinute:
+    """minute -> (service, template) -> next template -> times, the window before's
+    first. Next lines name templates by their heads (``template_head``): each goes to
+    the series line whose head covers it or is it, the one with most records when
+    several do; one no series holds keeps its head."""
+    heads: dict[str, dict[str, tuple[int, str]]] = {}  # service -> head -> (records, line)
+    for (service, template), s in specs.items():
+        if template == OTHER_TEMPLATES:
+            continue
+        head, n = template_head(template), sum(s.minutes.values())
+        held = heads.setdefault(service, {}).get(head)
+        if held is None or (n, template) > held:
+            heads[service][head] = (n, template)
+    out: NextByMinute = {}
+    for source in (before, table):
+        for service, lines in source.items():
+            own = heads.get(service, {})
+            texts = {t for line, after in lines.items() for t in (line, *after)
+                     if t and t != OTHER_TEMPLATES}
+            roots = canonical_templates(texts | own.keys())
+            by_root: dict[str, tuple[int, str]] = {}
+            for head, held in own.items():
+                root = roots[head]
+                if root not in by_root or held > by_root[root]:
+                    by_root[root] = held
+            name = {t: by_root[roots[t]][1] if roots[t] in by_root else t for t in texts}
+            for line, after in lines.items():
+                lead = (service, name.get(line, line))
+                for then, minutes in after.items():
+                    then = name.get(then, then)
+                    for minute, n in minutes.items():
+                        counts = out.setdefault(minute, {}).setdefault(lead, {})
+                        counts[then] = counts.get(then, 0) + n
     return out
 
 
@@ -637,9 +728,10 @@ def _opening(minutes: list[str], stream: Mapping[str, int]) -> list[str]:
 
 
 def _step(state: _State, lines: list[_Line], by_service: Mapping[str, list[_Line]],
-          minutes: list[str], i: int, stream: Mapping[str, int]) -> None:
+          minutes: list[str], i: int, stream: Mapping[str, int], nexts: NextByMinute
+          ) -> None:
     """Judge minute ``i`` against each line's baseline, then learn it; ``stream``: each
-    minute's total the expectations scale by."""
+    minute's total the expectations scale by; ``nexts``: which line followed which."""
     minute = minutes[i]
     total = stream[minute]
     when = parse_minute(minute)
@@ -669,6 +761,7 @@ def _step(state: _State, lines: list[_Line], by_service: Mapping[str, list[_Line
             departed.add(id(line))
         elif line.unseen[0]:  # too soon to call it new: kept out of the baseline
             departed.add(id(line))
+    _step_nexts(state, nexts, recent, departed)
     for service, own in by_service.items():
         found = _quiet(service, own, recent, stream)
         if found is not None:
@@ -684,6 +777,74 @@ def _step(state: _State, lines: list[_Line], by_service: Mapping[str, list[_Line
         line.learn(when, x, total)
     state.learned.append((when, total))
     state.walked.append(minute)
+
+
+def _step_nexts(state: _State, nexts: NextByMinute, recent: list[str], departed: set[int]
+                ) -> None:
+    """Judge which line followed which in this minute's requests (``recent[0]``), then
+    learn it: a line its service writes right after another in most requests that
+    stops following it departs as ``thin`` (``departed``: lines departed this minute,
+    which it joins). A thinning shows here in a request's worth of records: no minute
+    by minute history is needed to know that one line follows another."""
+    minute = recent[0]
+    when = parse_minute(minute)
+    start = when - timedelta(hours=BASELINE_HOURS)
+    now = nexts.get(minute, {})
+    gone: set[tuple[str, str]] = set()  # leads a line stopped following
+    for lead, after in state.nexts.items():
+        for base in after.values():
+            base.forget_before(start)
+        this = now.get(lead)
+        if not this:
+            continue
+        for then, base in after.items():
+            line = state.lines.get((lead[0], then))
+            if line is None or line.failing or line.template == OTHER_TEMPLATES \
+                    or id(line) in departed or line.total < MIN_BASELINE_RECORDS \
+                    or not base.n or base.k < PAIR_MIN_RATIO * base.n:
+                continue  # a failure that stops coming is a recovery
+            found = _next_thinned(line, minute, lead, then, base, nexts, recent)
+            if found is not None:
+                state.found.append((line.key, found))
+                departed.add(id(line))
+                gone.add(lead)
+    for lead, this in now.items():
+        after = state.nexts.setdefault(lead, {})
+        n = sum(this.values())
+        # a minute in which a line stopped following this one is kept out of all that
+        # follow it: what came instead is the departure's, not the usual
+        held = lead in gone
+        for then in this.keys() | after.keys():
+            base = after.setdefault(then, _Next())
+            if held and base.departed_run < ABSORB_MINUTES:
+                base.departed_run += 1
+                continue
+            base.departed_run = 0
+            base.learn(when, this.get(then, 0), n)
+        state.nexts_walked += n
+
+
+def _next_thinned(line: _Line, minute: str, lead: tuple[str, str], then: str, base: _Next,
+                  nexts: NextByMinute, recent: list[str]) -> Departure | None:
+    """``then`` stopped following ``lead``: in this minute, or summed with the ones
+    before it when this one is short of it too or holds too few requests to tell; by
+    the exact conditional test of two shares (Fisher's), this minute's against the
+    baseline's, so a baseline of one minute is weighed as the count it is."""
+    share = base.k / base.n
+    this = nexts[minute][lead]
+    k, n = this.get(then, 0), sum(this.values())
+    summed = k <= THIN_FACTOR * share * n or n < MIN_PARTNER
+    for span in recent[:1], (recent if summed else ()):
+        mine = seen = 0
+        for m in span:
+            counts = nexts.get(m, {}).get(lead, {})
+            mine += counts.get(then, 0)
+            seen += sum(counts.values())
+        if seen >= MIN_PARTNER and mine <= THIN_FACTOR * share * seen:
+            p = _fisher_lower(mine, seen, base.k, base.n)
+            if p < TAIL_P:
+                return _departure(line, minute, "thin", k, share * n, _surprise(p))
+    return None
 
 
 def _findings(state: _State, lines: list[_Line], minutes: list[str], first: str | None,
@@ -877,6 +1038,25 @@ def _binomial_lower(k: int, n: int, q: float) -> float:
 def _binomial_upper(k: int, n: int, q: float) -> float:
     """P(X >= k) for X ~ Binomial(n, q), for k at or above the mean."""
     return _binomial_tail(k, n, q, 1)
+
+
+def _fisher_lower(k: int, n: int, k0: int, n0: int) -> float:
+    """P(X <= k) for the ``k`` of ``n`` now against ``k0`` of ``n0`` before, given both
+    together (X hypergeometric: ``n`` drawn from ``n + n0`` holding ``k + k0``)."""
+    total, hits = n + n0, k + k0
+    lowest = max(0, n - (total - hits))
+    head = _log_choose(total, n)
+    out = 0.0
+    for i in range(k, lowest - 1, -1):  # below the mean the terms only shrink
+        term = math.exp(_log_choose(hits, i) + _log_choose(total - hits, n - i) - head)
+        out += term
+        if term < out * 1e-12:
+            break
+    return min(1.0, out)
+
+
+def _log_choose(n: int, k: int) -> float:
+    return math.lgamma(n + 1) - math.lgamma(k + 1) - math.lgamma(n - k + 1)
 
 
 def _binomial_tail(k: int, n: int, q: float, step: int) -> float:

@@ -23,10 +23,10 @@ Departures (``streams.report.analysis.departures``) become incidents:
 3. **Weight and severity.** An incident weighs the surprise (-log10 of the tail) of
    its departures: a failing line's in full, a thinning line's or a quiet service's
    at ``SILENT_WEIGHT`` (they are subtler and noisier), its callers' at
-   ``CALLER_WEIGHT``. Below ``MIN_WEIGHT`` it is noise and dropped. The severity
-   grows with the weight and with callers that suffered; calls into the origin timed
-   far slower, and a usual line it stopped writing, are its own failure here, as its
-   error lines are.
+   ``CALLER_WEIGHT`` (a caller's thinning or quiet at both). Below ``MIN_WEIGHT`` it is
+   noise and dropped. The severity grows with the weight and with callers that
+   suffered; calls into the origin timed far slower, and a usual line it stopped
+   writing, are its own failure here, as its error lines are.
 4. **Unjudged conditions.** Error lines the report began with and that never proved
    chronic (``Findings.standing``), and those begun too soon after it for the baseline
    to judge (``Findings.early``), are one low incident per service (a named callee's
@@ -374,7 +374,9 @@ def _incident(origin: str, run: list[Departure], changes: Sequence[Change],
                 callers.add(dep.service)
             if dep.failing:
                 failed.add(dep.service)
-            weight += CALLER_WEIGHT * dep.surprise
+            # a caller's line thinning or its volume falling is subtler still
+            silent = dep.kind in ("thin", "quiet")
+            weight += CALLER_WEIGHT * (SILENT_WEIGHT if silent else 1.0) * dep.surprise
         elif dep.error or dep.kind == "slow":  # its own failure, or its own requests timed
             weight += dep.surprise
         elif dep.failing:  # a warning is the service's own word that it is not a failure
@@ -382,10 +384,12 @@ def _incident(origin: str, run: list[Departure], changes: Sequence[Change],
         else:
             weight += SILENT_WEIGHT * dep.surprise
     # it began at its origin's first own failure: a caller's quiet minute just before is
-    # near, not proof; without a failure of its own (slow, crashed silently), at the
-    # first departure that spoke of it
+    # near, not proof; without a failing line, at its first usual line gone or calls
+    # into it timed slower (dated to the minute, where a line is dated to the second);
+    # without either (crashed silently), at the first departure that spoke of it
     own = [d for d in run if d.service == origin and d.failing]
-    first = (own or run)[0]
+    silent = [d for d in run if d.service == origin and d.kind in OWN_FAILURE]
+    first = (own or silent or run)[0]
     last = run[-1].minute
     ranked = sorted(run, key=lambda d: (d.service != origin, not d.failing, -d.surprise,
                                         d.minute, d.template))

@@ -272,7 +272,8 @@ def derive(report: Report, *, deadletters: int | None = None, review: int | None
         report.series, before=previous.series if previous is not None else None,
         hops=report.hops, hops_before=previous.hops if previous is not None else None,
         calls=[report.calls, *([previous.calls] if previous is not None else [])],
-        failed_calls=report.failed_calls)
+        failed_calls=report.failed_calls, next_lines=report.next_lines,
+        next_lines_before=previous.next_lines if previous is not None else None)
     pm.findings = findings
     pm.chronic_lines = findings.chronic
     pm.incidents = find_incidents(findings, [

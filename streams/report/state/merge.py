@@ -40,7 +40,7 @@ from streams.errors import ValidationFailed
 from streams.intervals import Coverage
 from streams.records import Evidence, Fragment, smallest_traces
 from streams.report.state.evidence import fold_evidence
-from streams.report.state.hops import add_calls, add_hops
+from streams.report.state.hops import add_calls, add_hops, add_next_lines
 from streams.report.state.keys import format_time, parse_time
 from streams.report.state.minutes import add_minutes, add_service_minutes, share_minutes
 from streams.report.state.model import (
@@ -211,6 +211,7 @@ def compose(report_id: str, shards: list[Report]) -> Report:
     out.hops = add_hops(*(r.hops for r in ordered))
     out.calls = add_calls(*(r.calls for r in ordered))
     out.failed_calls = add_hops(*(r.failed_calls for r in ordered))
+    out.next_lines = add_next_lines(*(r.next_lines for r in ordered))
     marks = Coverage()
     for shard in ordered:
         marks = marks.union(Coverage.from_json(shard.hops_covered))

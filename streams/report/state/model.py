@@ -248,6 +248,9 @@ class Report(BaseModel):
     # caller -> callee -> UTC minute -> requests that failed in the caller after it called
     # the callee last (``streams.traces.table.failed_calls_of``)
     failed_calls: dict[str, dict[str, dict[str, int]]] = Field(default_factory=dict)
+    # service -> template -> the template of the service's next line in the request (""
+    # when none came) -> UTC minute -> times (``streams.traces.table.next_lines_of``)
+    next_lines: dict[str, dict[str, dict[str, dict[str, int]]]] = Field(default_factory=dict)
     hops_covered: CoverageJSON = Field(default_factory=dict)  # the trace marks counted
     # the report of the window before, when a reader holds it: never stored or compared
     _previous: Report | None = PrivateAttr(default=None)
@@ -259,7 +262,7 @@ class Report(BaseModel):
         fills them back in)."""
         data = handler(self)
         for name in ("service_minutes", "series", "hops", "calls", "failed_calls",
-                     "hops_covered"):
+                     "next_lines", "hops_covered"):
             if data.get(name) == {}:
                 del data[name]
         return data

@@ -8,13 +8,17 @@ import re
 
 import pytest
 
+from streams.records import template_head
 from streams.report.analysis.departures import (
+    Departure,
+    Findings,
     Walk,
     _binomial_lower,
     _binomial_upper,
     find_departures,
 )
 from streams.report.analysis.incidents import find_incidents, find_unjudged
+from streams.report.state.hops import NextLinesTable
 from streams.report.state.model import OTHER_TEMPLATES, Series
 
 HOUR = [f"2026-11-29T10:{m:02d}" for m in range(60)]
@@ -737,3 +741,137 @@ def test_the_binomial_tails_match_the_direct_sums_and_their_ends() -> None:
     # a minute with no routine records (q = 0) or a baseline with none (q = 1)
     assert (_binomial_upper(3, 3, 0.0), _binomial_upper(0, 3, 0.0)) == (0.0, 1.0)
     assert (_binomial_lower(2, 3, 1.0), _binomial_lower(3, 3, 1.0)) == (0.0, 1.0)
+
+
+def after_lookup(found: dict[str, int], then: str = "route found", requests: int = 24
+                 ) -> NextLinesTable:
+    """``Report.next_lines`` of db: per minute, ``requests`` lookups, ``found[m]`` of them
+    followed by ``then`` in their request, the rest by nothing."""
+    return {"db": {"route lookup": {
+        then: {m: k for m, k in found.items() if k},
+        "": {m: requests - k for m, k in found.items() if requests - k}}}}
+
+
+def test_a_line_that_stops_following_its_lead_in_requests_departs_on_a_minute_of_past(
+        ) -> None:
+    # three minutes: one to learn from, too few for a partner moving with it minute by
+    # minute; in requests "route found" came right after every lookup, then after 5 of 24
+    short = HOUR[:3]
+    counts = {short[0]: 24, short[1]: 5, short[2]: 4}
+    series = {"api": {"GET /orders done": Series(level="INFO", minutes=steady(80, short))},
+              "db": {"route lookup": Series(level="INFO", minutes=steady(24, short)),
+                     "route found": Series(level="INFO", minutes=counts)}}
+    found = find_departures(series, next_lines=after_lookup(counts))
+    assert [(d.service, d.template, d.kind, d.minute, d.observed, d.expected)
+            for d in found.departures] == [("db", "route found", "thin", short[1], 5, 24.0),
+                                           ("db", "route found", "thin", short[2], 4, 24.0)]
+    # the same counts from requests where it never came right after the lookup: no
+    # request showed the two together, and a minute's counts alone prove nothing
+    apart = {"db": {"route lookup": {"": steady(24, short)},
+                    "route found": {"": counts}}}
+    assert find_departures(series, next_lines=apart).departures == []
+    assert find_departures(series).departures == []
+    # marks name lines by their templates' heads: a long line is found by its head, and
+    # so is one mined before its variable became <*>
+    long = "route found for " + "<*> " * 30
+    series["db"] = {"route lookup": series["db"]["route lookup"],
+                    long.strip(): Series(level="INFO", minutes=counts)}
+    nexts = after_lookup(counts, template_head("route found for 42 " + "<*> " * 30))
+    assert [(d.template, d.minute) for d in find_departures(series, next_lines=nexts).departures
+            ] == [(long.strip(), short[1]), (long.strip(), short[2])]
+    series["db"] = {"route lookup": series["db"]["route lookup"],
+                    "route found": Series(level="INFO", minutes=counts)}
+    # after 20 of 24: a wobble, not an early return
+    wobble = {short[0]: 24, short[1]: 20, short[2]: 22}
+    series["db"]["route found"] = Series(level="INFO", minutes=wobble)
+    assert find_departures(series, next_lines=after_lookup(wobble)).departures == []
+
+
+def test_a_line_that_followed_its_lead_in_half_the_requests_departs_only_when_gone(
+        ) -> None:
+    # a cache miss path: "route loaded" after half the lookups all hour; a quarter in
+    # one minute is chance, none in three minutes running is not
+    half = {m: 12 for m in HOUR}
+    quarter = {**half, HOUR[40]: 6}
+    series = background()
+    series["db"]["route lookup"] = Series(level="INFO", minutes=steady(24))
+    series["db"]["route loaded"] = Series(level="INFO", minutes=quarter)
+
+    def found(loaded: dict[str, int]) -> list[tuple[str, str]]:
+        nexts = after_lookup(loaded, "route loaded")
+        return [(d.template, d.minute) for d in find_departures(
+            series, next_lines=nexts).departures if d.kind == "thin"]
+
+    assert found(quarter) == []
+    gone = {**half, HOUR[40]: 0, HOUR[41]: 0, HOUR[42]: 0}
+    series["db"]["route loaded"] = Series(level="INFO", minutes=gone)
+    assert found(gone)[:1] == [("route loaded", HOUR[40])]
+
+
+def lookups(then_by_minute: dict[str, str], minutes: list[str], requests: int = 24
+            ) -> tuple[dict[str, dict[str, Series]], NextLinesTable]:
+    """db's series and ``Report.next_lines`` when every lookup of a minute is followed by
+    the line ``then_by_minute`` names for it (levels by the line's last word)."""
+    lines: dict[str, dict[str, int]] = {"route lookup": steady(requests, minutes)}
+    nexts: dict[str, dict[str, int]] = {}
+    for minute, then in then_by_minute.items():
+        lines.setdefault(then, {})[minute] = requests
+        nexts.setdefault(then, {})[minute] = requests
+    series = {"api": {"GET /orders done": Series(level="INFO", minutes=steady(80, minutes))},
+              "db": {t: Series(level="ERROR" if t.endswith("failed") else "INFO", minutes=m)
+                     for t, m in lines.items()}}
+    return series, {"db": {"route lookup": nexts}}
+
+
+def test_a_failure_that_stops_following_its_lead_is_a_recovery_not_a_thinning() -> None:
+    minutes = HOUR[:4]
+    series, nexts = lookups({minutes[0]: "route lookup failed", minutes[1]: "route found",
+                             minutes[2]: "route found", minutes[3]: "route found"}, minutes)
+    assert [d for d in find_departures(series, next_lines=nexts).departures
+            if d.kind == "thin"] == []
+    # the same requests with a routine line in its place: that one thinned
+    series, nexts = lookups({minutes[0]: "route cached", minutes[1]: "route found",
+                             minutes[2]: "route found", minutes[3]: "route found"}, minutes)
+    assert [(d.template, d.minute) for d in find_departures(series, next_lines=nexts).departures
+            if d.kind == "thin"] == [("route cached", minutes[1]), ("route cached", minutes[2]),
+                                     ("route cached", minutes[3])]
+
+
+def test_what_followed_a_lead_while_its_usual_line_was_gone_is_not_learned_as_usual(
+        ) -> None:
+    # found after every lookup, then a retry instead for three minutes, then found again:
+    # the retry's end is the failure ending, not a line thinning out
+    minutes = HOUR[:6]
+    plan = {minutes[0]: "route found", **dict.fromkeys(minutes[1:4], "retry scheduled"),
+            minutes[4]: "route found", minutes[5]: "route found"}
+    series, nexts = lookups(plan, minutes)
+    assert [(d.template, d.minute) for d in find_departures(series, next_lines=nexts).departures
+            if d.kind == "thin"] == [("route found", m) for m in minutes[1:4]]
+
+
+def test_an_origin_without_a_failing_line_began_at_its_own_thinning_not_its_callers(
+        ) -> None:
+    # api times out calling db from 10:40; db logs no failure, but from 10:41 its
+    # lookups are no longer followed by what usually follows them
+    series = background()
+    found = {**steady(24), **dict.fromkeys(HOUR[41:44], 4)}
+    series["db"]["route lookup"] = Series(level="INFO", minutes=steady(24))
+    series["db"]["route found"] = Series(level="INFO", minutes=found)
+    series["api"]["Read timed out calling db"] = Series(
+        level="ERROR", minutes=dict.fromkeys(HOUR[40:44], 8), named={"db": 32})
+    (incident,) = find_incidents(find_departures(series, next_lines=after_lookup(found)))
+    assert (incident.origin, incident.callers) == ("db", ["api"])
+    assert incident.started == "2026-11-29T10:41:00Z"
+
+
+def test_a_callers_thinning_weighs_half_of_what_its_failing_line_does() -> None:
+    # db fails and thins; api, which calls it, thins with it or fails calling it
+    db = [Departure(HOUR[40], "db", "pool exhausted", "new", 6, 0.0, 8.0, True, error=True),
+          Departure(HOUR[40], "db", "query ok", "thin", 3, 30.0, 8.0, False)]
+    thinned = Departure(HOUR[40], "api", "order saved", "thin", 2, 20.0, 8.0, False)
+    failed = Departure(HOUR[40], "api", "Read timed out calling db", "new", 8, 0.0, 8.0, True,
+                       named=("db",), error=True)
+    for caller, weight in ((thinned, 8 + 4 + 2), (failed, 8 + 4 + 4)):
+        (incident,) = find_incidents(Findings(departures=[*db, caller],
+                                              calls={"api": {"db"}}))
+        assert (incident.origin, incident.callers, incident.weight) == ("db", ["api"], weight)

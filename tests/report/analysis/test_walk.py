@@ -154,3 +154,41 @@ def test_a_kept_walk_with_hops_finds_what_a_walk_from_scratch_finds() -> None:
     timed["cart"][MINUTES[20]]["30"] = 1
     same(walk.findings(series, hops=timed), find_departures(series, hops=timed))
     assert walk.judged == upto  # every minute of the version
+
+
+def next_lines(lines: dict[tuple[str, str], tuple[str, dict[str, int], dict[str, int]]],
+               upto: int) -> dict[str, dict[str, dict[str, dict[str, int]]]]:
+    """``Report.next_lines`` up to minute ``upto``: each step's end came right after its
+    beginning in a request, as often as it was written; the rest of the beginnings had
+    nothing after them."""
+    out: dict[str, dict[str, dict[str, dict[str, int]]]] = {}
+    for (service, template), (_, begun, _) in lines.items():
+        if not template.endswith(" begins"):
+            continue
+        ended = lines[(service, template.replace(" begins", " ends"))][1]
+        nexts = out.setdefault(service, {}).setdefault(template, {})
+        for minute in MINUTES[:upto]:
+            k, n = ended.get(minute, 0), begun.get(minute, 0)
+            for then, times in ((template.replace(" begins", " ends"), k), ("", n - k)):
+                if times:
+                    nexts.setdefault(then, {})[minute] = times
+    return out
+
+
+def test_a_kept_walk_with_next_lines_finds_what_a_walk_from_scratch_finds() -> None:
+    lines = day(13)
+    walk = Walk()
+    found_thin = set()
+    for upto in range(1, len(MINUTES) + 1, 3):
+        series, nexts = version(lines, upto, newest_share=1.0), next_lines(lines, upto)
+        found = walk.findings(series, next_lines=nexts)
+        same(found, find_departures(series, next_lines=nexts))
+        found_thin |= {d.minute for d in found.departures
+                       if d.kind == "thin" and d.template == "cart step 1 ends"}
+        assert walk.judged <= SETTLE_MINUTES + 3
+    # the early return was found, while it lasted
+    assert found_thin and found_thin <= set(MINUTES[90:110])
+    # a count arriving late for a minute long walked starts the walk over, alike
+    nexts["cart"]["cart step 0 begins"][""] = {MINUTES[20]: 1}
+    same(walk.findings(series, next_lines=nexts), find_departures(series, next_lines=nexts))
+    assert walk.judged == upto

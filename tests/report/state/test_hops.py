@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from streams.records import HopsUpdate, TraceHops
 from streams.report.compactor.compact import fold
-from streams.report.state.hops import apply_hops
+from streams.report.state.hops import MAX_NEXT, apply_hops
 from streams.report.state.merge import compose, report_body
-from streams.report.state.model import Report
+from streams.report.state.model import OTHER_TEMPLATES, Report
 
 MINUTE = "2026-11-29T10:00"
 
@@ -64,3 +64,35 @@ def test_shards_of_a_report_add_their_hops() -> None:
     assert whole.calls == {"gateway": {"orders": 1}}  # the second shard's hop had no caller
     assert whole.failed_calls == {"gateway": {"orders": {MINUTE: 2}}}
     assert whole.hops_covered == {"retro.traces/0": [[0, 1]], "retro.traces/1": [[0, 0]]}
+
+
+def test_next_lines_count_once_per_trace_and_shards_add_them() -> None:
+    def traced(first: int, then: str) -> HopsUpdate:
+        return HopsUpdate(report_id="r", traces=[TraceHops(
+            covered={"retro.traces/0": [[first, first + 1]]}, hops=[],
+            next_lines=[("orders", MINUTE, "lookup <*>", then, 1),
+                        ("orders", MINUTE, then, "", 1)])])
+
+    once, changed = apply_hops(Report(id="r"), [traced(0, "found <*>"), traced(2, "missing")],
+                               now="t")
+    assert changed and once.next_lines == {"orders": {
+        "lookup <*>": {"found <*>": {MINUTE: 1}, "missing": {MINUTE: 1}},
+        "found <*>": {"": {MINUTE: 1}}, "missing": {"": {MINUTE: 1}}}}
+    assert apply_hops(once, [traced(2, "missing")], now="t2") == (once, False)
+    other = apply_hops(Report(id="r|1"), [traced(5, "found <*>")], now="t")[0]
+    whole = compose("r", [once, other])
+    assert whole.next_lines["orders"]["lookup <*>"] == {
+        "found <*>": {MINUTE: 2}, "missing": {MINUTE: 1}}
+
+
+def test_a_line_followed_by_many_lines_keeps_the_usual_ones_and_its_count() -> None:
+    many = [(f"step {i}", 20 - i) for i in range(MAX_NEXT + 3)]  # step 0 most often
+    report, _ = apply_hops(Report(id="r"), [HopsUpdate(report_id="r", traces=[TraceHops(
+        covered={"retro.traces/0": [[0, 0]]}, hops=[],
+        next_lines=[("orders", MINUTE, "lookup <*>", then, n) for then, n in many])])],
+        now="t")
+    nexts = report.next_lines["orders"]["lookup <*>"]
+    assert len(nexts) == MAX_NEXT and "step 0" in nexts and "step 10" not in nexts
+    assert nexts[OTHER_TEMPLATES] == {MINUTE: sum(n for _, n in many[MAX_NEXT - 1:])}
+    assert sum(n for minutes in nexts.values() for n in minutes.values()) == sum(
+        n for _, n in many)
