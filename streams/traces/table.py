@@ -228,13 +228,16 @@ def hop_updates(traces: Iterable[OpenTrace], place: Callable[[TraceMark], str]
             if minute is not None:
                 failed.setdefault(place(mark), []).append((mark.service, callee, minute))
         nexts: dict[str, list[tuple[str, str, str, str, int]]] = {}
-        firsts: dict[str, TraceMark] = {}
-        for mark in trace.marks.values():
-            held = firsts.get(mark.service)
-            if held is None or (mark.timestamp, mark.id) < (held.timestamp, held.id):
-                firsts[mark.service] = mark
-        for step in next_lines_of(trace.marks.values()):
-            nexts.setdefault(place(firsts[step[0]]), []).append(step)
+        steps = next_lines_of(trace.marks.values())
+        if steps:  # to the report of the service's first line, as its hop
+            firsts: dict[str, TraceMark] = {}
+            for mark in trace.marks.values():
+                held = firsts.get(mark.service)
+                if held is None or (mark.timestamp, mark.id) < (held.timestamp, held.id):
+                    firsts[mark.service] = mark
+            where = {service: place(mark) for service, mark in firsts.items()}
+            for step in steps:
+                nexts.setdefault(where[step[0]], []).append(step)
         if not hops and not failed and not nexts:
             continue
         covered = Coverage.from_coords(trace.offsets).to_json()

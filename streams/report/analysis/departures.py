@@ -799,10 +799,11 @@ def _step_nexts(state: _State, nexts: NextByMinute, recent: list[str], departed:
             continue
         for then, base in after.items():
             line = state.lines.get((lead[0], then))
+            # a failure that stops following a line is a recovery, not a thinning
             if line is None or line.failing or line.template == OTHER_TEMPLATES \
                     or id(line) in departed or line.total < MIN_BASELINE_RECORDS \
                     or not base.n or base.k < PAIR_MIN_RATIO * base.n:
-                continue  # a failure that stops coming is a recovery
+                continue
             found = _next_thinned(line, minute, lead, then, base, nexts, recent)
             if found is not None:
                 state.found.append((line.key, found))
@@ -814,7 +815,7 @@ def _step_nexts(state: _State, nexts: NextByMinute, recent: list[str], departed:
         # a minute in which a line stopped following this one is kept out of all that
         # follow it: what came instead is the departure's, not the usual
         held = lead in gone
-        for then in this.keys() | after.keys():
+        for then in [*this, *(t for t in after if t not in this)]:
             base = after.setdefault(then, _Next())
             if held and base.departed_run < ABSORB_MINUTES:
                 base.departed_run += 1

@@ -375,8 +375,8 @@ def _incident(origin: str, run: list[Departure], changes: Sequence[Change],
             if dep.failing:
                 failed.add(dep.service)
             # a caller's line thinning or its volume falling is subtler still
-            silent = dep.kind in ("thin", "quiet")
-            weight += CALLER_WEIGHT * (SILENT_WEIGHT if silent else 1.0) * dep.surprise
+            subtle = dep.kind in ("thin", "quiet")
+            weight += CALLER_WEIGHT * (SILENT_WEIGHT if subtle else 1.0) * dep.surprise
         elif dep.error or dep.kind == "slow":  # its own failure, or its own requests timed
             weight += dep.surprise
         elif dep.failing:  # a warning is the service's own word that it is not a failure
@@ -388,8 +388,8 @@ def _incident(origin: str, run: list[Departure], changes: Sequence[Change],
     # into it timed slower (dated to the minute, where a line is dated to the second);
     # without either (crashed silently), at the first departure that spoke of it
     own = [d for d in run if d.service == origin and d.failing]
-    silent = [d for d in run if d.service == origin and d.kind in OWN_FAILURE]
-    first = (own or silent or run)[0]
+    own_silent = [d for d in run if d.service == origin and d.kind in OWN_FAILURE]
+    first = (own or own_silent or run)[0]
     last = run[-1].minute
     ranked = sorted(run, key=lambda d: (d.service != origin, not d.failing, -d.surprise,
                                         d.minute, d.template))
