@@ -375,8 +375,8 @@ def _incident(origin: str, run: list[Departure], changes: Sequence[Change],
             if dep.failing:
                 failed.add(dep.service)
             # a caller's line thinning or its volume falling is subtler still
-            subtle = dep.kind in ("thin", "quiet")
-            weight += CALLER_WEIGHT * (SILENT_WEIGHT if subtle else 1.0) * dep.surprise
+            weight += CALLER_WEIGHT * (SILENT_WEIGHT if dep.kind in SILENT else 1.0) \
+                * dep.surprise
         elif dep.error or dep.kind == "slow":  # its own failure, or its own requests timed
             weight += dep.surprise
         elif dep.failing:  # a warning is the service's own word that it is not a failure
